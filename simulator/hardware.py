@@ -1,0 +1,132 @@
+"""Catalogs of GPUs and link kinds. Every number names its source.
+
+Two kinds of bandwidth live here and must not be mixed up:
+- *physical* capacity (what bytes really get through), used by the fabric;
+- *NCCL's* belief (``topo.h`` constants), used only where we reproduce NCCL's own
+  decisions (ring search, channel count, protocol choice).
+Bandwidths are bytes/s (1 GB/s = 1e9 B/s), times are seconds, memory is bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.errors import InputError
+from simulator.units import GB, US
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    arch: str  # volta | turing | ampere | ada | hopper | blackwell
+    compute_capability: int  # 80 = sm80; NCCL indexes its tables by this
+    sms: int
+    memory_bytes: int
+    memory_bandwidth: float  # B/s, spec sheet
+    matmul_flops: float  # dense 16-bit tensor FLOP/s with FP32 accumulate, spec sheet
+    measured_matmul_flops: float | None  # best achieved large-GEMM rate, if published
+    nvlink_links: int  # NVLink links per GPU (0: none)
+    pcie_gen: int
+    source: str
+    price_usd: float | None = None  # street / list price per card, for per-dollar comparisons
+
+
+_T = 1e12
+
+GPUS: dict[str, GPU] = {g.name: g for g in (
+    GPU("v100-sxm2", "volta", 70, 80, 32 * GiB, 900 * GB, 125 * _T, None, 6, 3,
+        "NVIDIA V100 datasheet (125 TFLOPS tensor, 900 GB/s, 6 NVLink2)"),
+    GPU("rtx2080ti", "turing", 75, 68, 11 * GiB, 616 * GB, 53.8 * _T, None, 2, 3,
+        "Turing whitepaper (FP16 tensor FP32-acc 53.8 TFLOPS, 616 GB/s)", 1199),
+    GPU("rtx3090", "ampere", 86, 82, 24 * GiB, 936 * GB, 71 * _T, None, 4, 4,
+        "GA102 whitepaper (FP16/BF16 tensor FP32-acc 71 TFLOPS dense, 936 GB/s)", 1499),
+    GPU("rtx3090ti", "ampere", 86, 84, 24 * GiB, 1008 * GB, 80 * _T, None, 4, 4,
+        "NVIDIA RTX 3090 Ti spec (FP32-acc tensor 80 TFLOPS dense = half of 160, 1008 GB/s)",
+        1999),
+    GPU("rtx4090", "ada", 89, 128, 24 * GiB, 1008 * GB, 165.2 * _T, 167 * _T, 0, 4,
+        "Ada whitepaper (165.2 TFLOPS FP32-acc dense, 1008 GB/s); measured: stas00 MAMF", 1599),
+    GPU("rtx5090", "blackwell", 120, 170, 32 * GiB, 1792 * GB, 209.5 * _T, None, 0, 5,
+        "Blackwell GeForce whitepaper (1792 GB/s); 209.5 TFLOPS FP32-acc derived as half "
+        "the FP16-acc rate (measurements.yaml gpus)", 1999),
+    GPU("a100-sxm4-80gb", "ampere", 80, 108, 80 * GiB, 2039 * GB, 312 * _T, 271.2 * _T, 12, 4,
+        "A100 datasheet (312 TFLOPS, 2039 GB/s, 12 NVLink3); measured: stas00 MAMF", 15000),
+    GPU("a100-pcie-80gb", "ampere", 80, 108, 80 * GiB, 1935 * GB, 312 * _T, 252.9 * _T, 12, 4,
+        "A100 datasheet (312 TFLOPS, 1935 GB/s); measured: stas00 MAMF", 15000),
+    GPU("h100-sxm", "hopper", 90, 132, 80 * GiB, 3350 * GB, 989 * _T, 794.5 * _T, 18, 5,
+        "H100 datasheet (989 TFLOPS dense BF16, 3.35 TB/s, 18 NVLink4); measured: stas00 MAMF",
+        30000),
+    GPU("h100-pcie", "hopper", 90, 114, 80 * GiB, 2000 * GB, 756 * _T, None, 0, 5,
+        "H100 PCIe datasheet (756 TFLOPS dense BF16, 2.0 TB/s)", 25000),
+    GPU("h200", "hopper", 90, 132, 141 * 10**9, 4800 * GB, 989 * _T, 794.5 * _T, 18, 5,
+        "H200 datasheet (141 GB, 4.8 TB/s, 989 TFLOPS dense BF16); matmul as H100 (same die)",
+        32000),
+)}
+
+
+def gpu(name: str) -> GPU:
+    try:
+        return GPUS[name]
+    except KeyError:
+        raise InputError(f"unknown GPU {name!r}; catalog: {', '.join(sorted(GPUS))}") from None
+
+
+# --- links -----------------------------------------------------------------------------------
+
+# PCIe raw rate per lane per direction, bytes/s, after line encoding (PCI-SIG specs:
+# Gen3 8 GT/s 128b/130b, Gen4 16 GT/s, Gen5 32 GT/s, Gen6 64 GT/s).
+PCIE_RAW_PER_LANE = {3: 8e9 * 128 / 130 / 8, 4: 16e9 * 128 / 130 / 8,
+                     5: 32e9 * 128 / 130 / 8, 6: 64e9 / 8}
+# Share of the raw rate that carries payload (TLP headers, DLLP, flow control at 256-byte
+# max payload). Checked against measured pinned copies: Gen3 x16 13.2 GB/s (2x2080ti dataset:
+# 13.2 / 15.75 = 0.84) and Gen5 x16 55.4 GB/s (8xh200 dataset: 55.4 / 63.0 = 0.88).
+PCIE_PAYLOAD_EFFICIENCY = 0.86
+PCIE_HOP_LATENCY = 0.2 * US  # dual-turin dataset: GPU-GPU P2P 0.36-0.44 us over two hops
+
+
+def pcie_bandwidth(gen: int, lanes: int) -> float:
+    if gen not in PCIE_RAW_PER_LANE:
+        raise InputError(f"unknown PCIe generation {gen}; known: 3, 4, 5, 6")
+    return PCIE_RAW_PER_LANE[gen] * lanes * PCIE_PAYLOAD_EFFICIENCY
+
+
+def nccl_pcie_bandwidth(gen: int, lanes: int) -> float:
+    """NCCL's belief: width x per-lane speed / 80 GB/s (topo.cc): Gen3 x16 = 12, Gen5 x16 = 48."""
+    per_lane = {1: 15, 2: 30, 3: 60, 4: 120, 5: 240, 6: 480}[gen]
+    return lanes * per_lane / 80 * GB
+
+
+# NVLink, bytes/s per link per direction. Physical: NVIDIA NVLink pages (NVLink2/3/4 25 GB/s,
+# NVLink5 50 GB/s; GA102 bridge 56.25 GB/s over 4 links = 14.06). NCCL's: topo.h SM*_NVLINK_BW.
+NVLINK_PER_LINK = {"volta": 25 * GB, "ampere": 25 * GB, "hopper": 25 * GB,
+                   "blackwell": 50 * GB, "ampere-ga102": 14.0625 * GB}
+NCCL_NVLINK_PER_LINK = {70: 20 * GB, 80: 20 * GB, 86: 12 * GB, 89: 12 * GB,
+                        90: 20.6 * GB, 100: 40.1 * GB, 120: 40.1 * GB}
+NVLINK_HOP_LATENCY = 0.25 * US  # assumption: NVLink hop is comparable to a PCIe switch hop
+
+
+@dataclass(frozen=True)
+class SocketLink:
+    name: str
+    bandwidth: float  # B/s per direction available to GPU traffic
+    latency: float
+    source: str
+
+
+# Inter-socket links: the capacity NCCL assigns to GPU traffic crossing them (topo.h);
+# we use it as the physical default too, as no better public GPU-traffic figure exists.
+SOCKET_LINKS: dict[str, SocketLink] = {s.name: s for s in (
+    SocketLink("broadwell-qpi", 6 * GB, 0.5 * US, "NCCL topo.h BDW_QPI_BW"),
+    SocketLink("skylake-upi", 10 * GB, 0.5 * US, "NCCL topo.h SKL_QPI_BW"),
+    SocketLink("sapphire-rapids-upi", 22 * GB, 0.5 * US, "NCCL topo.h SRP_QPI_BW"),
+    SocketLink("emerald-rapids-upi", 40 * GB, 0.5 * US, "NCCL topo.h ERP_QPI_BW"),
+    SocketLink("amd-xgmi", 16 * GB, 0.5 * US, "NCCL topo.h AMD_BW"),
+)}
+DEFAULT_SOCKET_LINK = {"upi": "sapphire-rapids-upi", "xgmi": "amd-xgmi"}
+
+# Host memory bandwidth per socket available to staged copies, when the topology gives none:
+# 8 channels of DDR5-4800 = 307 GB/s peak; STREAM-copy reaches about 80% of peak.
+DEFAULT_HOST_MEMORY_BANDWIDTH = 250 * GB
+NETWORK_DEFAULT_BANDWIDTH = 12.5 * GB  # 100 Gbit/s NIC (NCCL topo.h NET_BW is 12)
+NETWORK_LATENCY = 2.0 * US

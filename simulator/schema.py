@@ -1,0 +1,135 @@
+"""The typed, frozen models of the two input files (topology and workload YAML).
+
+Units are in the key names (``bandwidth_gb_per_s``, ``latency_us``). Everything here is
+checked at load; see simulator/config.py for how errors are reported (file:line:key).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+NodeKind = Literal["gpu", "cpu", "pcie_switch", "nvswitch", "nic"]
+LinkKind = Literal["pcie", "nvlink", "upi", "xgmi", "network"]
+PathLevel = Literal["LOC", "NVL", "PIX", "PXB", "PHB", "SYS"]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NodeConfig(Frozen):
+    id: str = Field(min_length=1)
+    kind: NodeKind
+    # cpu only: achievable host-memory bandwidth of this socket (GB/s), shared by SHM traffic
+    memory_bandwidth_gb_per_s: PositiveFloat | None = None
+    # cpu only: CPU generation, sets the socket-link default (see hardware.SOCKET_LINKS)
+    model: str | None = None
+    # gpu only: catalog name when this GPU differs from the machine's default `gpu`
+    gpu: str | None = None
+
+
+class LinkConfig(Frozen):
+    a: str
+    b: str
+    kind: LinkKind
+    gen: PositiveInt | None = None  # pcie generation (3, 4, 5, 6) or nvlink generation
+    lanes: PositiveInt | None = None  # pcie lanes (x8, x16)
+    count: PositiveInt | None = None  # nvlink links bundled between the two ends
+    model: str | None = None  # upi / xgmi generation name from the catalog
+    bandwidth_gb_per_s: PositiveFloat | None = None  # per direction; default from the kind
+    latency_us: float | None = Field(default=None, ge=0)
+
+
+class TopologyConfig(Frozen):
+    name: str
+    description: str = ""
+    source: str = ""
+    gpu: str
+    p2p: bool = False
+    # NCCL_P2P_LEVEL: P2P only where the path type is at most this (NCCL default PXB)
+    p2p_level: PathLevel = "PXB"
+    price_usd_per_hour: PositiveFloat | None = None
+    nodes: list[NodeConfig] = Field(min_length=1)
+    links: list[LinkConfig] = Field(default_factory=list)
+
+    def reference_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Cross-references a field type cannot check, as (key path, message) pairs."""
+        errors: list[tuple[tuple[str | int, ...], str]] = []
+        ids: set[str] = set()
+        for i, node in enumerate(self.nodes):
+            if node.id in ids:
+                errors.append((("nodes", i, "id"), f"node id {node.id!r} is defined twice"))
+            ids.add(node.id)
+        for i, link in enumerate(self.links):
+            for end in ("a", "b"):
+                ref = getattr(link, end)
+                if ref not in ids:
+                    errors.append((("links", i, end), f"link to undefined node {ref!r}"))
+        if not any(n.kind == "gpu" for n in self.nodes):
+            errors.append((("nodes",), "the machine has no GPU node"))
+        return errors
+
+
+Family = Literal["llama", "gpt2", "mpt", "generic"]
+
+
+class ModelConfig(Frozen):
+    family: Family
+    layers: PositiveInt
+    hidden: PositiveInt
+    heads: PositiveInt
+    kv_heads: PositiveInt | None = None  # grouped-query attention; default = heads
+    ffn_hidden: PositiveInt | None = None  # default 4 * hidden
+    vocab: PositiveInt
+    tie_embeddings: bool = False
+    norm: Literal["layernorm", "rmsnorm"] | None = None  # default by family
+    mlp: Literal["swiglu", "gelu"] | None = None  # default by family
+    bias: bool | None = None  # linear-layer biases; default by family
+    positions: Literal["learned", "rotary", "alibi"] | None = None  # default by family
+    max_positions: PositiveInt | None = None  # learned position table size
+
+
+class GenericLayer(Frozen):
+    """One layer of a model that is not a transformer (a UNet block, a conv stage)."""
+
+    name: str
+    params: int = Field(ge=0)
+    forward_flops_per_sample: float = Field(ge=0)
+    activation_bytes_per_sample: float = Field(ge=0)
+    tensors: PositiveInt = 1  # parameter tensors the layer registers (for DDP buckets)
+
+
+class LoraConfig(Frozen):
+    rank: PositiveInt = 16
+    alpha: PositiveFloat | None = None
+    targets: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
+
+
+class TrainingConfig(Frozen):
+    seq_len: PositiveInt
+    micro_batch: PositiveInt = 1
+    grad_accum: PositiveInt = 1
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    activation_checkpointing: Literal["none", "selective", "full"] = "none"
+    finetune: Literal["full", "lora", "qlora"] = "full"
+    lora: LoraConfig | None = None
+
+
+class WorkloadConfig(Frozen):
+    name: str
+    description: str = ""
+    source: str = ""
+    model: ModelConfig | None = None
+    layers: list[GenericLayer] | None = None  # the generic (non-transformer) form
+    training: TrainingConfig
+
+    @model_validator(mode="after")
+    def _one_model(self) -> WorkloadConfig:
+        if (self.model is None) == (self.layers is None):
+            raise ValueError("give exactly one of `model` (a transformer) or `layers` (generic)")
+        if self.training.finetune != "full" and self.model is None:
+            raise ValueError("lora / qlora need a transformer `model`")
+        return self

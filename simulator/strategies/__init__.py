@@ -1,0 +1,1 @@
+"""Parallelism strategies: job + machine -> per-rank programs for the engine."""

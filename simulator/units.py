@@ -1,0 +1,37 @@
+"""Units: one internal unit per quantity (seconds, bytes, bytes/s) and the parsers users expect.
+
+Sizes read as nccl-tests reads them: K, M, G are powers of two (`8`, `64K`, `25M`, `8G`).
+Bandwidth in files and JSON is GB/s = 1e9 bytes/s, as NCCL and nccl-tests print it.
+"""
+
+import re
+
+from simulator.errors import InputError
+
+KiB = 1024
+MiB = 1024**2
+GiB = 1024**3
+GB = 1e9  # bandwidth unit: 1 GB/s = 1e9 bytes/s (NCCL, nccl-tests)
+US = 1e-6  # one microsecond in seconds
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "K": KiB, "M": MiB, "G": GiB, "T": 1024**4}
+
+
+def parse_size(text: str | int) -> int:
+    """Parse a byte size the way nccl-tests does: ``parse_size("64K") == 65536``."""
+    if isinstance(text, int):
+        return text
+    m = _SIZE.match(str(text))
+    if not m:
+        raise InputError(f"expected a size like 8, 64K, 25M or 8G, got {text!r}")
+    return int(float(m.group(1)) * _SCALE[m.group(2).upper()])
+
+
+def format_size(nbytes: float) -> str:
+    """Short human size in powers of two: ``format_size(25 * MiB) == '25M'``."""
+    for unit, scale in (("G", GiB), ("M", MiB), ("K", KiB)):
+        if nbytes >= scale:
+            value = nbytes / scale
+            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
+    return f"{nbytes:.0f}"
