@@ -1,0 +1,227 @@
+"""Flow-level network in SimPy: directed links shared max-min fairly by concurrent flows.
+
+A *flow* moves ``nbytes`` at a rate ``r`` (bytes/s of progress) and puts ``weight * r`` on
+every link of its ``usage`` (bytes on that link per byte of progress: 2 for a ring that
+crosses a link twice, more where a protocol sends flags with the data). Rates are
+weighted max-min fair (progressive filling, Bertsekas & Gallager, *Data Networks*, 6.5.2):
+all unfrozen flows grow at the same pace until a link fills or a flow reaches its own
+``max_rate``; those flows freeze and the rest keep growing. Rates are recomputed only when a
+flow starts or ends, and one SimPy timeout waits for the next completion (a generation
+counter makes older timeouts no-ops). No packets, no queues: a link is a capacity.
+
+Assumes capacities in bytes/s, times in seconds; the fabric knows nothing about NCCL.
+
+>>> import simpy
+>>> env = simpy.Environment()
+>>> fabric = Fabric(env, {"a->b": 10.0})
+>>> done = fabric.transfer({"a->b": 1.0}, nbytes=20.0)
+>>> env.run(done); env.now
+2.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+_EPS = 1e-9  # relative tolerance for "link full" and "flow finished"
+
+
+@dataclass
+class _Flow:
+    links: np.ndarray  # link indices
+    weights: np.ndarray  # bytes on each link per byte of progress
+    remaining: float
+    max_rate: float
+    event: simpy.Event
+    tag: Hashable | None
+    rate: float = 0.0
+
+
+@dataclass
+class UsageSample:
+    """From ``time`` until the next sample, link i carries ``rates[i]`` bytes/s."""
+
+    time: float
+    rates: np.ndarray = field(repr=False)
+
+
+class Fabric:
+    """Directed links of fixed capacity shared by flows; see the module docstring."""
+
+    def __init__(self, env: simpy.Environment, capacities: Mapping[str, float],
+                 *, record_history: bool = True) -> None:
+        self.env = env
+        self.link_ids: list[str] = list(capacities)
+        self._index = {link: i for i, link in enumerate(self.link_ids)}
+        self.capacity = np.array([float(capacities[k]) for k in self.link_ids])
+        if np.any(self.capacity <= 0):
+            raise ValueError("every link capacity must be positive")
+        self._bytes = np.zeros(len(self.link_ids))
+        self._flows: list[_Flow] = []
+        self._last_update = env.now
+        self._generation = 0
+        self.record_history = record_history
+        self.history: list[UsageSample] = []
+        self.flows_started = 0
+
+    # --- public -------------------------------------------------------------------------
+
+    def transfer(self, usage: Mapping[str, float], nbytes: float, max_rate: float = math.inf,
+                 latency: float = 0.0, tag: Hashable | None = None) -> simpy.Event:
+        """Move ``nbytes`` over the links of ``usage`` after ``latency`` seconds.
+
+        Returns an event that fires when the last byte has arrived.
+        """
+        if nbytes < 0 or latency < 0 or max_rate <= 0:
+            raise ValueError("nbytes and latency must be >= 0, max_rate > 0")
+        unknown = [k for k in usage if k not in self._index]
+        if unknown:
+            raise KeyError(f"unknown link(s) {unknown}")
+        used = [(self._index[k], float(w)) for k, w in usage.items() if w > 0]
+        flow = _Flow(np.array([i for i, _ in used], dtype=np.intp),
+                     np.array([w for _, w in used]), float(nbytes), float(max_rate),
+                     self.env.event(), tag)
+        self.flows_started += 1
+        if latency > 0:
+            self.env.timeout(latency).callbacks.append(lambda _ev: self._add(flow))
+        else:
+            self._add(flow)
+        return flow.event
+
+    @property
+    def link_bytes(self) -> dict[str, float]:
+        """Bytes each link has carried so far (up to the last rate change)."""
+        self._advance()
+        return dict(zip(self.link_ids, self._bytes.tolist(), strict=True))
+
+    @property
+    def active_flows(self) -> int:
+        return len(self._flows)
+
+    def link_rates(self) -> dict[str, float]:
+        """Bytes/s each link carries right now."""
+        return dict(zip(self.link_ids, self._current_link_rates().tolist(), strict=True))
+
+    def utilization(self, start: float = 0.0, end: float | None = None) -> dict[str, float]:
+        """Mean share of capacity used by each link over ``[start, end]`` (default: until now).
+
+        Needs the usage history (``record_history=True``) unless the window starts at 0 and
+        ends now, where the byte counters are enough.
+        """
+        end = self.env.now if end is None else end
+        if end <= start:
+            return dict.fromkeys(self.link_ids, 0.0)
+        carried = self._bytes_between(start, end)
+        return dict(zip(self.link_ids, (carried / (self.capacity * (end - start))).tolist(),
+                        strict=True))
+
+    def bottleneck(self, start: float = 0.0, end: float | None = None) -> tuple[str, float]:
+        """The link with the highest mean utilisation over the window, and that utilisation."""
+        util = self.utilization(start, end)
+        link = max(self.link_ids, key=lambda k: util[k])
+        return link, util[link]
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _bytes_between(self, start: float, end: float) -> np.ndarray:
+        self._advance()
+        if start <= 0.0 and math.isclose(end, self.env.now):
+            return self._bytes.copy()
+        if not self.record_history:
+            raise ValueError("utilisation over a window needs record_history=True")
+        total = np.zeros(len(self.link_ids))
+        samples = self.history
+        for k, sample in enumerate(samples):
+            t0 = max(sample.time, start)
+            t1 = min(samples[k + 1].time if k + 1 < len(samples) else self.env.now, end)
+            if t1 > t0:
+                total += sample.rates * (t1 - t0)
+        return total
+
+    def _current_link_rates(self) -> np.ndarray:
+        rates = np.zeros(len(self.link_ids))
+        for f in self._flows:
+            np.add.at(rates, f.links, f.weights * f.rate)
+        return rates
+
+    def _advance(self) -> None:
+        """Account progress and link bytes since the last rate change."""
+        dt = self.env.now - self._last_update
+        if dt > 0:
+            for f in self._flows:
+                moved = f.rate * dt
+                f.remaining -= moved
+                np.add.at(self._bytes, f.links, f.weights * moved)
+        self._last_update = self.env.now
+
+    def _add(self, flow: _Flow) -> None:
+        self._advance()
+        if flow.remaining <= 0 or (flow.links.size == 0 and math.isinf(flow.max_rate)):
+            flow.event.succeed()
+            return
+        self._flows.append(flow)
+        self._reschedule()
+
+    def _reschedule(self) -> None:
+        """Finish flows that are done, recompute fair rates, wait for the next completion."""
+        done = [f for f in self._flows if f.remaining <= _EPS * max(1.0, f.rate)]
+        if done:
+            self._flows = [f for f in self._flows if f.remaining > _EPS * max(1.0, f.rate)]
+            for f in done:
+                f.event.succeed()
+        self._assign_rates()
+        if self.record_history:
+            rates = self._current_link_rates()
+            if self.history and self.history[-1].time == self.env.now:
+                self.history[-1] = UsageSample(self.env.now, rates)
+            else:
+                self.history.append(UsageSample(self.env.now, rates))
+        self._generation += 1
+        if not self._flows:
+            return
+        wait = min(f.remaining / f.rate for f in self._flows)
+        generation = self._generation
+        self.env.timeout(max(wait, 0.0)).callbacks.append(
+            lambda _ev: self._on_timer(generation))
+
+    def _on_timer(self, generation: int) -> None:
+        if generation != self._generation:
+            return  # a flow started or ended since: a newer timer is pending
+        self._advance()
+        self._reschedule()
+
+    def _assign_rates(self) -> None:
+        """Weighted max-min fair rates by progressive filling (vectorised over flows)."""
+        flows = self._flows
+        if not flows:
+            return
+        n_links = len(self.link_ids)
+        weights = np.zeros((len(flows), n_links))
+        for row, f in enumerate(flows):
+            np.add.at(weights[row], f.links, f.weights)
+        max_rate = np.array([f.max_rate for f in flows])
+        rate = np.zeros(len(flows))
+        residual = self.capacity.copy()
+        active = np.ones(len(flows), dtype=bool)
+        while active.any():
+            load = weights[active].sum(axis=0)  # link load per unit of common increment
+            loaded = load > 0
+            step = math.inf
+            if loaded.any():
+                step = float(np.min(residual[loaded] / load[loaded]))
+            step = min(step, float(np.min(max_rate[active] - rate[active])))
+            if math.isinf(step):
+                raise ValueError("a flow with no links needs a finite max_rate")
+            step = max(step, 0.0)
+            rate[active] += step
+            residual -= load * step
+            full = loaded & (residual <= _EPS * self.capacity)
+            frozen = (weights[:, full] > 0).any(axis=1) | (rate >= max_rate * (1 - _EPS))
+            active &= ~frozen
+        for f, r in zip(flows, rate.tolist(), strict=True):
+            f.rate = r
