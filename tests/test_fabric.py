@@ -1,0 +1,141 @@
+"""Fabric: max-min fair sharing, latency, byte accounting, utilisation."""
+
+import math
+
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.fabric import Fabric
+
+
+def run_flows(capacities, flows):
+    """Start every (usage, nbytes, max_rate, latency) flow at t=0; return finish times."""
+    env = simpy.Environment()
+    fabric = Fabric(env, capacities)
+    finish: dict[int, float] = {}
+
+    def watch(i, event):
+        yield event
+        finish[i] = env.now
+
+    for i, (usage, nbytes, max_rate, latency) in enumerate(flows):
+        env.process(watch(i, fabric.transfer(usage, nbytes, max_rate, latency)))
+    env.run()
+    return finish, fabric
+
+
+def test_single_flow_runs_at_link_capacity():
+    finish, _ = run_flows({"l": 10.0}, [({"l": 1.0}, 100.0, math.inf, 0.0)])
+    assert finish[0] == pytest.approx(10.0)
+
+
+def test_two_flows_on_one_link_each_get_half():
+    finish, _ = run_flows({"l": 10.0}, [({"l": 1.0}, 50.0, math.inf, 0.0)] * 2)
+    assert finish[0] == pytest.approx(10.0)
+    assert finish[1] == pytest.approx(10.0)
+
+
+def test_flow_limited_elsewhere_leaves_the_rest_to_the_other():
+    # flow 1 is held to 2 B/s by link m, so flow 0 gets 8 of link l's 10
+    finish, _ = run_flows({"l": 10.0, "m": 2.0},
+                          [({"l": 1.0}, 80.0, math.inf, 0.0),
+                           ({"l": 1.0, "m": 1.0}, 20.0, math.inf, 0.0)])
+    assert finish[0] == pytest.approx(10.0)
+    assert finish[1] == pytest.approx(10.0)
+
+
+def test_max_rate_caps_a_flow_and_frees_capacity():
+    finish, _ = run_flows({"l": 10.0}, [({"l": 1.0}, 30.0, 3.0, 0.0),
+                                        ({"l": 1.0}, 70.0, math.inf, 0.0)])
+    assert finish[0] == pytest.approx(10.0)
+    assert finish[1] == pytest.approx(10.0)
+
+
+def test_weight_counts_bytes_per_byte_of_progress():
+    # a flow crossing the link twice (weight 2) gets the same progress rate as a weight-1
+    # flow, and both stop growing when the link fills: r + 2r = 12 -> r = 4
+    finish, fabric = run_flows({"l": 12.0}, [({"l": 2.0}, 40.0, math.inf, 0.0),
+                                             ({"l": 1.0}, 40.0, math.inf, 0.0)])
+    assert finish[0] == pytest.approx(10.0)
+    assert finish[1] == pytest.approx(10.0)
+    assert fabric.link_bytes["l"] == pytest.approx(120.0)
+
+
+def test_latency_is_paid_before_bytes_flow():
+    finish, _ = run_flows({"l": 10.0}, [({"l": 1.0}, 100.0, math.inf, 2.5)])
+    assert finish[0] == pytest.approx(12.5)
+
+
+def test_rates_recomputed_when_a_flow_ends():
+    # short flow ends at t=2 (both at 5 B/s), then the long one gets the whole link
+    finish, _ = run_flows({"l": 10.0}, [({"l": 1.0}, 10.0, math.inf, 0.0),
+                                        ({"l": 1.0}, 60.0, math.inf, 0.0)])
+    assert finish[0] == pytest.approx(2.0)
+    assert finish[1] == pytest.approx(2.0 + 50.0 / 10.0)
+
+
+def test_utilisation_and_bottleneck_over_a_window():
+    _, fabric = run_flows({"l": 10.0, "m": 10.0}, [({"l": 1.0, "m": 0.5}, 100.0, math.inf, 0.0)])
+    assert fabric.bottleneck() == ("l", pytest.approx(1.0))
+    assert fabric.utilization(0.0, 5.0)["m"] == pytest.approx(0.5)
+    assert fabric.utilization(10.0, 20.0)["l"] == pytest.approx(0.0)
+
+
+def test_zero_bytes_and_bad_input():
+    finish, _ = run_flows({"l": 1.0}, [({"l": 1.0}, 0.0, math.inf, 1.0)])
+    assert finish[0] == pytest.approx(1.0)
+    env = simpy.Environment()
+    fabric = Fabric(env, {"l": 1.0})
+    with pytest.raises(KeyError):
+        fabric.transfer({"nope": 1.0}, 1.0)
+    with pytest.raises(ValueError):
+        fabric.transfer({"l": 1.0}, -1.0)
+
+
+flow_strategy = st.lists(
+    st.tuples(st.dictionaries(st.sampled_from("abcd"), st.floats(0.5, 3.0), min_size=1),
+              st.floats(1.0, 1e4), st.floats(0.0, 2.0)),
+    min_size=1, max_size=8)
+caps = {"a": 10.0, "b": 20.0, "c": 5.0, "d": 40.0}
+
+
+@settings(max_examples=60, deadline=None)
+@given(flow_strategy)
+def test_bytes_on_links_are_conserved(flows):
+    _, fabric = run_flows(caps, [(u, n, math.inf, lat) for u, n, lat in flows])
+    expected = dict.fromkeys(caps, 0.0)
+    for usage, nbytes, _ in flows:
+        for link, w in usage.items():
+            expected[link] += w * nbytes
+    for link in caps:
+        assert fabric.link_bytes[link] == pytest.approx(expected[link], rel=1e-6, abs=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(flow_strategy, st.sampled_from("abcd"), st.floats(1.0, 4.0))
+def test_more_capacity_is_never_slower(flows, link, factor):
+    spec = [(u, n, math.inf, lat) for u, n, lat in flows]
+    before, _ = run_flows(caps, spec)
+    after, _ = run_flows({**caps, link: caps[link] * factor}, spec)
+    assert max(after.values()) <= max(before.values()) * (1 + 1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(flow_strategy)
+def test_results_are_deterministic(flows):
+    spec = [(u, n, math.inf, lat) for u, n, lat in flows]
+    assert run_flows(caps, spec)[0] == run_flows(caps, spec)[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(flow_strategy)
+def test_no_link_ever_exceeds_its_capacity(flows):
+    env = simpy.Environment()
+    fabric = Fabric(env, caps)
+    for usage, nbytes, lat in flows:
+        fabric.transfer(usage, nbytes, latency=lat)
+    env.run()
+    for sample in fabric.history:
+        assert all(sample.rates <= fabric.capacity * (1 + 1e-9))
