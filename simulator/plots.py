@@ -1,0 +1,177 @@
+"""Pictures of a simulated step: the Gantt chart, the memory-over-the-step curve, sweep charts.
+
+Pure functions of a `Timeline` (and, for memory, the per-rank memory breakdown), drawn with
+matplotlib on the Agg backend; every figure is closed after saving. Ranks run the same
+program, so by default identical GPUs share one lane per stream ("GPU 0-7 · compute").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from simulator.timeline import Timeline, merge  # noqa: E402
+
+COLOURS = {
+    "forward": "#4C72B0", "backward": "#55A868", "recompute": "#8C8C8C",
+    "optimizer": "#C44E52", "other": "#B0B0B0",
+    "allreduce": "#DD8452", "allgather": "#8172B3", "reducescatter": "#DA8BC3",
+    "broadcast": "#937860",
+}
+_EXPOSED = "#FF000022"
+_MS = 1e3
+
+
+def _lanes(timeline: Timeline, collapse: bool) -> list[tuple[str, int | None, str]]:
+    """(label, gpu or None for all, stream) per lane, top to bottom."""
+    streams = timeline.streams()
+    if collapse or timeline.world == 1:
+        gpus = f"GPU 0-{timeline.world - 1}" if timeline.world > 1 else "GPU 0"
+        return [(f"{gpus} · {s}", None, s) for s in streams]
+    return [(f"GPU {g} · {s}", g, s) for g in range(timeline.world) for s in streams]
+
+
+def exposed_intervals(timeline: Timeline) -> list[tuple[float, float]]:
+    """Intervals where communication runs and no compute does (on any GPU: ranks are alike)."""
+    compute = merge((s.start, s.end) for s in timeline.compute_spans())
+    out: list[tuple[float, float]] = []
+    for start, end in merge((s.start, s.end) for s in timeline.comm_spans()):
+        cursor = start
+        for c_start, c_end in compute:
+            if c_end <= cursor or c_start >= end:
+                continue
+            if c_start > cursor:
+                out.append((cursor, c_start))
+            cursor = max(cursor, c_end)
+        if cursor < end:
+            out.append((cursor, end))
+    return out
+
+
+def gantt(timeline: Timeline, path: str | Path, *, title: str = "",
+          collapse: bool = True) -> None:
+    """Draw lanes per GPU and stream, a colour per kind, exposed comm shaded, step time marked."""
+    lanes = _lanes(timeline, collapse)
+    height = max(2.6, 0.55 * len(lanes) + 1.6)
+    fig, ax = plt.subplots(figsize=(14, height), dpi=110)
+    kinds_seen: dict[str, None] = {}
+    for row, (_label, gpu, stream) in enumerate(lanes):
+        by_kind: dict[str, list[tuple[float, float]]] = {}
+        for span in timeline.spans:
+            if span.stream == stream:
+                by_kind.setdefault(span.kind, []).append(
+                    (span.start * _MS, max(span.duration * _MS, 1e-6)))
+        y = len(lanes) - 1 - row
+        for kind, bars in by_kind.items():
+            kinds_seen[kind] = None
+            # thin white edges keep neighbouring buckets and layers apart
+            ax.broken_barh(bars, (y - 0.38, 0.76), facecolors=COLOURS.get(kind, "#777777"),
+                           edgecolor="white", linewidth=0.3)
+        del gpu  # spans are identical per GPU (symmetric ranks)
+    for start, end in exposed_intervals(timeline):
+        ax.axvspan(start * _MS, end * _MS, color=_EXPOSED, linewidth=0)
+    step_ms = timeline.step_time * _MS
+    ax.axvline(step_ms, color="black", linewidth=1.2, linestyle="--")
+    ax.text(step_ms, len(lanes) - 0.45, f" step {step_ms:.1f} ms", va="bottom", ha="right",
+            fontsize=9)
+    ax.set_yticks(range(len(lanes)))
+    ax.set_yticklabels([label for label, _, _ in reversed(lanes)], fontsize=9)
+    ax.set_ylim(-0.6, len(lanes) - 0.1)
+    ax.set_xlim(0, step_ms * 1.01 if step_ms > 0 else 1)
+    ax.set_xlabel("time in the step (ms)")
+    ax.grid(axis="x", linewidth=0.3, alpha=0.6)
+    handles = [Patch(color=COLOURS.get(k, "#777777"), label=k) for k in kinds_seen]
+    handles.append(Patch(color=_EXPOSED, label="exposed communication"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.28 if len(lanes) < 4
+              else -0.12), ncol=min(len(handles), 8), fontsize=8, frameon=False)
+    ax.set_title(title or f"one training step on {timeline.world} GPU(s)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, format=_fmt(path))
+    plt.close(fig)
+
+
+def activation_fraction(timeline: Timeline, times: Sequence[float]) -> list[float]:
+    """Share of the peak activations alive at each time: forward work done minus backward done.
+
+    Activations of a micro-batch accumulate as its forward runs and are freed as its backward
+    runs; work is measured in idle-GPU seconds so the curve follows the real kernels.
+    """
+    micro = max(1, int(timeline.meta.get("grad_accum", 1)))
+    phases = {"forward": [s for s in timeline.spans if s.kind == "forward"],
+              "backward": [s for s in timeline.spans if s.kind == "backward"]}
+    totals = {k: sum(s.args.get("idle_s", s.duration) for s in v) for k, v in phases.items()}
+
+    def done(kind: str, t: float) -> float:
+        total = totals[kind]
+        if total <= 0:
+            return 0.0
+        work = 0.0
+        for s in phases[kind]:
+            if t >= s.end:
+                work += s.args.get("idle_s", s.duration)
+            elif t > s.start:
+                work += s.args.get("idle_s", s.duration) * (t - s.start) / s.duration
+        return work / total * micro
+
+    return [min(1.0, max(0.0, done("forward", t) - done("backward", t))) for t in times]
+
+
+def memory_curve(timeline: Timeline, breakdown: Mapping[str, float], capacity: float,
+                 path: str | Path, *, title: str = "") -> None:
+    """Per-GPU memory over the step: static state plus activations that rise and fall."""
+    gib = 1024**3
+    n = 400
+    times = [timeline.step_time * i / (n - 1) for i in range(n)]
+    static_keys = [k for k in ("weights", "gradients", "optimizer", "other") if k in breakdown]
+    frac = activation_fraction(timeline, times)
+    fig, ax = plt.subplots(figsize=(10, 4), dpi=110)
+    layers = [[breakdown[k] / gib] * n for k in static_keys]
+    layers.append([f * breakdown.get("activations", 0.0) / gib for f in frac])
+    xs = [t * _MS for t in times]
+    palette = {"weights": "#4C72B0", "gradients": "#55A868", "optimizer": "#C44E52",
+               "other": "#B0B0B0"}
+    ax.stackplot(xs, *layers, labels=[*static_keys, "activations"],
+                 colors=[palette[k] for k in static_keys] + ["#DD8452"])
+    ax.axhline(capacity / gib, color="black", linestyle="--", linewidth=1.2)
+    ax.text(xs[0], capacity / gib, f" capacity {capacity / gib:.1f} GiB", va="bottom", fontsize=9)
+    peak = sum(breakdown.get(k, 0.0) for k in static_keys) + max(layers[-1]) * gib
+    ax.set_ylim(0, max(capacity, peak) / gib * 1.12)
+    ax.set_xlim(xs[0], xs[-1] if xs[-1] > 0 else 1)
+    ax.set_xlabel("time in the step (ms)")
+    ax.set_ylabel("memory per GPU (GiB)")
+    ax.legend(loc="upper right", fontsize=8, ncol=5, frameon=False)
+    ax.set_title(title or "memory per GPU over the step", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, format=_fmt(path))
+    plt.close(fig)
+
+
+def sweep_chart(xs: Sequence[str], series: Mapping[str, Sequence[float | None]],
+                xlabel: str, ylabel: str, path: str | Path, *, title: str = "") -> None:
+    """One line per series over a list-valued option (bucket size, GPUs, ...)."""
+    fig, ax = plt.subplots(figsize=(8, 4.2), dpi=110)
+    for name, ys in series.items():
+        points = [(i, y) for i, y in enumerate(ys) if y is not None]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+    ax.set_xticks(range(len(xs)))
+    ax.set_xticklabels(xs)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(linewidth=0.3, alpha=0.6)
+    if len(series) > 1:
+        ax.legend(fontsize=8, frameon=False)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, format=_fmt(path))
+    plt.close(fig)
+
+
+def _fmt(path: str | Path) -> str:
+    suffix = Path(path).suffix.lstrip(".").lower()
+    return suffix if suffix in ("png", "svg", "pdf") else "png"

@@ -1,0 +1,116 @@
+"""Metrics of a simulated step, as `stepsim run --json` prints them (design.md, `run` contract).
+
+`step_report` is a pure function of a `Timeline` and a few facts about the job (tokens and
+model FLOPs per step, the GPU's peak, the memory verdict, the one-GPU baseline); the command
+gathers those. Definitions:
+
+- compute_time_s: time the GPU runs any compute kernel (union of compute spans);
+- comm_time_s: time any collective runs (union of communication spans);
+- exposed_comm_s: time a collective runs while no compute does (what overlap failed to hide);
+- mfu: model FLOPs of the step (all ranks) / (step time * GPUs * the GPU's dense peak);
+- scaling_efficiency: tokens/s per GPU here / tokens/s of one GPU of the same machine with
+  the same per-GPU batch (None where one GPU cannot hold the job);
+- bottleneck: the link with the highest utilisation = bytes carried / (capacity * step time);
+  ``utilization_during_comm`` divides by the time collectives run instead of the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from simulator.timeline import Timeline, subtract_length, union_length
+
+CONTRACT_KEYS = (
+    "step_time_s", "compute_time_s", "comm_time_s", "exposed_comm_s", "tokens_per_s",
+    "tokens_per_s_per_gpu", "samples_per_s", "mfu", "scaling_efficiency", "memory",
+    "bottleneck",
+)
+MEMORY_KEYS = ("peak_bytes", "capacity_bytes", "fits", "breakdown_bytes")
+BREAKDOWN_KEYS = ("weights", "gradients", "optimizer", "activations", "other")
+
+
+def time_split(timeline: Timeline) -> dict[str, float]:
+    """compute, communication and exposed-communication seconds of the representative GPU."""
+    compute = [(s.start, s.end) for s in timeline.compute_spans()]
+    comm = [(s.start, s.end) for s in timeline.comm_spans()]
+    return {"compute_time_s": union_length(compute), "comm_time_s": union_length(comm),
+            "exposed_comm_s": subtract_length(comm, compute)}
+
+
+def bottleneck(timeline: Timeline) -> dict[str, Any]:
+    """The busiest link over the step (bytes / (capacity * step time))."""
+    used = [k for k, b in timeline.link_bytes.items() if b > 0]
+    if not used or timeline.step_time <= 0:
+        return {"link": None, "utilization": 0.0, "utilization_during_comm": 0.0,
+                "bytes": 0, "window": "step"}
+    link = max(sorted(used), key=timeline.link_utilization)
+    comm_time = union_length((s.start, s.end) for s in timeline.comm_spans())
+    carried = timeline.link_bytes[link]
+    capacity = timeline.link_capacity[link]
+    return {
+        "link": link,
+        "utilization": timeline.link_utilization(link),
+        "utilization_during_comm": carried / (capacity * comm_time) if comm_time > 0 else 0.0,
+        "bytes": carried,
+        "capacity_gbps": capacity / 1e9,
+        "window": "step",
+    }
+
+
+def bucket_list(timeline: Timeline) -> list[dict[str, Any]]:
+    """DDP buckets in launch order with their all-reduce start and end (from program meta).
+
+    Each bucket in ``meta["buckets"]`` names its all-reduce task (``task``, the task id) or
+    its span (``name``); steady state, last micro-step (the one that all-reduces).
+    """
+    spans_by_task = {s.args.get("task"): s for s in timeline.comm_spans()}
+    spans_by_name: dict[str, Any] = {}
+    for s in timeline.comm_spans():
+        spans_by_name[s.name] = s  # the last one: the micro-step that all-reduces
+    out = []
+    for bucket in timeline.meta.get("buckets", []):
+        span = spans_by_task.get(bucket.get("task")) or spans_by_name.get(bucket.get("name", ""))
+        out.append({
+            "bytes": int(bucket["bytes"]),
+            "tensors": int(bucket["tensors"]),
+            "start_s": span.start if span else None,
+            "end_s": span.end if span else None,
+        })
+    out.sort(key=lambda b: (b["start_s"] is None, b["start_s"] or 0.0))
+    return out
+
+
+def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step: float,
+                model_flops_per_step: float, peak_flops: float,
+                memory: Mapping[str, Any], baseline_tokens_per_s: float | None = None,
+                price_usd_per_hour: float | None = None,
+                extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every key of the `run --json` contract (plus a few descriptive ones in `extra`)."""
+    step = timeline.step_time
+    world = timeline.world
+    tokens_per_s = tokens_per_step / step if step > 0 else 0.0
+    per_gpu = tokens_per_s / world
+    report: dict[str, Any] = dict(extra or {})
+    report["gpus"] = world
+    report["step_time_s"] = step
+    report.update(time_split(timeline))
+    report["tokens_per_s"] = tokens_per_s
+    report["tokens_per_s_per_gpu"] = per_gpu
+    report["samples_per_s"] = samples_per_step / step if step > 0 else 0.0
+    report["mfu"] = model_flops_per_step / (step * world * peak_flops) if step > 0 else 0.0
+    report["scaling_efficiency"] = (per_gpu / baseline_tokens_per_s
+                                    if baseline_tokens_per_s else None)
+    report["memory"] = {
+        "peak_bytes": int(memory["peak_bytes"]),
+        "capacity_bytes": int(memory["capacity_bytes"]),
+        "fits": bool(memory["fits"]),
+        "breakdown_bytes": {k: int(memory["breakdown_bytes"].get(k, 0)) for k in BREAKDOWN_KEYS},
+    }
+    report["bottleneck"] = bottleneck(timeline)
+    if "buckets" in timeline.meta:
+        report["buckets"] = bucket_list(timeline)
+    if price_usd_per_hour:
+        report["usd_per_million_tokens"] = (price_usd_per_hour / 3600 / tokens_per_s * 1e6
+                                            if tokens_per_s > 0 else None)
+    return report
