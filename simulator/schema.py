@@ -83,10 +83,11 @@ class ModelConfig(Frozen):
     kv_heads: PositiveInt | None = None  # grouped-query attention; default = heads
     ffn_hidden: PositiveInt | None = None  # default 4 * hidden
     vocab: PositiveInt
-    tie_embeddings: bool = False
+    tie_embeddings: bool | None = None  # lm_head shares the token embedding; default by family
     norm: Literal["layernorm", "rmsnorm"] | None = None  # default by family
     mlp: Literal["swiglu", "gelu"] | None = None  # default by family
     bias: bool | None = None  # linear-layer biases; default by family
+    qkv_bias: bool | None = None  # biases on q/k/v only (Qwen2); default = bias
     positions: Literal["learned", "rotary", "alibi"] | None = None  # default by family
     max_positions: PositiveInt | None = None  # learned position table size
 
@@ -94,7 +95,7 @@ class ModelConfig(Frozen):
 class GenericLayer(Frozen):
     """One layer of a model that is not a transformer (a UNet block, a conv stage)."""
 
-    name: str
+    name: str = Field(min_length=1)
     params: int = Field(ge=0)
     forward_flops_per_sample: float = Field(ge=0)
     activation_bytes_per_sample: float = Field(ge=0)
@@ -130,6 +131,23 @@ class WorkloadConfig(Frozen):
     def _one_model(self) -> WorkloadConfig:
         if (self.model is None) == (self.layers is None):
             raise ValueError("give exactly one of `model` (a transformer) or `layers` (generic)")
-        if self.training.finetune != "full" and self.model is None:
-            raise ValueError("lora / qlora need a transformer `model`")
         return self
+
+    def reference_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Cross-field checks a field type cannot express, as (key path, message) pairs."""
+        errors: list[tuple[tuple[str | int, ...], str]] = []
+        if self.training.finetune != "full" and self.model is None:
+            errors.append((("training", "finetune"),
+                           f"{self.training.finetune} needs a transformer `model`, not `layers`"))
+        if self.model is not None:
+            m = self.model
+            if m.family == "generic":
+                errors.append((("model", "family"),
+                               "family `generic` is the `layers:` form; give llama, gpt2 or mpt"))
+            if m.hidden % m.heads:
+                errors.append((("model", "heads"),
+                               f"hidden {m.hidden} is not divisible by heads {m.heads}"))
+            if m.kv_heads is not None and (m.kv_heads > m.heads or m.heads % m.kv_heads):
+                errors.append((("model", "kv_heads"),
+                               f"kv_heads {m.kv_heads} must divide heads {m.heads}"))
+        return errors
