@@ -1,0 +1,182 @@
+"""The engine: closed-form timings, compute slowed by NCCL kernels, determinism, invariants.
+
+A stand-in for `collectives` moves a collective's bytes as one flow over named links with a
+given channel count, so every expected time below is a closed form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator import engine
+from simulator.program import Comm, Compute, Program
+from simulator.report import time_split
+from simulator.topology import Link
+
+
+@dataclass(frozen=True)
+class FakePlan:
+    nbytes: int
+    usage: tuple[tuple[str, float], ...]
+    n_channels: int
+    algorithm: str = "ring"
+    protocol: str = "Simple"
+    transport: str = "P2P"
+    latency: float = 0.0
+
+
+class FakeCollectives:
+    """plan(): all bytes over every link of the machine once; start(): one fabric flow."""
+
+    def __init__(self, channels: int) -> None:
+        self.channels = channels
+
+    def plan(self, machine, op, nbytes, group):  # noqa: ANN001, ANN201
+        return FakePlan(nbytes, tuple((k, 1.0) for k in machine.links), self.channels)
+
+    @staticmethod
+    def start(env, fabric, plan):  # noqa: ANN001, ANN205
+        return fabric.transfer(dict(plan.usage), plan.nbytes, latency=plan.latency)
+
+
+def machine(bandwidth: float = 100.0, sms: int = 100):  # noqa: ANN201
+    link = Link("g0->g1", "g0", "g1", "pcie", bandwidth, 0.0)
+    return SimpleNamespace(links={link.id: link}, gpu=SimpleNamespace(sms=sms), n_gpus=2)
+
+
+@pytest.fixture(autouse=True)
+def fake_collectives(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "collectives", FakeCollectives(channels=10))
+
+
+def comm(name: str, nbytes: int) -> Comm:
+    return Comm(name, "allreduce", nbytes, ((0, 1),))
+
+
+def test_single_compute_task_takes_its_duration() -> None:
+    p = Program(world=2)
+    p.add("compute", Compute("fwd", "forward", 1.5))
+    t = engine.simulate(p, machine())
+    assert t.step_time == pytest.approx(1.5)
+    assert [(s.name, s.start, s.end) for s in t.spans] == [("fwd", 0.0, pytest.approx(1.5))]
+
+
+def test_compute_beside_a_collective_runs_at_one_minus_channels_over_sms() -> None:
+    # 50 B at 100 B/s: the collective runs 0.5 s with 10 channels of 100 SMs -> rate 0.9.
+    p = Program(world=2)
+    p.add("compute", Compute("bwd", "backward", 1.0))
+    p.add("nccl", comm("bucket0", 50))
+    t = engine.simulate(p, machine())
+    bwd, ar = t.spans
+    assert ar.end == pytest.approx(0.5)
+    assert bwd.end == pytest.approx(0.5 + (1.0 - 0.5 * 0.9))
+
+
+@pytest.mark.parametrize("slowdown, expected", [(0.0, 1.0), (0.5, 1.25), (1.0, 1.5)])
+def test_fixed_slowdown_overrides_the_channel_rule(slowdown: float, expected: float) -> None:
+    p = Program(world=2)
+    p.add("compute", Compute("bwd", "backward", 1.0))
+    p.add("nccl", comm("bucket0", 50))
+    t = engine.simulate(p, machine(), compute_slowdown=slowdown)
+    assert t.spans[0].end == pytest.approx(expected)
+
+
+def test_a_collective_after_compute_starts_when_compute_ends() -> None:
+    p = Program(world=2)
+    c = p.add("compute", Compute("bwd", "backward", 0.3))
+    p.add("nccl", comm("bucket0", 20), deps=(c,))
+    t = engine.simulate(p, machine())
+    assert t.spans[1].start == pytest.approx(0.3)
+    assert t.step_time == pytest.approx(0.3 + 0.2)
+    assert time_split(t)["exposed_comm_s"] == pytest.approx(0.2)
+
+
+def test_concurrent_collectives_share_the_link() -> None:
+    p = Program(world=2)
+    p.add("allgather", comm("ag", 50))
+    p.add("reducescatter", comm("rs", 50))
+    t = engine.simulate(p, machine())
+    assert [s.end for s in t.spans] == [pytest.approx(1.0), pytest.approx(1.0)]
+    assert t.link_bytes["g0->g1"] == pytest.approx(100.0)
+
+
+def test_every_group_of_a_collective_runs_at_once() -> None:
+    p = Program(world=4)
+    p.add("tp", Comm("tp0", "allreduce", 50, ((0, 1), (2, 3))))
+    t = engine.simulate(p, machine())
+    assert t.spans[0].end == pytest.approx(1.0)  # two groups' flows on the one link
+    assert t.spans[0].args["groups"] == 2
+
+
+def test_tasks_on_a_stream_run_in_issue_order() -> None:
+    p = Program(world=2)
+    p.add("compute", Compute("a", "forward", 0.1))
+    p.add("compute", Compute("b", "forward", 0.2))
+    t = engine.simulate(p, machine())
+    assert [(s.start, s.end) for s in t.spans] == [(0.0, pytest.approx(0.1)),
+                                                    (pytest.approx(0.1), pytest.approx(0.3))]
+
+
+def ddp_like(n_layers: int = 30) -> Program:
+    p = Program(world=2)
+    for i in range(n_layers):
+        b = p.add("compute", Compute(f"bwd{i}", "backward", 0.01 * (1 + i % 3)))
+        if i % 4 == 3:
+            p.add("nccl", comm(f"bucket{i // 4}", 1 + 3 * i), deps=(b,))
+    return p
+
+
+def test_same_inputs_give_the_same_timeline() -> None:
+    a = engine.simulate(ddp_like(), machine())
+    b = engine.simulate(ddp_like(), machine())
+    assert [(s.name, s.start, s.end, s.args) for s in a.spans] == \
+        [(s.name, s.start, s.end, s.args) for s in b.spans]
+    assert a.link_usage == b.link_usage
+
+
+@st.composite
+def programs(draw: st.DrawFn) -> Program:
+    p = Program(world=2)
+    n = draw(st.integers(1, 12))
+    for i in range(n):
+        deps = tuple(sorted(draw(st.sets(st.integers(0, i - 1), max_size=2)))) if i else ()
+        if draw(st.booleans()):
+            p.add("compute", Compute(f"c{i}", "backward", draw(st.floats(0.01, 1.0))), deps)
+        else:
+            stream = draw(st.sampled_from(["nccl", "allgather"]))
+            p.add(stream, comm(f"x{i}", draw(st.integers(1, 200))), deps)
+    return p
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs())
+def test_a_step_is_never_shorter_than_its_compute_nor_its_exposed_comm(p: Program) -> None:
+    t = engine.simulate(p, machine())
+    idle_compute = sum(task.work.duration for task in p.tasks if isinstance(task.work, Compute))
+    split = time_split(t)
+    assert t.step_time >= idle_compute * (1 - 1e-9)
+    assert t.step_time >= split["exposed_comm_s"] * (1 - 1e-9)
+    assert t.step_time >= split["compute_time_s"] * (1 - 1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs(), st.floats(1.0, 10.0))
+def test_more_link_bandwidth_never_makes_a_step_slower(p: Program, factor: float) -> None:
+    slow = engine.simulate(p, machine(100.0)).step_time
+    fast = engine.simulate(p, machine(100.0 * factor)).step_time
+    assert fast <= slow * (1 + 1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(programs())
+def test_spans_on_one_stream_never_overlap(p: Program) -> None:
+    t = engine.simulate(p, machine())
+    for stream in t.streams():
+        spans = [s for s in t.spans if s.stream == stream]
+        for a, b in zip(spans, spans[1:], strict=False):
+            assert b.start >= a.end - 1e-12

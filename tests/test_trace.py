@@ -1,0 +1,73 @@
+"""Chrome trace structure: what Perfetto needs to show one track per GPU stream."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from simulator import trace
+from simulator.timeline import LinkSample, Span, Timeline
+
+
+def timeline(world: int = 4) -> Timeline:
+    spans = [
+        Span(0, "compute", "layer 0 forward", "forward", 0.0, 0.001, {"block": 0}),
+        Span(0, "compute", "layer 0 backward", "backward", 0.001, 0.003, {"block": 0}),
+        Span(0, "nccl", "bucket 0", "allreduce", 0.003 / 3, 0.0021,
+             {"bytes": 26214400, "algorithm": "ring", "protocol": "Simple"}),
+        Span(0, "nccl", "bucket 1", "allreduce", 0.0021, 0.0035, {"bytes": 1048576}),
+        Span(0, "compute", "optimizer", "optimizer", 0.0035, 0.004, {}),
+    ]
+    usage = [LinkSample(0.0, {}), LinkSample(0.001, {"a->b": 5e9, "b->a": 2e9}),
+             LinkSample(0.0035, {})]
+    return Timeline(spans=spans, world=world, step_time=0.004,
+                    link_bytes={"a->b": 5e9 * 0.0025, "b->a": 2e9 * 0.0025},
+                    link_capacity={"a->b": 10e9, "b->a": 10e9}, link_usage=usage,
+                    meta={"strategy": "ddp"})
+
+
+def test_trace_is_valid_json_with_the_perfetto_top_level() -> None:
+    doc = json.loads(trace.dumps(timeline()))
+    assert doc["displayTimeUnit"] == "ms"
+    assert isinstance(doc["traceEvents"], list)
+
+
+def test_a_process_per_gpu_and_a_thread_per_stream_are_named() -> None:
+    events = json.loads(trace.dumps(timeline(world=4)))["traceEvents"]
+    meta = [e for e in events if e["ph"] == "M"]
+    procs = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+    assert procs == {0: "GPU 0", 1: "GPU 1", 2: "GPU 2", 3: "GPU 3", 4: "links"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    assert threads[(2, 1)] == "compute" and threads[(2, 2)] == "nccl"
+    assert {e["pid"] for e in meta if e["name"] == "process_sort_index"} == set(range(5))
+
+
+def test_slices_are_microseconds_and_never_overlap_on_a_thread() -> None:
+    events = json.loads(trace.dumps(timeline()))["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert len(slices) == 5 * 4  # replicated to every GPU
+    by_track: dict[tuple[int, int], list[dict]] = defaultdict(list)
+    for e in slices:
+        by_track[(e["pid"], e["tid"])].append(e)
+    for track in by_track.values():
+        ts = [e["ts"] for e in track]
+        assert ts == sorted(ts)  # monotonic per thread
+        for a, b in zip(track, track[1:], strict=False):
+            assert b["ts"] >= a["ts"] + a["dur"] - 1e-6
+    bucket = next(e for e in slices if e["name"] == "bucket 0")
+    assert bucket["ts"] == 1000.0 and bucket["dur"] == 1100.0
+    assert bucket["args"]["bytes"] == 26214400 and bucket["args"]["protocol"] == "Simple"
+
+
+def test_link_counters_show_utilisation_of_the_busiest_links() -> None:
+    events = json.loads(trace.dumps(timeline()))["traceEvents"]
+    counters = [e for e in events if e["ph"] == "C"]
+    assert {e["pid"] for e in counters} == {4}
+    ab = [(e["ts"], e["args"]["utilization_pct"]) for e in counters if e["name"] == "a->b"]
+    assert ab == [(0.0, 0.0), (1000.0, 50.0), (3500.0, 0.0)]
+    only_one = json.loads(trace.dumps(timeline(), counter_links=1))["traceEvents"]
+    assert {e["name"] for e in only_one if e["ph"] == "C"} == {"a->b"}
+
+
+def test_the_same_timeline_gives_the_same_bytes() -> None:
+    assert trace.dumps(timeline()) == trace.dumps(timeline())
