@@ -1,0 +1,275 @@
+"""Collectives as NCCL runs them: NCCL's choices, then our physics on the shared fabric.
+
+``plan`` reproduces what NCCL decides for one call (ring order and channels from
+``Machine.ring``; algorithm and protocol from NCCL's cost model in nccl_tuning.py; channels
+dropped for small messages). ``start`` puts the call on a :class:`~simulator.fabric.Fabric` as
+one flow: the ring's hops advance together, so the flow's usage is the sum over hops of the
+machine's routes, and its progress is the bytes each rank sends (``bus_bytes``). How fast that
+flow really goes is physics, not NCCL's belief:
+
+- link occupancy per payload byte = route weight x protocol wire overhead (LL sends a 4-byte
+  flag with every 4 data bytes, LL128 8 in 128) / link efficiency of the transport;
+- a start-up latency = NCCL's fixed per-call cost + steps x per-step latency of the slowest
+  hop. A pipelined ring of chunks costs ``steps x (step latency + chunk / rate)``, which is
+  this latency plus ``bus_bytes / rate``: the chunking sets the latency floor and the ramp.
+
+Single node only. Assumes every channel uses the same ring order (symmetric link loads).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import weakref
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from simulator import nccl_tuning as nt
+from simulator.errors import InputError
+from simulator.fabric import Fabric
+from simulator.units import GB, US
+
+if TYPE_CHECKING:
+    from simulator.topology import Machine
+
+OPS = ("allreduce", "allgather", "reducescatter", "broadcast")
+
+# --- physics constants (each with its source or calibration) --------------------------------
+# Bytes on the wire per payload byte: LL line = 8 B data + 8 B flags in 16 B; LL128 line =
+# 120 B data + 8 B flag in 128 B (device.h ncclLLFifoLine, NCCL_LL128_LINESIZE).
+WIRE_OVERHEAD = {"LL": 2.0, "LL128": 128 / 120, "Simple": 1.0}
+# NVLink payload share of the signalling rate: nvbandwidth device-to-device copy 396.4 GB/s
+# over 18 NVLink4 links x 25 GB/s (8xh200-nvswitch-ring, `also`).
+NVLINK_EFFICIENCY = 396.4 / 450.0
+# Simple protocol: per-step flag + __threadfence_system stalls a channel between steps.
+# Calibrated on 8xh200-nvswitch-ring: ring AR / AG / RS at 16G reach 367.2 / 361.4 / 362.9 GB/s
+# against the 396.4 GB/s copy rate; one factor, their mean, serves all three.
+SIMPLE_EFFICIENCY = (367.2 + 361.4 + 362.9) / 3 / 396.4
+# SHM: GPU kernels store to and load from pinned host memory over PCIe (no copy engine), which
+# uses PCIe less well than DMA. Calibrated on 2x2080ti-gen3-switch-shm: all-reduce plateau
+# 4.00 GB/s with both ring hops crossing one Gen3 x16 uplink (13.54 GB/s payload) each way.
+SHM_PCIE_EFFICIENCY = 4.00 * 2 / (13.54 * SIMPLE_EFFICIENCY)
+# SHM per-step latency beyond NCCL's PCI hop latency: the receiver polls host memory, a PCIe
+# round trip through the root complex. Calibrated on 2x2080ti-gen3-switch-shm, 8-byte
+# all-reduce 12.25 us = LL base 6.6 + 2 steps x (1.0 + this).
+SHM_STEP_LATENCY = (12.25 - 6.6 - 2 * 1.0) / 2 * US
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One collective call as NCCL decides it and as the fabric will run it."""
+
+    op: str
+    nbytes: int
+    ranks: tuple[int, ...]
+    algorithm: str
+    protocol: str
+    transport: str  # P2P | SHM | P2P+SHM
+    n_channels: int  # channels the kernel really runs for this size
+    order: tuple[int, ...]  # ring order (chain order for tree and broadcast)
+    latency: float  # s, paid before bytes flow
+    bus_bytes: float  # bytes each rank sends: the flow's progress
+    usage: tuple[tuple[str, float], ...]  # link -> occupancy per byte of progress
+    max_rate: float  # B/s of progress, from protocol throughput caps (inf: none)
+    nccl_time_us: float  # NCCL's own estimate, for comparison
+
+
+@dataclass(frozen=True)
+class Result:
+    op: str
+    bytes: int
+    gpus: int
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    algorithm: str
+    protocol: str
+    transport: str
+    n_channels: int
+    bottleneck_link: str | None
+    bottleneck_utilization: float
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["bottleneck"] = {"link": out.pop("bottleneck_link"),
+                             "utilization": out.pop("bottleneck_utilization")}
+        return out
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests busbw / algbw (doc/PERFORMANCE.md)."""
+    if op == "allreduce":
+        return 2 * (n - 1) / n
+    if op in ("allgather", "reducescatter"):
+        return (n - 1) / n
+    return 1.0
+
+
+_PLANS: dict[int, tuple[weakref.ref[Any], dict[tuple[Any, ...], Plan]]] = {}
+
+
+def plan(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,
+         algo: str = "auto", protocol: str | None = None) -> Plan:
+    """NCCL's decisions for one call, cached per machine (training steps repeat sizes)."""
+    if op not in OPS:
+        raise InputError(f"unknown collective {op!r}; expected one of {', '.join(OPS)}")
+    if algo not in ("auto", *nt.ALGORITHMS):
+        raise InputError(f"unknown algorithm {algo!r}; expected auto, ring or tree")
+    if protocol is not None and protocol not in nt.PROTOCOLS:
+        raise InputError(f"unknown protocol {protocol!r}; expected LL, LL128 or Simple")
+    if nbytes < 0:
+        raise InputError(f"message size must be >= 0, got {nbytes}")
+    ranks = tuple(range(machine.n_gpus)) if ranks is None else tuple(ranks)
+    cache = _plan_cache(machine)
+    key = (op, nbytes, ranks, algo, protocol)
+    if key not in cache:
+        cache[key] = _make_plan(machine, op, nbytes, ranks, algo, protocol)
+    return cache[key]
+
+
+def _plan_cache(machine: Machine) -> dict[tuple[Any, ...], Plan]:
+    """Plans of one machine, dropped when the machine is garbage-collected."""
+    key = id(machine)
+    entry = _PLANS.get(key)
+    if entry is None or entry[0]() is not machine:
+        entry = (weakref.ref(machine, functools.partial(_forget, key)), {})
+        _PLANS[key] = entry
+    return entry[1]
+
+
+def _forget(key: int, _ref: object) -> None:
+    _PLANS.pop(key, None)
+
+
+def _make_plan(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...], algo: str,
+               protocol: str | None) -> Plan:
+    n = len(ranks)
+    if n == 1:  # NCCL runs a local copy: only the call overhead remains
+        base = nt.BASE_LATENCY["ring"]["Simple"]
+        return Plan(op, nbytes, ranks, "ring", "Simple", "LOC", 1, ranks, base * US, 0.0, (),
+                    math.inf, base)
+    ring = machine.ring(ranks)
+    order = ring.order
+    if op == "broadcast":  # the chain starts at the root (the first rank given)
+        root = order.index(ranks[0])
+        order = order[root:] + order[:root]
+    nvlink = all(machine.path_type(a, b) == "NVL" for a, b in _cycle(order))
+    graph = nt.Graph(n, ring.n_channels, ring.channel_bandwidth / GB, nvlink,
+                     nt.arch_index(machine.gpu.compute_capability))
+    if algo == "tree" and op != "allreduce":
+        raise InputError("tree is an all-reduce algorithm in NCCL; use --algo ring or auto")
+    algorithms = nt.ALGORITHMS if algo == "auto" else (algo,)
+    protocols = nt.PROTOCOLS if protocol is None else (protocol,)
+    if algo == "auto" and not _tree_enabled(n):
+        algorithms = ("ring",)
+    try:
+        choice = nt.choose(graph, op, nbytes, algorithms, protocols)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    comm_channels = min(nt.MAX_CHANNELS, 2 * ring.n_channels)  # connect.cc doubles the rings
+    channels = nt.channels_used(graph, comm_channels, nbytes, choice.algorithm, choice.protocol)
+
+    if choice.algorithm == "tree":  # a chain inside one node: reduce up, broadcast down
+        hops = list(zip(order[1:], order[:-1], strict=True))
+        hops += [(b, a) for a, b in hops]
+        steps = 2 * (n - 1)
+        bus_bytes = float(nbytes)
+    else:
+        if op == "broadcast":  # a pipelined chain from the root: n-1 hops, no closing hop
+            hops, steps = list(zip(order, order[1:], strict=False)), n - 1
+        else:
+            hops, steps = _cycle(order), nt.ring_steps(op, n)
+        bus_bytes = nbytes * bus_factor(op, n)
+    usage = _usage(machine, hops, choice.protocol)
+    transports = sorted({machine.transport(a, b) for a, b in hops})
+    latency = (nt.BASE_LATENCY[choice.algorithm][choice.protocol] * US
+               + steps * max(_step_latency(machine, a, b, choice.algorithm, choice.protocol)
+                             for a, b in hops))
+    return Plan(op, nbytes, ranks, choice.algorithm, choice.protocol, "+".join(transports),
+                channels, order, latency, bus_bytes, usage,
+                _max_rate(graph, choice.algorithm, choice.protocol, channels), choice.time_us)
+
+
+def _tree_enabled(n: int) -> bool:
+    """Tree on one node is a chain: NCCL's model only prefers it where its PCI/NVLink Simple
+    latency beats the ring's; we let the cost model decide for any n > 2."""
+    return n > 2
+
+
+def _cycle(order: tuple[int, ...]) -> list[tuple[int, int]]:
+    return [(a, order[(i + 1) % len(order)]) for i, a in enumerate(order)]
+
+
+def _usage(machine: Machine, hops: list[tuple[int, int]],
+           protocol: str) -> tuple[tuple[str, float], ...]:
+    total: dict[str, float] = {}
+    for a, b in hops:
+        shm = machine.transport(a, b) == "SHM"
+        for link_id, weight in machine.route(a, b):
+            kind = machine.links[link_id].kind
+            occupancy = weight * WIRE_OVERHEAD[protocol]
+            if protocol == "Simple":
+                occupancy /= SIMPLE_EFFICIENCY
+            if kind == "nvlink":
+                occupancy /= NVLINK_EFFICIENCY
+            elif kind == "pcie" and shm:
+                occupancy /= SHM_PCIE_EFFICIENCY
+            total[link_id] = total.get(link_id, 0.0) + occupancy
+    return tuple(total.items())
+
+
+def _step_latency(machine: Machine, a: int, b: int, algorithm: str, protocol: str) -> float:
+    """NCCL's per-hop latency for the link class (tuning.cc hwLat), plus the SHM poll."""
+    link_class = "NVLINK" if machine.path_type(a, b) == "NVL" else "PCI"
+    latency = nt.HW_LATENCY[link_class][algorithm][protocol] * US
+    if machine.transport(a, b) == "SHM":
+        latency += SHM_STEP_LATENCY
+    return latency
+
+
+def _max_rate(graph: nt.Graph, algorithm: str, protocol: str, channels: int) -> float:
+    """Throughput caps of the protocol kernels, in bytes of progress per second.
+
+    NCCL's per-arch caps (tuning.cc llMaxBw, perChMax*Bw) are NVIDIA's characterisation of
+    what the LL / LL128 / tree kernels can push; we apply them to the channels really running.
+    """
+    arch = graph.arch
+    if algorithm == "tree":
+        per_channel = (nt.PER_CH_MAX_TREE_LL128_BW if protocol == "LL128"
+                       else nt.PER_CH_MAX_TREE_BW)[arch]
+        return 0.5 * channels * per_channel * GB  # tuning.cc: tree algBw = busBw / 2
+    if protocol == "LL":
+        return nt.LL_MAX_BW[arch] * GB
+    if protocol == "LL128":
+        return channels * nt.PER_CH_MAX_RING_LL128_BW[arch] * GB
+    return math.inf
+
+
+# --- running -----------------------------------------------------------------------------
+
+def fabric_for(env: simpy.Environment, machine: Machine, **kwargs: Any) -> Fabric:
+    """A fabric with every link (and host-memory resource) of the machine."""
+    return Fabric(env, {lid: link.capacity for lid, link in machine.links.items()}, **kwargs)
+
+
+def start(env: simpy.Environment, fabric: Fabric, plan: Plan) -> simpy.Event:
+    """Put the collective on the fabric; the event fires when every rank is done."""
+    return fabric.transfer(dict(plan.usage), plan.bus_bytes, plan.max_rate, plan.latency,
+                           tag=plan.op)
+
+
+def simulate(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,
+             algo: str = "auto", protocol: str | None = None) -> Result:
+    """Run one collective alone on a fresh fabric, as nccl-tests would time it."""
+    p = plan(machine, op, nbytes, ranks, algo, protocol)
+    env = simpy.Environment()
+    fabric = fabric_for(env, machine, record_history=False)
+    env.run(start(env, fabric, p))
+    seconds = env.now
+    n = len(p.ranks)
+    algbw = nbytes / seconds / GB if seconds > 0 else 0.0
+    link, util = (fabric.bottleneck() if p.usage else (None, 0.0))
+    return Result(op, nbytes, n, seconds / US, algbw, algbw * bus_factor(op, n), p.algorithm,
+                  p.protocol, p.transport, p.n_channels, link, util)

@@ -1,0 +1,180 @@
+"""NCCL's own cost model (``src/graph/tuning.cc``): what NCCL *believes* a collective costs.
+
+Used only to reproduce NCCL's *choices* (algorithm, protocol, channels for small messages);
+how long the collective then really takes is the fabric's business (collectives.py).
+Constants are NCCL's, quoted from the v2.30 snapshot described in domain-model.md 2.2-2.4.
+Units follow NCCL: latencies in microseconds, bandwidths in GB/s, ``time_us = lat + bytes /
+(1000 * bw)``. Single-node only (nNodes = 1), which is what stepsim models.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+ALGORITHMS = ("ring", "tree")
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+# tuning.cc baseLat [algo][proto], us
+BASE_LATENCY = {"tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
+                "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}}
+# tuning.cc hwLat [NVLINK | PCI][algo][proto], us per hop; SHM through the CPU uses PCI
+HW_LATENCY = {
+    "NVLINK": {"tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0},
+               "ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}},
+    "PCI": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0},
+            "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}},
+}
+# tuning.cc, single node (N1) column, by arch index volta/ampere/hopper/blackwell; GB/s
+LL_MAX_BW = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
+PER_CH_MAX_RING_LL128_BW = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40.0}
+PER_CH_MAX_TREE_BW = {"volta": 26.5, "ampere": 24.0, "hopper": 38.7, "blackwell": 70.0}
+PER_CH_MAX_TREE_LL128_BW = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 55.6}
+# tuning.cc treeCorrectionFactor[proto][log2(nBytes/64)], 64 B .. 512 MiB
+TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
+           1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
+              .9, .9, 1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9, .9),
+}
+# Threads per channel (tuning.cc L244-258, device.h): LL 512, LL128 640, Simple 512
+# (256 when bwIntra * nChannels <= PCI_BW = 12), tree always 640.
+# Bytes per thread below which enqueue.cc drops a channel (comm.h L49-51): LL 8 (x nRanks for
+# ring LL), LL128 8, Simple 64.
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+MAX_CHANNELS = 64  # device.h MAXCHANNELS
+
+
+def arch_index(compute_capability: int) -> str:
+    """tuning.cc: >= 100 Blackwell, >= 90 Hopper, >= 80 Ampere (sm86/89 too), else Volta."""
+    if compute_capability >= 100:
+        return "blackwell"
+    if compute_capability >= 90:
+        return "hopper"
+    if compute_capability >= 80:
+        return "ampere"
+    return "volta"
+
+
+def ring_steps(op: str, n: int) -> int:
+    """tuning.cc L289-291: 2(n-1) steps for all-reduce, n-1 for all-gather/reduce-scatter."""
+    if op == "allreduce":
+        return 2 * (n - 1)
+    if op in ("allgather", "reducescatter"):
+        return n - 1
+    return n
+
+
+@dataclass(frozen=True)
+class Graph:
+    """What NCCL's topology search found: channels, per-channel GB/s, and the link class."""
+
+    n_ranks: int
+    n_channels: int  # search channels, before the connect.cc duplication
+    channel_bw_gbps: float  # NCCL's per-channel bandwidth (its own link constants)
+    nvlink: bool  # every ring hop is NVLink (typeIntra <= NVB)
+    arch: str  # arch_index()
+
+
+@dataclass(frozen=True)
+class Estimate:
+    algorithm: str
+    protocol: str
+    time_us: float
+    bus_bw_gbps: float
+    latency_us: float
+
+
+def latency_us(graph: Graph, op: str, algorithm: str, protocol: str) -> float:
+    """tuning.cc L384-431, single node."""
+    hw = HW_LATENCY["NVLINK" if graph.nvlink else "PCI"][algorithm][protocol]
+    base = BASE_LATENCY[algorithm][protocol]
+    n = graph.n_ranks
+    if algorithm == "tree":
+        return base + 2 * (n - 1) * hw
+    if op == "broadcast":
+        return base + hw  # all channels are alike on one node
+    return base + ring_steps(op, n) * hw
+
+
+def bus_bandwidth_gbps(graph: Graph, op: str, algorithm: str, protocol: str) -> float:
+    """tuning.cc L304-382: NCCL's bus bandwidth for one (algorithm, protocol), 0 = disabled."""
+    if algorithm == "tree" and op != "allreduce":
+        return 0.0
+    if protocol == "LL128" and not graph.nvlink:
+        return 0.0  # LL128 only where NVIDIA verified 128-byte store ordering (NVLink)
+    nch = graph.n_channels
+    bw = nch * graph.channel_bw_gbps
+    if algorithm == "ring":
+        if protocol == "LL":
+            return min(LL_MAX_BW[graph.arch], 0.5 * bw)
+        if protocol == "LL128":
+            return min(0.92 * bw, nch * PER_CH_MAX_RING_LL128_BW[graph.arch])
+        return bw
+    if protocol == "LL":
+        return min(bw / 3.8, LL_MAX_BW[graph.arch])
+    if protocol == "LL128":
+        return min(bw * 7 / 9, nch * PER_CH_MAX_TREE_LL128_BW[graph.arch])
+    return min(0.92 * bw, nch * PER_CH_MAX_TREE_BW[graph.arch])
+
+
+def algorithm_bandwidth_gbps(graph: Graph, op: str, algorithm: str, protocol: str,
+                             nbytes: int) -> float:
+    bus = bus_bandwidth_gbps(graph, op, algorithm, protocol)
+    if algorithm == "ring":
+        algbw = bus * graph.n_ranks / ring_steps(op, graph.n_ranks)
+    else:
+        algbw = bus * 0.5
+        log_size = int(math.log2(nbytes >> 6)) if nbytes >= 64 else -1
+        if 0 <= log_size < len(TREE_CORRECTION[protocol]):
+            algbw *= TREE_CORRECTION[protocol][log_size]
+    return algbw
+
+
+def estimate(graph: Graph, op: str, nbytes: int, algorithm: str, protocol: str) -> float:
+    """NCCL's predicted time in us (inf where the combination is disabled)."""
+    algbw = algorithm_bandwidth_gbps(graph, op, algorithm, protocol, nbytes)
+    if algbw <= 0:
+        return math.inf
+    return latency_us(graph, op, algorithm, protocol) + nbytes / (1000 * algbw)
+
+
+def choose(graph: Graph, op: str, nbytes: int, algorithms: tuple[str, ...] = ALGORITHMS,
+           protocols: tuple[str, ...] = PROTOCOLS) -> Estimate:
+    """The (algorithm, protocol) of least predicted time, as ``topoGetAlgoInfo`` picks it."""
+    best: Estimate | None = None
+    for algorithm in algorithms:
+        for protocol in protocols:
+            t = estimate(graph, op, nbytes, algorithm, protocol)
+            if math.isfinite(t) and (best is None or t < best.time_us):
+                best = Estimate(algorithm, protocol, t,
+                                bus_bandwidth_gbps(graph, op, algorithm, protocol),
+                                latency_us(graph, op, algorithm, protocol))
+    if best is None:
+        raise ValueError(f"no NCCL algorithm/protocol is enabled for {op} with {algorithms}")
+    return best
+
+
+def threads_per_channel(graph: Graph, algorithm: str, protocol: str) -> int:
+    if algorithm == "tree":
+        return 640
+    if protocol == "LL128":
+        return 640
+    if protocol == "Simple" and graph.n_channels * graph.channel_bw_gbps <= 12.0:
+        return 256
+    return 512
+
+
+def channels_used(graph: Graph, comm_channels: int, nbytes: int, algorithm: str,
+                  protocol: str) -> int:
+    """enqueue.cc L2093-2105: small messages drop channels until each thread has enough work."""
+    threshold = THREAD_THRESHOLD[protocol]
+    if algorithm == "ring" and protocol == "LL":
+        threshold *= graph.n_ranks
+    threads = threads_per_channel(graph, algorithm, protocol)
+    nc = comm_channels
+    while nc > 1 and nbytes < nc * threads * threshold:
+        nc -= 1
+    return nc
