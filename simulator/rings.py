@@ -1,0 +1,138 @@
+"""NCCL's ring for a set of GPUs: the rank order, the channel count and the per-channel speed.
+
+The order groups GPUs by socket, then by the PCIe switch (or root port) above them, so a ring
+crosses a socket link or a switch uplink as few times as possible (once each way per group).
+Channels and speed follow NCCL's search (``src/graph/search.cc``, v2.2x-2.30), simplified to
+the one ring order above used by every channel (NCCL's ``sameChannels``):
+
+1. ``maxBw`` = best GPU-to-GPU path bandwidth, ``totalBw`` = a GPU's PCIe link or the sum of its
+   NVLinks (``ncclTopoSearchInit``); start at the first table speed not above ``maxBw``.
+2. At speed s, a ring of n channels fits if every directed link carries n * s * (its load per
+   channel) within NCCL's belief of its bandwidth (``followPath`` subtracts bw per hop; PCIe
+   hops count x1.2 on PHB paths through an Intel CPU, ``INTEL_P2P_OVERHEAD``).
+3. Pass 1 lowers s while the next speed is > 0.49 of the best found, keeping the largest
+   n * s (ties keep the faster speed; ``ncclTopoCompareGraphs``); stops once n * s >= totalBw.
+4. ``ncclTopoDupChannels`` doubles the channels and halves s if s >= 25 GB/s, unless
+   sm > 80, s < 50 and n > 4.
+5. Pass 2 tries higher speeds with at least that many channels, keeping any better n * s.
+6. Nothing fits: NCCL falls back to one channel in rank order at 0.1 GB/s.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from simulator.units import GB
+
+if TYPE_CHECKING:
+    from simulator.topology import Machine, Ring
+
+# search.cc speed tables, GB/s, per compute capability (intra-node search).
+SPEEDS_SM_BELOW_90 = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
+SPEEDS_SM90 = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)
+SPEEDS_SM100 = (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)
+MAX_RING_CHANNELS = 32  # init.cc: ring search uses up to MAXCHANNELS/2 (device.h MAXCHANNELS 64)
+INTEL_P2P_OVERHEAD = 1.2  # topo.h INTEL_P2P_OVERHEAD(bw) = bw*6/5
+LOC_BW = 5000.0  # topo.h LOC_BW, GB/s: what the search assumes for a single GPU
+FALLBACK_BW = 0.1  # search.cc: "falling back to simple order", bwIntra = 0.1
+_EPS = 1e-3  # search.cc SUB_ROUND compares at 1/1000 GB/s
+
+
+def speed_table(compute_capability: int) -> tuple[float, ...]:
+    if compute_capability >= 100:
+        return SPEEDS_SM100
+    return SPEEDS_SM90 if compute_capability >= 90 else SPEEDS_SM_BELOW_90
+
+
+def ring_order(machine: Machine, ranks: tuple[int, ...]) -> tuple[int, ...]:
+    """Ranks grouped by socket, then by the switch or root port above them."""
+    cpus = [n.id for n in machine.config.nodes if n.kind == "cpu"]
+    groups: dict[tuple[int, str], int] = {}
+
+    def key(rank: int) -> tuple[int, int, int]:
+        cpu = machine.local_cpu(rank)
+        socket = cpus.index(cpu) if cpu is not None else 0
+        parent = machine.best_path(machine.gpu_nodes[rank], cpu).nodes[1] if cpu else ""
+        group = groups.setdefault((socket, parent), len(groups))
+        return (socket, group, rank)
+
+    return tuple(sorted(ranks, key=key))
+
+
+def channel_loads(machine: Machine, order: tuple[int, ...]) -> dict[str, float]:
+    """GB/s NCCL books on each directed link per GB/s of one channel's speed."""
+    load: dict[str, float] = {}
+    for pos, src in enumerate(order):
+        dst = order[(pos + 1) % len(order)]
+        path = machine.nccl_path(src, dst)
+        intel = path.type == "PHB" and any(machine.is_intel_cpu(n) for n in path.nodes)
+        for lid in path.links:
+            pcie = machine.links[lid].kind == "pcie"
+            load[lid] = load.get(lid, 0.0) + (INTEL_P2P_OVERHEAD if intel and pcie else 1.0)
+    return load
+
+
+def search_ring(machine: Machine, ranks: tuple[int, ...]) -> Ring:
+    from simulator.topology import Ring
+
+    if len(set(ranks)) != len(ranks) or not ranks:
+        raise ValueError(f"ring ranks must be distinct and non-empty, got {ranks}")
+    order = ring_order(machine, ranks)
+    if len(order) == 1:
+        return Ring(order, 1, LOC_BW * GB)
+    belief = {lid: bw / GB for lid, bw in machine.nccl_link_bandwidth.items()}
+    load = channel_loads(machine, order)
+
+    # the link with the least of NCCL's bandwidth per unit of channel speed limits the packing
+    limit = min(load, key=lambda lid: belief[lid] / load[lid])
+    headroom = belief[limit] / load[limit]
+
+    def fit(speed: float) -> tuple[int, str]:
+        """Channels that fit at this speed, and the link that limits them."""
+        n = math.floor(headroom / speed + _EPS)
+        return (n, limit) if n < MAX_RING_CHANNELS else (MAX_RING_CHANNELS, "")
+
+    max_bw = max(machine.nccl_path_bandwidth(a, b) / GB for a in order for b in order if a != b)
+    total_bw = max(_gpu_total_bw(machine, r) for r in order)
+    speeds = speed_table(machine.gpu.compute_capability)
+    index = next((i for i, s in enumerate(speeds) if s <= max_bw), len(speeds) - 1)
+
+    n_best, s_best, limit_best = 0, 0.0, ""
+    while True:  # pass 1
+        n, limit = fit(speeds[index])
+        if n * speeds[index] > n_best * s_best + _EPS:
+            n_best, s_best, limit_best = n, speeds[index], limit
+        if n_best and n_best * s_best >= total_bw - _EPS:
+            break
+        if index < len(speeds) - 1 and (n_best == 0 or speeds[index + 1] / s_best > 0.49):
+            index += 1
+            continue
+        break
+    if n_best == 0:
+        return Ring(tuple(sorted(ranks)), 1, FALLBACK_BW * GB, fallback=True)
+
+    cc = machine.gpu.compute_capability  # ncclTopoDupChannels
+    if s_best >= 25.0 and not (cc > 80 and s_best < 50.0 and n_best > 4):
+        doubled = min(2 * n_best, MAX_RING_CHANNELS)
+        s_best /= math.ceil(doubled / n_best)
+        n_best = doubled
+
+    for speed in sorted(s for s in speeds if s > s_best):  # pass 2: raise the speed
+        n, limit = fit(speed)
+        if n >= n_best and n * speed > n_best * s_best + _EPS:
+            n_best, s_best, limit_best = n, speed, limit
+    return Ring(order, n_best, s_best * GB, bottleneck=limit_best or None)
+
+
+def _gpu_total_bw(machine: Machine, rank: int) -> float:
+    """search.cc getTotalBw: max(the GPU's PCIe link, the sum of its NVLinks), GB/s."""
+    node = machine.gpu_nodes[rank]
+    pcie, nvlink = 0.0, 0.0
+    for _, other, data in machine.graph.edges(node, data=True):
+        bw = machine.nccl_link_bandwidth[f"{node}->{other}"] / GB
+        if data["kind"] == "nvlink":
+            nvlink += bw
+        elif data["kind"] == "pcie":
+            pcie = bw
+    return max(pcie, nvlink)

@@ -1,0 +1,357 @@
+"""The machine: GPUs, switches, CPUs and the links between them, as NCCL sees and uses them.
+
+Inside: ``Link`` (one direction of a physical link, or a host-memory resource), ``Machine``
+(the networkx graph, directed links, NCCL path types, P2P vs SHM transport, routes) and the
+ring and channel choice in ``Machine.ring`` (its rules live in simulator/rings.py).
+
+Assumptions: a path between two GPUs never passes through a third GPU (NCCL's NVB paths,
+NVLink relayed by an intermediate GPU, are not modelled); a GPU's socket is the CPU it reaches
+without crossing a socket link. Capacities are physical (hardware.py); NCCL's own beliefs
+(``topo.h`` constants) are kept beside them and used only to reproduce NCCL's decisions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from simulator import hardware
+from simulator.errors import InputError
+from simulator.schema import LinkConfig, NodeConfig, TopologyConfig
+from simulator.units import GB, US
+
+# Path types in NCCL's order (src/include/graph.h PATH_LOC .. PATH_NET); lower is closer.
+PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET")
+PATH_RANK = {name: i for i, name in enumerate(PATH_TYPES)}
+
+Route = tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of a physical link (id ``"a->b"``), or a host-memory resource ``mem:cpu0``."""
+
+    id: str
+    src: str
+    dst: str
+    kind: str  # pcie | nvlink | upi | xgmi | network | memory
+    capacity: float  # B/s, physical
+    latency: float  # s
+
+
+@dataclass(frozen=True)
+class Path:
+    """A path between two nodes as NCCL's path computation sees it (``paths.cc``)."""
+
+    nodes: tuple[str, ...]
+    links: tuple[str, ...]  # directed link ids, in order
+    type: str  # NCCL path type
+    nccl_bandwidth: float  # B/s, bottleneck of NCCL's beliefs
+    capacity: float  # B/s, physical bottleneck
+
+    def key(self) -> tuple[int, float, int, float]:
+        # paths.cc prefers a lower type, then more bandwidth, then fewer hops
+        return (PATH_RANK[self.type], -self.nccl_bandwidth, len(self.links), -self.capacity)
+
+
+@dataclass(frozen=True)
+class Ring:
+    """NCCL's ring: rank order, channel count and the per-channel speed its search believes."""
+
+    order: tuple[int, ...]
+    n_channels: int
+    channel_bandwidth: float  # B/s, NCCL's belief (bwIntra), not a physical rate
+    bottleneck: str | None = None  # link that limited NCCL's channel packing
+    fallback: bool = False  # search found nothing; NCCL's simple-order ring at 0.1 GB/s
+
+    @property
+    def nccl_bus_bandwidth(self) -> float:
+        return self.n_channels * self.channel_bandwidth
+
+
+def _hop_type(kind_a: str, kind_b: str, link_kind: str) -> str:
+    """Path type of one hop (paths.cc ncclTopoSetPaths)."""
+    if link_kind == "nvlink":
+        return "NVL"
+    if link_kind in ("upi", "xgmi"):
+        return "SYS"
+    if link_kind == "network":
+        return "NET"
+    if "cpu" in (kind_a, kind_b):
+        return "PHB"  # a PCI link touching a CPU: through the host bridge
+    if kind_a == "pcie_switch" and kind_b == "pcie_switch":
+        return "PXB"  # a PCI-to-PCI hop: several switches
+    return "PIX"
+
+
+def _cpu_vendor(model: str | None) -> str | None:
+    if model is None:
+        return None
+    return "amd" if model.startswith("amd") else "intel"
+
+
+@dataclass
+class Machine:
+    """A modelled machine. Build it with :meth:`Machine.from_config`."""
+
+    config: TopologyConfig
+    gpu: hardware.GPU
+    graph: nx.Graph
+    links: dict[str, Link]
+    gpu_nodes: tuple[str, ...]  # node id of each rank
+    nccl_link_bandwidth: dict[str, float]  # directed link id -> NCCL's belief, B/s
+    _paths: dict[tuple[str, str], Path] = field(default_factory=dict, repr=False)
+    _routes: dict[tuple[int, int], Route] = field(default_factory=dict, repr=False)
+    _rings: dict[tuple[int, ...], Ring] = field(default_factory=dict, repr=False)
+    _cpus: dict[str, str | None] = field(default_factory=dict, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def description(self) -> str:
+        return self.config.description
+
+    @property
+    def n_gpus(self) -> int:
+        return len(self.gpu_nodes)
+
+    # --- construction -----------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, config: TopologyConfig) -> Machine:
+        gpu = hardware.gpu(config.gpu)
+        graph = nx.Graph(name=config.name)
+        for node in config.nodes:
+            graph.add_node(node.id, kind=node.kind, config=node)
+        links: dict[str, Link] = {}
+        nccl_bw: dict[str, float] = {}
+        for lc in config.links:
+            kind_a, kind_b = graph.nodes[lc.a]["kind"], graph.nodes[lc.b]["kind"]
+            capacity, latency, belief = _link_numbers(lc, config, gpu, graph)
+            graph.add_edge(lc.a, lc.b, kind=lc.kind, capacity=capacity, latency=latency,
+                           nccl_bandwidth=belief, hop_type=_hop_type(kind_a, kind_b, lc.kind))
+            for src, dst in ((lc.a, lc.b), (lc.b, lc.a)):
+                link_id = f"{src}->{dst}"
+                links[link_id] = Link(link_id, src, dst, lc.kind, capacity, latency)
+                nccl_bw[link_id] = belief
+        for node in config.nodes:
+            if node.kind == "cpu":
+                mem = (node.memory_bandwidth_gb_per_s * GB if node.memory_bandwidth_gb_per_s
+                       else hardware.DEFAULT_HOST_MEMORY_BANDWIDTH)
+                links[f"mem:{node.id}"] = Link(f"mem:{node.id}", node.id, node.id, "memory",
+                                               mem, 0.0)
+        gpu_nodes = tuple(n.id for n in config.nodes if n.kind == "gpu")
+        if not nx.is_connected(graph):
+            lonely = next(c for c in nx.connected_components(graph) if gpu_nodes[0] not in c)
+            raise InputError(f"{config.name}: node(s) {', '.join(sorted(lonely))} are not "
+                             f"connected to {gpu_nodes[0]}")
+        return cls(config, gpu, graph, links, gpu_nodes, nccl_bw)
+
+    def subset(self, k: int) -> Machine:
+        """The same machine with only its first ``k`` GPUs (their links dropped with them)."""
+        if not 1 <= k <= self.n_gpus:
+            raise InputError(f"--gpus {k}: the machine {self.name} has {self.n_gpus} GPUs")
+        if k == self.n_gpus:
+            return self
+        dropped = set(self.gpu_nodes[k:])
+        nodes = [n for n in self.config.nodes if n.id not in dropped]
+        links = [lc for lc in self.config.links if lc.a not in dropped and lc.b not in dropped]
+        return Machine.from_config(self.config.model_copy(update={"nodes": nodes,
+                                                                  "links": links}))
+
+    # --- paths and transports ---------------------------------------------------------
+
+    def best_path(self, a: str, b: str) -> Path:
+        """NCCL's path between two nodes: lowest type, then widest, then shortest."""
+        cached = self._paths.get((a, b))
+        if cached is not None:
+            return cached
+        kinds = self.graph.nodes
+        view = nx.subgraph_view(self.graph, filter_node=lambda n: n in (a, b)
+                                or kinds[n]["kind"] != "gpu")
+        best: Path | None = None
+        for nodes in nx.all_simple_paths(view, a, b):
+            path = self._make_path(tuple(nodes))
+            if best is None or path.key() < best.key():
+                best = path
+        if best is None:
+            raise InputError(f"{self.name}: no path from {a} to {b} that avoids other GPUs")
+        self._paths[(a, b)] = best
+        return best
+
+    def _make_path(self, nodes: tuple[str, ...]) -> Path:
+        hops = list(zip(nodes, nodes[1:], strict=False))
+        edges = [self.graph.edges[u, v] for u, v in hops]
+        return Path(nodes, tuple(f"{u}->{v}" for u, v in hops),
+                    max((e["hop_type"] for e in edges), key=PATH_RANK.__getitem__),
+                    min(e["nccl_bandwidth"] for e in edges), min(e["capacity"] for e in edges))
+
+    def local_cpu(self, rank: int) -> str | None:
+        """The CPU (socket) closest to a GPU, as ncclGetLocalCpu picks it; None if no CPU."""
+        node = self.gpu_nodes[rank]
+        if node not in self._cpus:
+            cpus = [n for n, d in self.graph.nodes(data=True) if d["kind"] == "cpu"]
+            paths = [self.best_path(node, c) for c in cpus]
+            self._cpus[node] = min(paths, key=Path.key).nodes[-1] if paths else None
+        return self._cpus[node]
+
+    def path_type(self, i: int, j: int) -> str:
+        """NCCL's path type between two GPUs, as `nvidia-smi topo -m` shows it."""
+        if i == j:
+            return "LOC"
+        return self.best_path(self.gpu_nodes[i], self.gpu_nodes[j]).type
+
+    def p2p_allowed(self, path_type: str) -> bool:
+        """paths.cc ncclTopoCheckP2p: NVLink always; PCIe only if the driver allows peer
+        access and the type is at most NCCL_P2P_LEVEL (LOC = NCCL_P2P_DISABLE)."""
+        if self.config.p2p_level == "LOC":
+            return False
+        if path_type in ("NVL", "NVB"):
+            return True
+        return self.config.p2p and PATH_RANK[path_type] <= PATH_RANK[self.config.p2p_level]
+
+    def transport(self, i: int, j: int) -> str:
+        """"P2P", "SHM" (staged through the receiver's host memory) or "NET"."""
+        kind = self.path_type(i, j)
+        if kind == "NET":
+            return "NET"
+        return "P2P" if i == j or self.p2p_allowed(kind) else "SHM"
+
+    def nccl_path(self, i: int, j: int) -> Path:
+        """The GPU-to-GPU path NCCL's search walks: without P2P it is rerouted through the
+        receiver's CPU (paths.cc addInterStep): type max of both halves, bandwidth the min."""
+        direct = self.best_path(self.gpu_nodes[i], self.gpu_nodes[j])
+        if self.transport(i, j) != "SHM":
+            return direct
+        cpu = self._staging_cpu(j)
+        up, down = self.best_path(self.gpu_nodes[i], cpu), self.best_path(cpu, self.gpu_nodes[j])
+        return Path(up.nodes + down.nodes[1:], up.links + down.links,
+                    max(up.type, down.type, key=PATH_RANK.__getitem__),
+                    min(up.nccl_bandwidth, down.nccl_bandwidth), min(up.capacity, down.capacity))
+
+    def nccl_path_bandwidth(self, i: int, j: int) -> float:
+        return self.nccl_path(i, j).nccl_bandwidth
+
+    def _staging_cpu(self, receiver: int) -> str:
+        cpu = self.local_cpu(receiver)
+        if cpu is None:
+            raise InputError(f"{self.name}: no CPU node to stage SHM transfers through "
+                             f"(add a cpu node, or allow P2P)")
+        return cpu
+
+    def route(self, i: int, j: int) -> Route:
+        """The links one byte from GPU i to GPU j crosses, with bytes per byte sent.
+
+        P2P follows NCCL's best path. SHM goes up to the host memory of the receiver's socket
+        and back down (shm.cc, NCCL_SHM_LOCALITY=2); the memory is written and read: weight 2.
+        """
+        cached = self._routes.get((i, j))
+        if cached is not None:
+            return cached
+        if i == j:
+            route: Route = ()
+        elif self.transport(i, j) == "SHM":
+            cpu = self._staging_cpu(j)
+            up = self.best_path(self.gpu_nodes[i], cpu).links
+            down = self.best_path(cpu, self.gpu_nodes[j]).links
+            route = _merge([(lid, 1.0) for lid in up] + [(f"mem:{cpu}", 2.0)]
+                           + [(lid, 1.0) for lid in down])
+        else:
+            path = self.best_path(self.gpu_nodes[i], self.gpu_nodes[j])
+            route = tuple((lid, 1.0) for lid in path.links)
+        self._routes[(i, j)] = route
+        return route
+
+    def route_latency(self, i: int, j: int) -> float:
+        """Sum of the hop latencies along ``route(i, j)``, seconds."""
+        return sum(self.links[lid].latency for lid, _ in self.route(i, j))
+
+    def bottleneck_bandwidth(self, i: int, j: int) -> float:
+        """Physical rate of one lone transfer from i to j: min over its route of capacity/weight."""
+        route = self.route(i, j)
+        if not route:
+            return float("inf")
+        return min(self.links[lid].capacity / w for lid, w in route)
+
+    def is_intel_cpu(self, node: str) -> bool:
+        data = self.graph.nodes[node]
+        if data["kind"] != "cpu":
+            return False
+        return _cpu_vendor(self._cpu_model(data["config"])) == "intel"
+
+    def _cpu_model(self, node: NodeConfig) -> str | None:
+        if node.model:
+            return node.model
+        for _, _, data in self.graph.edges(node.id, data=True):
+            if data["kind"] in hardware.DEFAULT_SOCKET_LINK:
+                return hardware.DEFAULT_SOCKET_LINK[data["kind"]]
+        return None
+
+    # --- rings ------------------------------------------------------------------------
+
+    def ring(self, ranks: tuple[int, ...] | list[int] | None = None) -> Ring:
+        """NCCL's ring over ``ranks`` (default all): order, channels, per-channel speed."""
+        from simulator.rings import search_ring  # rings.py builds on Machine
+
+        key = tuple(range(self.n_gpus)) if ranks is None else tuple(ranks)
+        if key not in self._rings:
+            self._rings[key] = search_ring(self, key)
+        return self._rings[key]
+
+
+def _merge(usage: list[tuple[str, float]]) -> Route:
+    """Sum the weights of a link that appears twice, keeping first-seen order."""
+    total: dict[str, float] = {}
+    for lid, w in usage:
+        total[lid] = total.get(lid, 0.0) + w
+    return tuple(total.items())
+
+
+def _link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: hardware.GPU,
+                  graph: nx.Graph) -> tuple[float, float, float]:
+    """Physical capacity (B/s), latency (s) and NCCL's believed bandwidth (B/s) of a link."""
+    where = f"{config.name}: link {lc.a}-{lc.b}"
+    end_gpus = [_node_gpu(graph.nodes[n]["config"], gpu) for n in (lc.a, lc.b)
+                if graph.nodes[n]["kind"] == "gpu"]
+    if lc.kind == "pcie":
+        gen = lc.gen or (end_gpus[0].pcie_gen if end_gpus else gpu.pcie_gen)
+        lanes = lc.lanes or 16
+        capacity, latency = hardware.pcie_bandwidth(gen, lanes), hardware.PCIE_HOP_LATENCY
+        belief = hardware.nccl_pcie_bandwidth(gen, lanes)
+    elif lc.kind == "nvlink":
+        owner = end_gpus[0] if end_gpus else gpu
+        count = lc.count or owner.nvlink_links
+        if count == 0:
+            raise InputError(f"{where}: {owner.name} has no NVLink")
+        per_link = hardware.NVLINK_PER_LINK.get(lc.model or owner.arch)
+        if per_link is None:
+            raise InputError(f"{where}: unknown NVLink model {lc.model or owner.arch!r}; "
+                             f"known: {', '.join(hardware.NVLINK_PER_LINK)}")
+        capacity, latency = per_link * count, hardware.NVLINK_HOP_LATENCY
+        cc = owner.compute_capability
+        per_link_nccl = hardware.NCCL_NVLINK_PER_LINK.get(cc, hardware.NCCL_NVLINK_PER_LINK[80])
+        belief = per_link_nccl * count  # topo.cc: count * ncclTopoNVLinkBw(cc)
+    elif lc.kind in ("upi", "xgmi"):
+        cpu_model = graph.nodes[lc.a]["config"].model or graph.nodes[lc.b]["config"].model
+        name = lc.model or cpu_model or hardware.DEFAULT_SOCKET_LINK[lc.kind]
+        socket = hardware.SOCKET_LINKS.get(name)
+        if socket is None:
+            raise InputError(f"{where}: unknown socket link {name!r}; "
+                             f"known: {', '.join(hardware.SOCKET_LINKS)}")
+        capacity, latency, belief = socket.bandwidth, socket.latency, socket.bandwidth
+    else:  # network
+        capacity, latency = hardware.NETWORK_DEFAULT_BANDWIDTH, hardware.NETWORK_LATENCY
+        belief = capacity
+    if lc.bandwidth_gb_per_s is not None:
+        capacity = lc.bandwidth_gb_per_s * GB  # what NCCL detects (gen, lanes) stays its belief
+    if lc.latency_us is not None:
+        latency = lc.latency_us * US
+    return capacity, latency, belief
+
+
+def _node_gpu(node: NodeConfig, default: hardware.GPU) -> hardware.GPU:
+    return hardware.gpu(node.gpu) if node.gpu else default
+
