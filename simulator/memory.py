@@ -1,0 +1,475 @@
+"""Memory per GPU for one training step, line by line, and the fits verdict.
+
+Inside: ``estimate(job, gpu, strategy, world=...)`` -> ``MemoryReport`` (itemised lines in five
+categories: weights, gradients, optimizer, activations, other), ``largest_micro_batch`` and
+``largest_model`` (a Llama-shaped family scaled up until it no longer fits).
+
+The training recipe per strategy (all cost 16 bytes per trainable parameter with mixed-precision
+Adam, as in the ZeRO paper, Rajbhandari et al. 2019, arXiv:1910.02054 section 3.1; the split
+between weights, gradients and optimizer differs and is stated on every report):
+- ddp, tp: PyTorch AMP. fp32 weights (4) and fp32 gradients (4), Adam m and v (8); autocast
+  keeps 16-bit copies of the matmul weights for the step (torch.autocast cache_enabled=True).
+- zero1/2/3: DeepSpeed bf16/fp16. 16-bit weights (2) and gradients (2), fp32 master + m + v (12).
+- fsdp: FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32). Sharded fp32
+  parameters (4, they are the master copy), sharded fp32 gradients (4), Adam m and v (8).
+Sharding: ZeRO-1 divides the optimizer by the data-parallel degree N, ZeRO-2 also the gradients,
+ZeRO-3 and FSDP everything: 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N (ZeRO paper, figure 1). Tensor
+parallelism divides every matrix by t (norm weights stay replicated).
+
+Activations follow Korthikanti et al. 2022 (arXiv:2205.05198, table 2), built per saved tensor so
+that GQA, SwiGLU and dropout-free models are counted as they are; see ``activations_per_token``.
+Assumption: the peak is the start of backward with every activation alive and every gradient
+resident (the ZeRO-style sum); the optimizer step is checked as a second phase.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from simulator.errors import InputError
+from simulator.hardware import GPU
+from simulator.schema import WorkloadConfig
+from simulator.units import GiB, MiB
+from simulator.workload import Job
+
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "tp")
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "other")
+
+# QLoRA NF4: 4 bits per weight plus double-quantised block constants, 8/64 + 32/(64*256) =
+# 0.127 bits per parameter (Dettmers et al. 2023, arXiv:2305.14314, section 3 "Double Quant").
+NF4_BITS_PER_PARAM = 4 + 8 / 64 + 32 / (64 * 256)
+# CUDA context with lazy module loading (CUDA >= 11.7): "around 400MB" (pytorch/pytorch#109888,
+# ptrblck; 300-700 MB reported in #20532 and #28113 depending on GPU and driver).
+CUDA_CONTEXT_BYTES = 400 * MiB
+# cuBLAS/cuBLASLt workspaces: 32 MiB, the size cuBLAS documents for Hopper and newer (older
+# GPUs use less); one handle on the compute stream.
+CUBLAS_WORKSPACE_BYTES = 32 * MiB
+# NCCL FIFO per connection: Simple NCCL_BUFFSIZE 4 MiB + LL128 120*640*8*8 B + LL 8*512*8*16 B
+# (NCCL src/include/comm.h, device.h defaults). Two connections per channel (ring neighbours).
+NCCL_BYTES_PER_CONNECTION = 4 * MiB + 120 * 640 * 8 * 8 + 8 * 512 * 8 * 16
+NCCL_CONNECTIONS_PER_CHANNEL = 2
+NCCL_DEFAULT_CHANNELS = 2  # assumption: NCCL's ring search gives 2 channels on PCIe-only boxes
+# Caching-allocator rounding and fragmentation: assumed 5% of the tensors' bytes (not calibrated;
+# PyTorch OOM reports show 2-3% reserved-but-unallocated on large jobs, e.g.
+# vllm-project/compressed-tensors#587: 1.83 GiB of 78 GiB; far more without expandable_segments
+# on varying shapes, meta-pytorch/torchtune#1185).
+FRAGMENTATION = 0.05
+# DeepSpeed ZeRO-1/2 gradient reduce bucket: reduce_bucket_size default 5e8 elements (config.py).
+ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000
+# Hidden-state dropout in training (HF configs: GPT2Config resid_pdrop/embd_pdrop 0.1; Llama has
+# no dropout modules; MPT-7B config resid_pdrop 0). Dropout masks are 1 byte per element.
+HIDDEN_DROPOUT = {"gpt2": True, "llama": False, "mpt": False}
+
+
+@dataclass(frozen=True)
+class Line:
+    category: str  # one of CATEGORIES
+    label: str  # what this memory is, in words
+    bytes: float
+    phase: str = "both"  # "both", "backward" (activations alive) or "step" (optimizer step)
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    strategy: str
+    world: int
+    tp: int
+    dp: int
+    micro_batch: int
+    seq_len: int
+    checkpointing: str
+    parameters: int
+    trainable_parameters: int
+    capacity_bytes: int
+    lines: tuple[Line, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def phase_total(self, phase: str) -> float:
+        return sum(x.bytes for x in self.lines if x.phase in ("both", phase))
+
+    @property
+    def peak_phase(self) -> str:
+        return max(("backward", "step"), key=self.phase_total)
+
+    @property
+    def peak_bytes(self) -> int:
+        return int(self.phase_total(self.peak_phase))
+
+    @property
+    def breakdown_bytes(self) -> dict[str, int]:
+        out = dict.fromkeys(CATEGORIES, 0.0)
+        for x in self.lines:
+            if x.phase in ("both", self.peak_phase):
+                out[x.category] += x.bytes
+        return {k: int(v) for k, v in out.items()}
+
+    @property
+    def model_state_bytes(self) -> int:
+        b = self.breakdown_bytes
+        return b["weights"] + b["gradients"] + b["optimizer"]
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+    def verdict(self) -> str:
+        need = f"{self.peak_bytes / GiB:.1f} GiB of {self.capacity_bytes / GiB:.1f} GiB per GPU"
+        return f"fits: needs {need}" if self.fits else f"does not fit: needs {need}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "strategy": self.strategy, "world": self.world, "tp": self.tp, "dp": self.dp,
+            "micro_batch": self.micro_batch, "seq_len": self.seq_len,
+            "activation_checkpointing": self.checkpointing,
+            "parameters": self.parameters, "trainable_parameters": self.trainable_parameters,
+            "peak_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes,
+            "fits": self.fits, "peak_phase": self.peak_phase,
+            "breakdown_bytes": self.breakdown_bytes,
+            "lines": [{"category": x.category, "label": x.label, "bytes": int(x.bytes),
+                       "phase": x.phase} for x in self.lines],
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Bytes per trainable parameter, and how the data-parallel group divides each part."""
+
+    weight: float
+    grad: float
+    optimizer: float
+    shard_weights: bool
+    shard_grads: bool
+    shard_optimizer: bool
+    description: str
+
+
+def recipe(strategy: str, precision: str, optimizer: str) -> Recipe:
+    states = 2 if optimizer == "adamw" else 1  # Adam m, v; SGD momentum buffer
+    opt_name = "Adam m and v" if states == 2 else "SGD momentum"
+    shard_o = strategy in ("zero1", "zero2", "zero3", "fsdp")
+    shard_g = strategy in ("zero2", "zero3", "fsdp")
+    shard_w = strategy in ("zero3", "fsdp")
+    if precision == "fp32":
+        return Recipe(4, 4, 4 * states, shard_w, shard_g, shard_o,
+                      f"fp32 training: fp32 weights, gradients and {opt_name}")
+    if strategy.startswith("zero"):
+        return Recipe(2, 2, 4 + 4 * states, shard_w, shard_g, shard_o,
+                      f"DeepSpeed mixed precision: {precision} weights and gradients, "
+                      f"fp32 master weights + {opt_name} in the optimizer")
+    if strategy == "fsdp":
+        return Recipe(4, 4, 4 * states, shard_w, shard_g, shard_o,
+                      f"FSDP2 mixed precision: sharded fp32 weights (the master copy) and "
+                      f"fp32 gradients, {opt_name}; {precision} compute copies per unit")
+    return Recipe(4, 4, 4 * states, shard_w, shard_g, shard_o,
+                  f"PyTorch AMP: fp32 weights and gradients, {opt_name}, autocast "
+                  f"{precision} weight copies")
+
+
+def _check(job: Job, strategy: str, world: int, tp: int) -> None:
+    if strategy not in STRATEGIES:
+        raise InputError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+    if world < 1 or tp < 1:
+        raise InputError(f"GPU count and TP size must be at least 1, got {world} and {tp}")
+    if world % tp:
+        raise InputError(f"tensor-parallel size {tp} does not divide {world} GPUs")
+    if tp > 1:
+        if job.arch is None:
+            raise InputError("tensor parallelism needs a transformer `model`")
+        if job.heads % tp or job.kv_heads % tp:
+            raise InputError(f"tensor-parallel size {tp} must divide the {job.heads} heads "
+                             f"and {job.kv_heads} KV heads")
+
+
+def activations_per_token(job: Job, *, tp: int = 1, sequence_parallel: bool = False,
+                          flash_attention: bool = True, checkpointing: str | None = None,
+                          seq_len: int | None = None) -> tuple[float, float]:
+    """Activation bytes per token of one transformer layer: (stored, working set).
+
+    *stored* is what a layer keeps for backward under the checkpointing mode; *working set* is
+    one layer's full activations, held while that layer is recomputed (full checkpointing).
+    Per saved tensor (e = 2 bytes under bf16/fp16), as Korthikanti et al. table 2 counts them:
+    replicated across TP ranks: both norm inputs and outputs 4he, dropout masks 2h bytes;
+    split by t: Q, K, V (h + 2 h_kv) e, attention output h e, MLP 2f e (GELU: its input and
+    output) or 4f e (SwiGLU: gate, up, SiLU(gate), product); attention scores 5as bytes
+    (softmax 2, dropout mask 1, dropout output 2) without flash attention, and only the fp32
+    log-sum-exp 4a with it (FlashAttention, Dao et al. 2022, arXiv:2205.14135, keeps no s x s
+    matrix). For a GPT (f = 4h, dropout, no flash) this is exactly s b h (34 + 5as/h).
+    """
+    a = job.arch
+    if a is None:
+        raise InputError("per-layer activations need a transformer `model`")
+    mode = checkpointing or job.checkpointing
+    s = seq_len or job.seq_len
+    e = job.activation_bytes
+    h, dropout = a.hidden, HIDDEN_DROPOUT.get(a.family, False)
+    replicated = 4 * h * e + (2 * h if dropout else 0)
+    mlp = (4 if a.mlp == "swiglu" else 2) * a.ffn_hidden * e
+    # with flash attention: the fp32 log-sum-exp per head; without: softmax (+ mask, dropout)
+    eager = a.heads * s * (e + (1 + e if dropout else 0))
+    scores = 4 * a.heads if flash_attention else eager
+    split = (h + 2 * a.kv_dim) * e + h * e + mlp + scores
+    per_rank = (replicated + split) / tp if sequence_parallel else replicated + split / tp
+    if mode == "selective":  # recompute the attention core; keeps Q, K, V (Korthikanti 4.2)
+        per_rank -= scores / tp
+    if mode == "full":  # only the layer input is kept (Korthikanti table 2, "full")
+        stored = h * e / (tp if sequence_parallel else 1)
+        return stored, per_rank
+    return per_rank, 0.0
+
+
+def _activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool) -> list[Line]:
+    if job.arch is None:  # generic layer list: the given per-sample bytes
+        total = sum(layer.activation_bytes_per_sample for layer in job.generic_layers) * b
+        return [Line("activations", f"activations of {job.n_blocks} layers (as given, "
+                     f"micro-batch {b}, checkpointing not modelled)", total, "backward")]
+    a, s, e, mode = job.arch, job.seq_len, job.activation_bytes, job.checkpointing
+    tokens = b * s
+    stored, working = activations_per_token(job, tp=tp, sequence_parallel=sp,
+                                            flash_attention=flash)
+    attn = "flash attention" if flash else "eager attention (s x s scores)"
+    lines = [Line("activations", f"{a.layers} layers, checkpointing {mode}, {attn}, "
+                  f"{tokens} tokens", stored * tokens * a.layers, "backward")]
+    if mode == "full":
+        lines.append(Line("activations", "one layer recomputed during backward",
+                          working * tokens, "backward"))
+    head = 2 * a.hidden * e / (tp if sp else 1)  # final-norm input and lm_head input
+    # Logits: the 16-bit lm_head output (returned to the caller), the fp32 log-softmax saved by
+    # cross_entropy after the upcast (HF ForCausalLMLoss does logits.float(); Megatron's
+    # vocab-parallel cross-entropy also works in fp32), and its fp32 gradient at the start of
+    # backward: (e + 4 + 4) bytes per vocabulary entry, split over TP ranks (vocab-parallel).
+    logits = a.vocab * (e + 8) / tp
+    lines.append(Line("activations", f"final norm, lm_head input and fp32 logits/loss "
+                      f"(vocab {a.vocab})", (head + logits) * tokens, "backward"))
+    return lines
+
+
+def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int) -> tuple[
+        list[Line], dict[str, float]]:
+    """Weights, gradients, optimizer per rank, plus sizes the buffer lines need."""
+    frozen_bytes = job.activation_bytes  # frozen LoRA base kept in the compute dtype
+    w = g = o = frozen = quant = 0.0
+    unit: dict[int, float] = {}  # unsharded compute-dtype bytes per block (FSDP units)
+    unit_grads: dict[int, float] = {}
+    autocast = 0.0
+    for p in job.params:
+        n = p.numel / tp if len(p.shape) > 1 else p.numel
+        if p.trainable:
+            w += r.weight * n / (dp if r.shard_weights else 1)
+            g += r.grad * n / (dp if r.shard_grads else 1)
+            o += r.optimizer * n / (dp if r.shard_optimizer else 1)
+            unit[p.block] = unit.get(p.block, 0.0) + n * job.activation_bytes
+            unit_grads[p.block] = unit_grads.get(p.block, 0.0) + n
+            if len(p.shape) > 1 and p.block >= 0:  # matmul weights autocast caches
+                autocast += n * 2
+        elif p.quantized:
+            quant += n * NF4_BITS_PER_PARAM / 8 / (dp if r.shard_weights else 1)
+            unit[p.block] = unit.get(p.block, 0.0) + n * NF4_BITS_PER_PARAM / 8
+        else:
+            frozen += n * frozen_bytes / (dp if r.shard_weights else 1)
+            unit[p.block] = unit.get(p.block, 0.0) + n * frozen_bytes
+    shard = f" / {dp} ranks" if dp > 1 else ""
+    tp_note = f", split over {tp} TP ranks" if tp > 1 else ""
+    lines = [Line("weights", f"trainable weights, {r.weight:g} B/param"
+                  f"{shard if r.shard_weights else ''}{tp_note}", w)]
+    if frozen:
+        lines.append(Line("weights", f"frozen base weights, {frozen_bytes} B/param"
+                          f"{shard if r.shard_weights else ''}", frozen))
+    if quant:
+        lines.append(Line("weights", f"NF4 4-bit base + double-quant constants, "
+                          f"{NF4_BITS_PER_PARAM:.3f} bits/param (QLoRA)"
+                          f"{shard if r.shard_weights else ''}", quant))
+    lines.append(Line("gradients", f"gradients, {r.grad:g} B/param"
+                      f"{shard if r.shard_grads else ''}", g))
+    lines.append(Line("optimizer", f"optimizer states, {r.optimizer:g} B/param"
+                      f"{shard if r.shard_optimizer else ''}", o))
+    blocks = [unit.get(i, 0.0) for i in range(job.n_blocks)] if job.arch else list(unit.values())
+    sizes = {"trainable_local": sum(unit_grads.values()), "autocast": autocast,
+             "unit": max(blocks, default=0.0),
+             "unit_grads": max((unit_grads.get(i, 0.0) for i in range(job.n_blocks)),
+                               default=0.0),
+             "root": sum(v for k, v in unit.items() if k < 0 or k >= job.n_blocks),
+             "root_grads": sum(v for k, v in unit_grads.items() if k < 0 or k >= job.n_blocks),
+             "all_units": sum(unit.values()),
+             "largest_quantized": max((p.numel for p in job.params if p.quantized), default=0)}
+    return lines, sizes
+
+
+def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: dict[str, float],
+                  *, gradient_as_bucket_view: bool, reshard_after_forward: bool) -> list[Line]:
+    e = job.activation_bytes
+    mixed = job.precision != "fp32"
+    lines: list[Line] = []
+    if strategy in ("ddp", "tp") and dp > 1 and not gradient_as_bucket_view:
+        # DistributedDataParallel(gradient_as_bucket_view=False) is PyTorch's default (and HF
+        # Trainer does not change it): the buckets are a second, gradient-sized flat buffer.
+        lines.append(Line("other", "DDP bucket buffers (gradient-sized; gradient_as_bucket_view"
+                          "=False, the PyTorch default)", sizes["trainable_local"] * r.grad))
+    if strategy in ("ddp", "tp") and mixed and sizes["autocast"]:
+        lines.append(Line("other", "autocast 16-bit copies of the trainable matmul weights",
+                          sizes["autocast"], "backward"))
+    if strategy in ("zero1", "zero2") and dp > 1:
+        n = min(ZERO_REDUCE_BUCKET_ELEMENTS, sizes["trainable_local"])
+        lines.append(Line("other", "ZeRO gradient reduce bucket (reduce_bucket_size 5e8)",
+                          n * r.grad, "backward"))
+    if strategy in ("zero3", "fsdp") and dp > 1:
+        if reshard_after_forward:
+            # current unit + the prefetched next one (FSDP2 one-ahead prefetch; FSDP1
+            # limit_all_gathers keeps two in flight), and in backward the unit's 16-bit
+            # gradients plus the fp32 reduce-scatter input (reduce_dtype=fp32)
+            params = 2 * sizes["unit"]
+            what = "2 units (current + prefetched)"
+        else:
+            params = sizes["all_units"] - sizes["root"]
+            what = "all units (reshard_after_forward=False)"
+        grads = sizes["unit_grads"] * (e + (4 if mixed else 0))
+        lines.append(Line("other", f"FSDP unsharded parameters in flight: {what}", params))
+        lines.append(Line("other", "FSDP unsharded gradients of one unit + fp32 reduce-scatter "
+                          "input", grads, "backward"))
+        # root unit (embeddings, final norm, head): not resharded after forward, its 16-bit
+        # gradients (the lm_head's come first) wait for the last reduce-scatter
+        lines.append(Line("other", "FSDP root unit (embeddings, head) unsharded with its "
+                          "gradients", sizes["root"] + sizes["root_grads"] * e, "backward"))
+    if job.finetune == "qlora" and sizes["largest_quantized"]:
+        lines.append(Line("other", "QLoRA dequantised weight of the largest layer",
+                          sizes["largest_quantized"] / tp * e, "backward"))
+    if not strategy.startswith("zero"):  # DeepSpeed's fused optimizers need no temporaries
+        # torch.optim foreach (the CUDA default) "uses ~ sizeof(params) more peak memory than
+        # the for-loop version" (torch.optim docs): one fp32 intermediate per parameter
+        local = sizes["trainable_local"] / (dp if r.shard_optimizer else 1)
+        lines.append(Line("other", "optimizer step: foreach fp32 intermediates", 4 * local,
+                          "step"))
+    return lines
+
+
+def _reserve_lines(dp: int, tp: int, nccl_channels: int) -> list[Line]:
+    """Memory outside PyTorch's caching allocator: CUDA context, cuBLAS, NCCL."""
+    lines = [Line("other", "reserve: CUDA context and kernels", CUDA_CONTEXT_BYTES),
+             Line("other", "reserve: cuBLAS workspace", CUBLAS_WORKSPACE_BYTES)]
+    communicators = (dp > 1) + (tp > 1)
+    if communicators:
+        lines.append(Line("other", f"reserve: NCCL buffers, {communicators} communicator(s) x "
+                          f"{nccl_channels} channels", communicators * nccl_channels
+                          * NCCL_CONNECTIONS_PER_CHANNEL * NCCL_BYTES_PER_CONNECTION))
+    return lines
+
+
+def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
+             micro_batch: int | None = None, sequence_parallel: bool = False,
+             flash_attention: bool = True, gradient_as_bucket_view: bool = False,
+             reshard_after_forward: bool = True,
+             nccl_channels: int = NCCL_DEFAULT_CHANNELS) -> MemoryReport:
+    """Memory of one rank. ``strategy`` is the data-parallel scheme over world / tp ranks
+    ("tp" alone: DDP over the remaining ranks, or none when tp == world)."""
+    if strategy == "tp" and tp == 1:
+        tp = world
+    _check(job, strategy, world, tp)
+    dp = world // tp
+    b = micro_batch or job.micro_batch
+    r = recipe(strategy, job.precision, job.optimizer)
+    states, sizes = _state_lines(job, r, strategy, dp, tp)
+    lines = states + _activation_lines(job, b, tp, sequence_parallel and tp > 1, flash_attention)
+    lines += _buffer_lines(job, r, strategy, dp, tp, sizes,
+                           gradient_as_bucket_view=gradient_as_bucket_view,
+                           reshard_after_forward=reshard_after_forward)
+    for phase in ("backward", "step"):
+        tensors = sum(x.bytes for x in lines if x.phase in ("both", phase))
+        lines.append(Line("other", f"allocator rounding and fragmentation ({FRAGMENTATION:.0%} "
+                          "of tensor bytes, assumed)", FRAGMENTATION * tensors, phase))
+    lines += _reserve_lines(dp, tp, nccl_channels)
+    notes = [f"recipe: {r.description}",
+             "peak = start of backward: all activations alive and all gradients resident "
+             "(an upper bound when gradients are freed between steps)"]
+    if strategy in ("ddp", "tp") and dp == 1:
+        notes.append("one data-parallel rank: no DDP wrapper, no bucket buffers")
+    return MemoryReport(strategy=strategy, world=world, tp=tp, dp=dp, micro_batch=b,
+                        seq_len=job.seq_len, checkpointing=job.checkpointing,
+                        parameters=job.n_params, trainable_parameters=job.n_trainable,
+                        capacity_bytes=gpu.memory_bytes, lines=tuple(lines), notes=tuple(notes))
+
+
+def largest_micro_batch(job: Job, gpu: GPU, strategy: str, *, limit: int = 4096,
+                        **options: object) -> int:
+    """The largest micro-batch that fits (0 if not even one). Memory grows with the batch."""
+    def fits(b: int) -> bool:
+        return estimate(job, gpu, strategy, micro_batch=b, **options).fits  # type: ignore[arg-type]
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= limit and fits(hi):
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:  # invariant: lo fits, hi does not (or is past the limit)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+@dataclass(frozen=True)
+class ScaledModel:
+    """One member of a scaled family and its memory report."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_hidden: int
+    report: MemoryReport
+
+    @property
+    def parameters(self) -> int:
+        return self.report.parameters
+
+
+def scaled_workload(base: WorkloadConfig, hidden: int) -> WorkloadConfig:
+    """The base model at another width, keeping its shape ratios: head size, layers per hidden
+    unit (Llama 2 7B and 13B both have L = h / 128), the KV-head share and the MLP ratio, the
+    MLP width rounded up to a multiple of 256 (Llama's ``multiple_of``: 11008, 13824)."""
+    m = base.model
+    if m is None:
+        raise InputError("the largest-model search needs a transformer `model`")
+    head_dim = m.hidden // m.heads
+    heads = max(1, hidden // head_dim)
+    kv_share = (m.kv_heads or m.heads) / m.heads
+    kv_heads = max(1, round(heads * kv_share))
+    while heads % kv_heads:
+        kv_heads -= 1
+    ffn = math.ceil((m.ffn_hidden or 4 * m.hidden) * hidden / m.hidden / 256) * 256
+    layers = max(1, round(m.layers * hidden / m.hidden))
+    model = m.model_copy(update={"hidden": heads * head_dim, "heads": heads,
+                                 "kv_heads": kv_heads, "ffn_hidden": ffn, "layers": layers})
+    return base.model_copy(update={"model": model, "name": f"{base.name}-h{hidden}"})
+
+
+def largest_model(base: WorkloadConfig, gpu: GPU, strategy: str, *, max_hidden: int = 65536,
+                  **options: object) -> ScaledModel | None:
+    """The widest (so largest) member of the base model's family that fits, or None.
+
+    Widths step by one head; parameters and memory grow with the width, so bisection applies.
+    """
+    m = base.model
+    if m is None:
+        raise InputError("the largest-model search needs a transformer `model`")
+    step = m.hidden // m.heads
+
+    def build(k: int) -> ScaledModel:
+        cfg = scaled_workload(base, k * step)
+        assert cfg.model is not None
+        job = Job.from_config(cfg)
+        report = estimate(job, gpu, strategy, **options)  # type: ignore[arg-type]
+        mm = cfg.model
+        return ScaledModel(mm.layers, mm.hidden, mm.heads, mm.kv_heads or mm.heads,
+                           mm.ffn_hidden or 4 * mm.hidden, report)
+
+    lo, hi = 0, max_hidden // step + 1  # invariant: lo fits (0 = nothing), hi does not
+    best: ScaledModel | None = None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        candidate = build(mid)
+        if candidate.report.fits:
+            lo, best = mid, candidate
+        else:
+            hi = mid
+    return best
