@@ -1,0 +1,146 @@
+"""Run stepsim on every published measurement in validation/measurements.yaml.
+
+Prints one row per point (id, op, gpus, bytes, measured, simulated, error %) and then the
+median and worst |error|. Sections: ``collectives`` (nccl-tests numbers) and ``training``
+(step throughput); each section is one function returning rows, listed in SECTIONS.
+Always exits 0: it reports, the tests hold the tolerances.
+
+    python scripts/validate.py [--section collectives|training|all]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator import collectives
+from simulator.config import load_topology
+from simulator.topology import Machine
+
+ROOT = Path(__file__).resolve().parent.parent
+MEASUREMENTS = ROOT / "validation" / "measurements.yaml"
+VALIDATION_TOPOLOGIES = ROOT / "validation" / "topologies"
+
+# Which machine file models each collective dataset (a preset name or a validation YAML).
+COLLECTIVE_MACHINES = {
+    "2x2080ti-gen3-switch-shm": "2x2080ti-switch",
+    "8xh200-nvswitch-ring": "8xh200-nvswitch",
+    "8xa100-sxm4-nvswitch": "8xa100-nvswitch",
+    "6x4090-gen4-p2p-patched": str(VALIDATION_TOPOLOGIES / "6x4090-tinybox-p2p.yaml"),
+    "4x4090-epyc-p2p-patched": str(VALIDATION_TOPOLOGIES / "4x4090-epyc-p2p.yaml"),
+    "a100-nvlink-pair-then-sys": str(VALIDATION_TOPOLOGIES / "a100-nvlink-pairs-dual-socket.yaml"),
+}
+# Points published without a size are plateau numbers; run them at this size.
+PLATEAU_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    op: str
+    gpus: int
+    bytes: int | None
+    quantity: str  # what is compared: "busbw GB/s", "time us", "samples/s", ...
+    measured: float
+    simulated: float
+
+    @property
+    def error(self) -> float:
+        return (self.simulated - self.measured) / self.measured
+
+
+def load_measurements(path: Path = MEASUREMENTS) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return dict(yaml.safe_load(f))
+
+
+def collective_rows(data: dict[str, Any]) -> list[Row]:
+    """Every nccl-tests number of the `collectives` section, simulated."""
+    rows: list[Row] = []
+    machines: dict[str, Machine] = {}
+
+    def machine(dataset: str, gpus: int) -> Machine:
+        if dataset not in machines:
+            machines[dataset] = Machine.from_config(load_topology(COLLECTIVE_MACHINES[dataset]))
+        return machines[dataset].subset(gpus)
+
+    for entry in data["collectives"]:
+        dataset = entry["id"]
+        if dataset not in COLLECTIVE_MACHINES:
+            continue  # link-level numbers only (no collective to run)
+        table = entry.get("table")
+        if table:
+            m = machine(dataset, entry["gpus"])
+            for size, t_us, busbw in zip(table["bytes"], table["time_us"],
+                                         table["busbw_gbps"], strict=True):
+                r = collectives.simulate(m, entry["op"], size)
+                if busbw > 0.05:  # nccl-tests rounds to 0.01: below, compare the time
+                    rows.append(Row(dataset, entry["op"], m.n_gpus, size, "busbw GB/s",
+                                    busbw, r.busbw_gbps))
+                else:
+                    rows.append(Row(dataset, entry["op"], m.n_gpus, size, "time us", t_us,
+                                    r.time_us))
+            for size, busbw in entry.get("also", {}).get("allgather_busbw_gbps", {}).items():
+                r = collectives.simulate(m, "allgather", int(size))
+                rows.append(Row(dataset, "allgather", m.n_gpus, int(size), "busbw GB/s",
+                                busbw, r.busbw_gbps))
+        for point in entry.get("points", []):
+            m = machine(dataset, point["gpus"])
+            size = int(point.get("bytes", PLATEAU_BYTES))
+            algo = point.get("algorithm", "auto")
+            r = collectives.simulate(m, point["op"], size, algo=algo)
+            rows.append(Row(dataset, point["op"], m.n_gpus, size, "busbw GB/s",
+                            point["busbw_gbps"], r.busbw_gbps))
+    return rows
+
+
+def training_rows(data: dict[str, Any]) -> list[Row]:
+    """Training-step measurements: not simulated here yet (the step engine adds them)."""
+    return []
+
+
+SECTIONS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
+    "collectives": collective_rows,
+    "training": training_rows,
+}
+
+
+def render(rows: list[Row]) -> str:
+    lines = [f"{'id':<28} {'op':<13} {'gpus':>4} {'bytes':>11} {'quantity':<11} "
+             f"{'measured':>10} {'simulated':>10} {'error':>8}"]
+    for r in rows:
+        size = "-" if r.bytes is None else str(r.bytes)
+        lines.append(f"{r.id:<28} {r.op:<13} {r.gpus:>4} {size:>11} {r.quantity:<11} "
+                     f"{r.measured:>10.2f} {r.simulated:>10.2f} {r.error:>+8.1%}")
+    if rows:
+        errors = [abs(r.error) for r in rows]
+        worst = max(rows, key=lambda r: abs(r.error))
+        lines.append(f"{len(rows)} points: median |error| {statistics.median(errors):.1%}, "
+                     f"worst {abs(worst.error):.1%} ({worst.id} {worst.op} {worst.gpus} GPUs "
+                     f"{worst.bytes} B)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--section", choices=[*SECTIONS, "all"], default="all")
+    args = parser.parse_args(argv)
+    data = load_measurements()
+    names = list(SECTIONS) if args.section == "all" else [args.section]
+    for name in names:
+        rows = SECTIONS[name](data)
+        print(f"== {name} ==")
+        print(render(rows) if rows else "(no points simulated in this section yet)")
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
