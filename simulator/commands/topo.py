@@ -1,0 +1,192 @@
+"""`stepsim topo`: the machine as NCCL sees it, like `nvidia-smi topo -m`.
+
+Prints, per GPU pair, the path type, the transport and the bottleneck bandwidth of a lone
+transfer (GB/s, physical), then the ring NCCL would build with its channels. ``--png`` draws
+the graph; ``--json`` prints the same matrices and ring as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from simulator.config import load_topology
+from simulator.errors import InputError
+from simulator.topology import Machine
+from simulator.units import GB
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "topo", help="GPU-pair matrix (path type, transport, GB/s) and NCCL rings",
+        description="Show how NCCL sees a machine: path types, P2P or SHM, bottleneck GB/s per "
+                    "GPU pair, and the ring order and channels it would choose.")
+    parser.add_argument("-t", "--topology", required=True,
+                        help="topology YAML file or bundled preset name")
+    parser.add_argument("--gpus", type=int, default=None, metavar="K",
+                        help="use only the first K GPUs")
+    parser.add_argument("--png", metavar="FILE", help="draw the machine graph to a PNG file")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    machine = Machine.from_config(load_topology(args.topology))
+    if args.gpus is not None:
+        machine = machine.subset(args.gpus)
+    report = summary(machine)
+    if args.png:
+        draw(machine, Path(args.png))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    elif sys.stdout.isatty() and not os.environ.get("CI"):
+        _print_rich(report)
+    else:
+        _print_plain(report)
+    return 0
+
+
+def summary(machine: Machine) -> dict[str, Any]:
+    """Matrices and ring as plain data (GB/s = 1e9 B/s)."""
+    n = machine.n_gpus
+    gpus = list(machine.gpu_nodes)
+    ring = machine.ring()
+    return {
+        "name": machine.name,
+        "description": machine.description,
+        "gpu": machine.gpu.name,
+        "gpus": gpus,
+        "path_type": [[machine.path_type(i, j) for j in range(n)] for i in range(n)],
+        "transport": [[None if i == j else machine.transport(i, j) for j in range(n)]
+                      for i in range(n)],
+        "bottleneck_gbps": [[None if i == j else round(machine.bottleneck_bandwidth(i, j) / GB, 2)
+                             for j in range(n)] for i in range(n)],
+        "cpu_affinity": [machine.local_cpu(i) for i in range(n)],
+        "ring": {
+            "order": list(ring.order),
+            "n_channels": ring.n_channels,
+            "channel_gbps": round(ring.channel_bandwidth / GB, 3),
+            "nccl_busbw_gbps": round(ring.nccl_bus_bandwidth / GB, 3),
+            "limited_by": ring.bottleneck,
+            "fallback": ring.fallback,
+        },
+    }
+
+
+def _matrices(report: dict[str, Any]) -> list[tuple[str, list[list[str]]]]:
+    def cell(value: Any) -> str:
+        if value is None or value == "LOC":
+            return "X"
+        return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+    return [(title, [[cell(v) for v in row] for row in report[key]])
+            for title, key in (("Path type (NCCL)", "path_type"), ("Transport", "transport"),
+                               ("Bottleneck GB/s of a lone transfer", "bottleneck_gbps"))]
+
+
+def _ring_lines(report: dict[str, Any]) -> list[str]:
+    ring = report["ring"]
+    order = " -> ".join(report["gpus"][r] for r in ring["order"])
+    lines = [f"Ring: {order} -> {report['gpus'][ring['order'][0]]}",
+             f"Channels: {ring['n_channels']} x {ring['channel_gbps']:g} GB/s = "
+             f"{ring['nccl_busbw_gbps']:g} GB/s (NCCL's search; physical rates can differ)"]
+    if ring["fallback"]:
+        lines.append("NCCL's search finds no ring at its lowest speed and falls back to one "
+                     "channel at 0.1 GB/s (search.cc)")
+    elif ring["limited_by"]:
+        lines.append(f"Channel packing limited by: {ring['limited_by']}")
+    return lines
+
+
+def _print_plain(report: dict[str, Any]) -> None:
+    print(f"{report['name']}: {report['gpus'].__len__()} x {report['gpu']}")
+    gpus = report["gpus"]
+    for title, rows in _matrices(report):
+        print(f"\n{title}")
+        width = max(len(s) for s in gpus + [c for row in rows for c in row]) + 2
+        print(" " * width + "".join(g.rjust(width) for g in gpus))
+        for name, row in zip(gpus, rows, strict=True):
+            print(name.ljust(width) + "".join(c.rjust(width) for c in row))
+    print()
+    for line in _ring_lines(report):
+        print(line)
+
+
+def _print_rich(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{report['name']}[/]: {len(report['gpus'])} x {report['gpu']}")
+    for title, rows in _matrices(report):
+        table = Table(title=title, title_justify="left")
+        table.add_column("")
+        for g in report["gpus"]:
+            table.add_column(g, justify="right")
+        for name, row in zip(report["gpus"], rows, strict=True):
+            table.add_row(name, *row)
+        console.print(table)
+    for line in _ring_lines(report):
+        console.print(line)
+
+
+_COLOURS = {"gpu": "#76b900", "cpu": "#4f81bd", "pcie_switch": "#f4b183",
+            "nvswitch": "#8064a2", "nic": "#a5a5a5"}
+_LAYER = {"cpu": 0, "pcie_switch": 1, "nic": 1, "gpu": 2, "nvswitch": 3}
+
+
+def draw(machine: Machine, path: Path) -> None:
+    """Draw the graph, nodes coloured by kind, links labelled with GB/s per direction."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import networkx as nx
+
+    graph = machine.graph
+    pos = _layout(machine)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * graph.number_of_nodes()), 5.0))
+    try:
+        colours = [_COLOURS[d["kind"]] for _, d in graph.nodes(data=True)]
+        nx.draw_networkx(graph, pos, ax=ax, node_color=colours, node_size=900, font_size=8)
+        labels = {(u, v): f"{d['kind']} {d['capacity'] / GB:.0f}"
+                  for u, v, d in graph.edges(data=True)}
+        nx.draw_networkx_edge_labels(graph, pos, edge_labels=labels, ax=ax, font_size=7)
+        ax.set_title(f"{machine.name} (link labels: GB/s per direction)")
+        ax.axis("off")
+        fig.tight_layout()
+        directory = path.resolve().parent
+        if not directory.is_dir():
+            raise InputError(f"--png {path}: no such directory {directory}")
+        fd, tmp = tempfile.mkstemp(suffix=".png", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                fig.savefig(out, format="png", dpi=120)
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    finally:
+        plt.close(fig)
+
+
+def _layout(machine: Machine) -> dict[str, tuple[float, float]]:
+    """CPUs on top, switches below, GPUs below them, NVSwitch at the bottom; file order."""
+    layers: dict[int, list[str]] = {}
+    for node in machine.config.nodes:
+        layers.setdefault(_LAYER[node.kind], []).append(node.id)
+    width = max(len(ids) for ids in layers.values())
+    return {node: ((i + 0.5) * width / len(ids), -float(layer))
+            for layer, ids in layers.items() for i, node in enumerate(ids)}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
