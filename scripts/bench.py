@@ -1,0 +1,60 @@
+"""Speed of the simulator: wall time and simulated seconds per wall second.
+
+Each benchmark is a function returning (simulated seconds, label) and is listed in
+BENCHMARKS; the table prints its wall time (best of --repeat runs, so a cold import or a
+busy machine does not dominate). Not a timed test: targets are in design.md ("Speed").
+
+    python scripts/bench.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+import time
+from collections.abc import Callable
+
+from simulator.cli import main as stepsim
+
+
+def collective_sweep() -> tuple[float, str]:
+    """31-size all-reduce sweep (8 B .. 8 GiB) on 8x5090-dual-socket, through the CLI."""
+    argv = ["collective", "-t", "8x5090-dual-socket", "--op", "allreduce",
+            "-b", "8", "-e", "8G", "-f", "2", "--json"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = stepsim(argv)
+    if code != 0:
+        raise SystemExit(f"stepsim {' '.join(argv)} exited {code}")
+    results = json.loads(out.getvalue())
+    simulated = sum(r["time_us"] for r in results) * 1e-6
+    return simulated, f"stepsim {' '.join(argv)}  ({len(results)} sizes)"
+
+
+# Training-step benchmarks (an 8-GPU step of a 7B model, ...) are added here, one function
+# each, returning (simulated seconds, label).
+BENCHMARKS: list[Callable[[], tuple[float, str]]] = [
+    collective_sweep,
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per benchmark (best kept)")
+    args = parser.parse_args(argv)
+    print(f"{'wall s':>8} {'sim s / wall s':>15}  benchmark")
+    for bench in BENCHMARKS:
+        best = float("inf")
+        for _ in range(max(1, args.repeat)):
+            t0 = time.perf_counter()
+            simulated, label = bench()
+            best = min(best, time.perf_counter() - t0)
+        print(f"{best:>8.3f} {simulated / best:>15.3g}  {label}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
