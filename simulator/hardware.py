@@ -42,8 +42,9 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
         "Turing whitepaper (FP16 tensor FP32-acc 53.8 TFLOPS, 616 GB/s)", 1199),
     GPU("rtx3090", "ampere", 86, 82, 24 * GiB, 936 * GB, 71 * _T, None, 4, 4,
         "GA102 whitepaper (FP16/BF16 tensor FP32-acc 71 TFLOPS dense, 936 GB/s)", 1499),
-    GPU("rtx3090ti", "ampere", 86, 84, 24 * GiB, 1008 * GB, 80 * _T, None, 4, 4,
-        "NVIDIA RTX 3090 Ti spec (FP32-acc tensor 80 TFLOPS dense = half of 160, 1008 GB/s)",
+    GPU("rtx3090ti", "ampere", 86, 84, 24 * GiB, 1008 * GB, 80 * _T, 81 * _T, 4, 4,
+        "NVIDIA RTX 3090 Ti spec (FP32-acc tensor 80 TFLOPS dense = half of 160, 1008 GB/s); "
+        "measured: mli/transformers-benchmarks README micro-benchmark, FP16 MatMul 81 TFLOPS",
         1999),
     GPU("rtx4090", "ada", 89, 128, 24 * GiB, 1008 * GB, 165.2 * _T, 167 * _T, 0, 4,
         "Ada whitepaper (165.2 TFLOPS FP32-acc dense, 1008 GB/s); measured: stas00 MAMF", 1599),

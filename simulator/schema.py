@@ -117,6 +117,10 @@ class TrainingConfig(Frozen):
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
     finetune: Literal["full", "lora", "qlora"] = "full"
     lora: LoraConfig | None = None
+    # flash: FlashAttention kernels (default); eager: scores materialised in HBM (Megatron-LM
+    # before flash-attn support, HF "eager"), with dropout on the probabilities if dropout > 0
+    attention: Literal["flash", "eager"] = "flash"
+    dropout: float = Field(default=0.0, ge=0, lt=1)  # attention-probability dropout
 
 
 class WorkloadConfig(Frozen):

@@ -1,0 +1,112 @@
+"""How long an op takes on one GPU: a roofline per kernel plus a launch overhead; and MFU.
+
+Each kernel of an op (simulator/ops.py) takes
+    max(flops / achievable compute rate, bytes / achievable memory bandwidth) + launch overhead
+and an op takes the sum over its kernels (kernels of one stream run one after another).
+Assumes one kernel has the GPU to itself (communication kernels slowing compute are the
+engine's business, not this module's).
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import median
+
+from simulator.hardware import GPU, GPUS
+from simulator.ops import Kernel, Op
+from simulator.units import US
+from simulator.workload import Job
+
+# Per-kernel launch overhead: CUDA kernel launch latency is a few microseconds (NVIDIA,
+# "Getting Started with CUDA Graphs", 2019: ~3-4 us per back-to-back launched kernel);
+# we take 5 us, which also covers PyTorch's per-op dispatch on small kernels.
+LAUNCH_OVERHEAD = 5 * US
+
+# Achievable share of the spec HBM bandwidth for streaming kernels: STREAM-like copy kernels
+# reach about 85-90% of spec on A100/H100 (BabelStream published results); 0.85 is the low end.
+MEMORY_EFFICIENCY = 0.85
+
+# FlashAttention-2 (Dao 2023, arXiv:2307.08691, section 4.1, A100): forward reaches 50-73% of
+# the spec peak, backward somewhat less (up to ~63%); causal FLOPs counted halved, as ops.py does.
+# We take the middle of each range.
+FLASH_FWD_EFFICIENCY = 0.60
+FLASH_BWD_EFFICIENCY = 0.50
+
+# GEMM tile for wave quantisation: cuBLAS / CUTLASS large-tile kernels on Ampere and later use
+# 128x128 (or larger) output tiles per thread block, one block per SM at a time for big tiles
+# (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tile and wave
+# quantisation). A GEMM whose tiles do not fill the last wave wastes the idle SMs.
+GEMM_TILE = 128
+
+
+def _measured_ratio() -> float:
+    """Median measured/spec large-GEMM ratio over catalog GPUs that publish both."""
+    ratios = [g.measured_matmul_flops / g.matmul_flops for g in GPUS.values()
+              if g.measured_matmul_flops]
+    return median(ratios)
+
+
+MEASURED_TO_SPEC = _measured_ratio()
+
+
+def matmul_rate(gpu: GPU) -> float:
+    """Achievable dense 16-bit GEMM FLOP/s: measured where published, else spec x catalog ratio."""
+    if gpu.measured_matmul_flops:
+        return gpu.measured_matmul_flops
+    return gpu.matmul_flops * MEASURED_TO_SPEC
+
+
+def memory_rate(gpu: GPU) -> float:
+    return gpu.memory_bandwidth * MEMORY_EFFICIENCY
+
+
+def wave_efficiency(m: int, n: int, sms: int) -> float:
+    """Share of SM time doing useful work: output tiles over tiles the waves could hold."""
+    tiles = math.ceil(m / GEMM_TILE) * math.ceil(n / GEMM_TILE)
+    waves = math.ceil(tiles / sms)
+    return tiles / (waves * sms)
+
+
+def kernel_time(k: Kernel, gpu: GPU) -> float:
+    if k.kind == "gemm" and k.shape is not None:
+        m, n, _ = k.shape
+        rate = matmul_rate(gpu) * wave_efficiency(m, n, gpu.sms)
+    elif k.kind == "attention_fwd":
+        rate = gpu.matmul_flops * FLASH_FWD_EFFICIENCY
+    elif k.kind == "attention_bwd":
+        rate = gpu.matmul_flops * FLASH_BWD_EFFICIENCY
+    elif k.kind == "dense":
+        rate = matmul_rate(gpu)
+    else:  # memory-bound elementwise work: FLOPs on CUDA cores never bind here
+        rate = math.inf
+    compute = k.flops / rate if k.flops else 0.0
+    return max(compute, k.bytes / memory_rate(gpu)) + LAUNCH_OVERHEAD
+
+
+def op_time(op: Op, gpu: GPU) -> float:
+    """Seconds for one op on an otherwise idle GPU."""
+    return sum(kernel_time(k, gpu) for k in op.kernels)
+
+
+def step_compute_time(job: Job, gpu: GPU) -> float:
+    """One optimizer step on one GPU, compute only (no communication): all micro-batches'
+    forward and backward (recompute included), then the optimizer."""
+    micro = sum(op_time(op, gpu) for op in job.forward_ops() + job.backward_ops())
+    return micro * job.grad_accum + sum(op_time(op, gpu) for op in job.optimizer_ops())
+
+
+def samples_per_second(job: Job, gpu: GPU) -> float:
+    """Single-GPU training throughput (samples/s) from compute alone."""
+    return job.micro_batch * job.grad_accum / step_compute_time(job, gpu)
+
+
+def mfu(model_flops: float, step_time: float, gpu: GPU, n_gpus: int = 1) -> float:
+    """Model FLOPs utilisation: the step's model FLOPs over n_gpus x step time x spec peak.
+
+    `model_flops` is the whole step's count over all `n_gpus` GPUs (one GPU's is
+    Job.model_flops_per_step()); the peak is the spec dense 16-bit rate, as Megatron-LM and
+    llm-foundry report MFU.
+    """
+    if step_time <= 0:
+        return 0.0
+    return model_flops / (n_gpus * step_time * gpu.matmul_flops)
