@@ -60,7 +60,7 @@ def resolve(name_or_path: str, kind: str) -> Path:
     if candidate.is_file():
         return candidate
     names = ", ".join(preset_names(kind))
-    singular = kind.rstrip("s")
+    singular = {"topologies": "topology", "workloads": "workload"}.get(kind, kind)
     raise InputError(f"unknown {singular} {name_or_path!r}; presets: {names}")
 
 
@@ -88,7 +88,7 @@ def _load(path: Path, model: type[M]) -> M:
     try:
         obj = model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = _first_error(exc)
         loc = tuple(err["loc"])
         raise InputError(_explain(err), file=str(path), line=_line_for(loc, lines),
                          key=_key(loc)) from None
@@ -111,6 +111,12 @@ def _construct(node: yaml.Node, loc: tuple[Any, ...], lines: dict[tuple[Any, ...
     if isinstance(node, yaml.SequenceNode):
         return [_construct(item, loc + (i,), lines) for i, item in enumerate(node.value)]
     return _Loader(" ").construct_object(node)  # type: ignore[no-untyped-call]
+
+
+def _first_error(exc: ValidationError) -> Any:
+    """The error to report: a misspelt key first, as it usually explains a missing one."""
+    errors = exc.errors()
+    return next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
 
 
 def _line_for(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | None:
@@ -149,5 +155,5 @@ def validate_model(model: type[M], data: Any, *, source: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = _first_error(exc)
         raise InputError(_explain(err), file=source, key=_key(tuple(err["loc"]))) from None
