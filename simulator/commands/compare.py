@@ -1,0 +1,62 @@
+"""`stepsim compare`: several machines, workloads or strategies side by side in one table.
+
+Every combination of the repeated ``-t``, ``-w`` and ``-s`` options is simulated with the same
+flags; the table has a column per combination and a row per metric (`--json`: a list of the
+`run --json` objects).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from simulator.commands.run import add_job_arguments, execute, spec_from_args, summary_rows
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "compare", help="several machines / workloads / strategies side by side",
+        description="Simulate every combination of the given topologies, workloads and "
+        "strategies and print them side by side, e.g. "
+        "`stepsim compare -t 8x5090-switch -t 8x5090-dual-socket -w llama3.2-1b -s ddp`.")
+    add_job_arguments(parser, many=True)
+    parser.add_argument("--json", action="store_true", help="print a list of run reports")
+    parser.set_defaults(handler=run)
+
+
+def _label(report: dict[str, Any], varying: set[str]) -> str:
+    parts = [str(report[k]) for k in ("topology", "workload", "strategy") if k in varying]
+    return " / ".join(parts) or report["topology"]
+
+
+def run(args: argparse.Namespace) -> int:
+    combos = list(itertools.product(args.topology, args.workload, args.strategy or ["ddp"]))
+    specs = [spec_from_args(args, t, w, s) for t, w, s in combos]
+    reports = [execute(spec).report for spec in specs]
+    if args.json:
+        print(json.dumps(reports, indent=2, default=str))
+        return 0
+    varying = {name for name, values in (("topology", args.topology),
+                                         ("workload", args.workload),
+                                         ("strategy", args.strategy or ["ddp"]))
+               if len(set(values)) > 1}
+    table = Table(show_lines=False, title_justify="left",
+                  title="same flags, side by side" if varying else None)
+    table.add_column("", style="bold")
+    for report in reports:
+        table.add_column(_label(report, varying), overflow="fold")
+    table.add_row("GPUs", *[f"{r['gpus']} x {r['gpu']}" for r in reports])
+    rows = [summary_rows(r) for r in reports]
+    for i, (name, _) in enumerate(rows[0]):
+        table.add_row(name, *[r[i][1] if i < len(r) else "-" for r in rows])
+    prices = [r.get("usd_per_million_tokens") for r in reports]
+    if any(p is not None for p in prices) and rows[0][-1][0] != "price":
+        table.add_row("price", *["-" if p is None else f"${p:.3f}/Mtok" for p in prices])
+    Console(file=sys.stdout, highlight=False, width=60 + 34 * len(reports)).print(table)
+    return 0

@@ -1,0 +1,324 @@
+"""`stepsim run`: simulate one training step of a job on a machine and say where the time goes.
+
+Prints a compact table (or `--json`, design.md's `run` contract) and optionally writes the
+Chrome trace, the Gantt PNG and the memory curve. A job that does not fit still runs; its
+memory verdict comes first. `execute()` is the whole pipeline, shared by `compare` and `sweep`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from simulator import engine, memory, plots, report, strategies, trace
+from simulator.config import load_topology, load_workload
+from simulator.errors import InputError
+from simulator.program import Program
+from simulator.timeline import Timeline
+from simulator.topology import Machine
+from simulator.units import GiB
+from simulator.workload import Job
+
+STRATEGIES = ("ddp", "zero1", "zero2", "fsdp", "tp", "tp+ddp", "tp+fsdp")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that names one simulated step (hashable: sweeps cache on it)."""
+
+    topology: str
+    workload: str
+    strategy: str = "ddp"
+    gpus: int | None = None
+    bucket_mb: float | None = None
+    tp: int | None = None
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    seq_len: int | None = None
+    overlap: bool = True
+    compute_slowdown: float | None = None
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    machine: Machine
+    job: Job
+    program: Program
+    timeline: Timeline
+    memory: dict[str, Any]
+    report: dict[str, Any]
+
+
+def add_job_arguments(parser: argparse.ArgumentParser, *, many: bool = False) -> None:
+    """The options that define a job and a machine (shared by run, compare and sweep)."""
+    action = "append" if many else "store"
+    parser.add_argument("-t", "--topology", required=True, action=action,
+                        help="topology YAML or preset name" + (" (repeatable)" if many else ""))
+    parser.add_argument("-w", "--workload", required=True, action=action,
+                        help="workload YAML or preset name" + (" (repeatable)" if many else ""))
+    parser.add_argument("-s", "--strategy", action=action,
+                        help=f"one of {', '.join(STRATEGIES)} (default ddp)"
+                        + (" (repeatable)" if many else ""))
+    parser.add_argument("--gpus", help="use the first K GPUs of the machine")
+    parser.add_argument("--bucket-mb", help="DDP bucket_cap_mb (MiB; default: PyTorch's 25)")
+    parser.add_argument("--tp", help="tensor-parallel degree (tp, tp+ddp, tp+fsdp)")
+    parser.add_argument("--micro-batch", help="sequences per GPU per micro-step")
+    parser.add_argument("--grad-accum", help="micro-steps per optimizer step")
+    parser.add_argument("--seq-len", help="tokens per sequence")
+    parser.add_argument("--no-overlap", action="store_true",
+                        help="all-reduce after the whole backward (Megatron's local DDP)")
+    parser.add_argument("--compute-slowdown", type=float, default=None,
+                        help="fixed share of compute speed lost while NCCL kernels run "
+                        "(default: channels / SMs)")
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run", help="simulate one training step",
+        description="Simulate one training step: step time, throughput, exposed "
+        "communication, MFU, memory per GPU, the bottleneck link.")
+    add_job_arguments(parser)
+    parser.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace (Perfetto)")
+    parser.add_argument("--gantt", metavar="FILE.png", help="write a Gantt chart of the step")
+    parser.add_argument("--memory-png", metavar="FILE.png",
+                        help="write memory per GPU over the step")
+    parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    parser.set_defaults(handler=run)
+
+
+def positive_int(text: str | None, flag: str) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError(f"{flag}: expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise InputError(f"{flag}: must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str | None, flag: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{flag}: expected a number, got {text!r}") from None
+    if value <= 0:
+        raise InputError(f"{flag}: must be positive, got {value}")
+    return value
+
+
+def check_strategy(name: str) -> str:
+    if name not in STRATEGIES:
+        raise InputError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    return name
+
+
+def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
+                   strategy: str | None) -> RunSpec:
+    slowdown = args.compute_slowdown
+    if slowdown is not None and not 0 <= slowdown <= 1:
+        raise InputError(f"--compute-slowdown: must be in [0, 1], got {slowdown}")
+    return RunSpec(
+        topology=topology, workload=workload, strategy=check_strategy(strategy or "ddp"),
+        gpus=positive_int(args.gpus, "--gpus"),
+        bucket_mb=positive_float(args.bucket_mb, "--bucket-mb"),
+        tp=positive_int(args.tp, "--tp"),
+        micro_batch=positive_int(args.micro_batch, "--micro-batch"),
+        grad_accum=positive_int(args.grad_accum, "--grad-accum"),
+        seq_len=positive_int(args.seq_len, "--seq-len"),
+        overlap=not args.no_overlap, compute_slowdown=slowdown)
+
+
+@lru_cache(maxsize=32)
+def _machine(topology: str, gpus: int | None) -> Machine:
+    machine = Machine.from_config(load_topology(topology))
+    if gpus is not None:
+        if gpus > machine.n_gpus:
+            raise InputError(f"--gpus {gpus}: the machine has only {machine.n_gpus} GPUs")
+        machine = machine.subset(gpus)
+    return machine
+
+
+@lru_cache(maxsize=32)
+def _job(workload: str, micro_batch: int | None, seq_len: int | None,
+         grad_accum: int | None) -> Job:
+    return Job.from_config(load_workload(workload), micro_batch=micro_batch, seq_len=seq_len,
+                           grad_accum=grad_accum)
+
+
+def _options(spec: RunSpec) -> strategies.Options:
+    return strategies.Options(bucket_mb=spec.bucket_mb, tp=spec.tp, overlap=spec.overlap)
+
+
+def _memory(job: Job, machine: Machine, spec: RunSpec) -> dict[str, Any]:
+    """memory.py's verdict; it names TP x DP as "tp" (DDP over the rest) and TP x FSDP "fsdp"."""
+    name = {"tp+ddp": "tp", "tp+fsdp": "fsdp"}.get(spec.strategy, spec.strategy)
+    tp = spec.tp or (machine.n_gpus if spec.strategy == "tp" else 1)
+    if spec.strategy.startswith("tp+") and spec.tp is None:
+        tp = 2
+    return memory.estimate(job, machine.gpu, name, world=machine.n_gpus, tp=tp,
+                           reshard_after_forward=True).to_json()
+
+
+@lru_cache(maxsize=32)
+def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
+    """Tokens/s of one GPU of the same machine with the same per-GPU batch (None: won't fit)."""
+    one = replace(spec, strategy="ddp", gpus=1, tp=None)
+    machine = _machine(one.topology, 1)
+    job = _job(one.workload, one.micro_batch, one.seq_len, one.grad_accum)
+    if not _memory(job, machine, one)["fits"]:
+        return None
+    program = strategies.build("ddp", job, machine, _options(one))
+    timeline = engine.simulate(program, machine, compute_slowdown=one.compute_slowdown)
+    tokens = job.tokens_per_micro_batch * job.grad_accum
+    return tokens / timeline.step_time if timeline.step_time > 0 else None
+
+
+def execute(spec: RunSpec, *, baseline: bool = True) -> RunResult:
+    """Build the program, simulate it, and measure it: the whole `run` pipeline."""
+    machine = _machine(spec.topology, spec.gpus)
+    job = _job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum)
+    program = strategies.build(spec.strategy, job, machine, _options(spec))
+    timeline = engine.simulate(program, machine, compute_slowdown=spec.compute_slowdown)
+    mem = _memory(job, machine, spec)
+    dp = int(program.meta.get("dp", program.world))  # replicas that each take a batch
+    tokens = job.tokens_per_micro_batch * job.grad_accum * dp
+    metrics = report.step_report(
+        timeline,
+        tokens_per_step=tokens,
+        samples_per_step=job.micro_batch * job.grad_accum * dp,
+        model_flops_per_step=job.model_flops_per_step() * dp,
+        peak_flops=machine.gpu.matmul_flops,
+        memory=mem,
+        baseline_tokens_per_s=single_gpu_tokens_per_s(spec) if baseline else None,
+        price_usd_per_hour=machine.config.price_usd_per_hour,
+        extra={"topology": machine.name, "workload": job.name, "strategy": spec.strategy,
+               "gpu": machine.gpu.name, "tokens_per_step": tokens,
+               "overlap": spec.overlap},
+    )
+    return RunResult(spec, machine, job, program, timeline, mem, metrics)
+
+
+def write_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
+    """Write through a temporary file in the same folder, then rename: never half a file."""
+    target = Path(path)
+    if target.parent and not target.parent.exists():
+        raise InputError(f"cannot write {path}: no such folder {target.parent}")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix,
+                               dir=target.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def memory_verdict(mem: dict[str, Any]) -> str:
+    need, have = mem["peak_bytes"] / GiB, mem["capacity_bytes"] / GiB
+    if mem["fits"]:
+        return f"fits: needs {need:.1f} GiB of {have:.1f} GiB per GPU"
+    return f"DOES NOT FIT: needs {need:.1f} GiB of {have:.1f} GiB per GPU"
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.1f} ms"
+
+
+def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    step = r["step_time_s"]
+    eff = r["scaling_efficiency"]
+    bn = r["bottleneck"]
+    rows = [
+        ("step time", _ms(step)),
+        ("tokens/s", f"{r['tokens_per_s']:,.0f}"),
+        ("tokens/s per GPU", f"{r['tokens_per_s_per_gpu']:,.0f}"),
+        ("samples/s", f"{r['samples_per_s']:,.2f}"),
+        ("MFU", f"{r['mfu']:.1%}"),
+        ("compute", _ms(r["compute_time_s"])),
+        ("communication", _ms(r["comm_time_s"])),
+        ("exposed communication", f"{_ms(r['exposed_comm_s'])} ({r['exposed_comm_s'] / step:.0%}"
+                                  " of the step)" if step > 0 else "-"),
+        ("scaling efficiency", "n/a (one GPU cannot hold it)" if eff is None else f"{eff:.1%}"),
+        ("memory per GPU", memory_verdict(r["memory"])),
+        ("bottleneck link", "none" if bn["link"] is None else
+         f"{bn['link']} {bn['utilization']:.0%} of the step, "
+         f"{bn['utilization_during_comm']:.0%} while communicating"),
+    ]
+    if r.get("usd_per_million_tokens") is not None:
+        rows.append(("price", f"${r['usd_per_million_tokens']:.3f} per million tokens"))
+    return rows
+
+
+def bucket_summary(buckets: list[dict[str, Any]]) -> str:
+    if not buckets:
+        return ""
+    sizes = [b["bytes"] for b in buckets]
+    first, last = buckets[0], buckets[-1]
+    return (f"{len(buckets)} buckets, {sum(sizes) / 2**20:,.1f} MiB of gradients "
+            f"(largest {max(sizes) / 2**20:.1f} MiB, smallest {min(sizes) / 2**20:.2f} MiB); "
+            f"first all-reduce starts at {_ms(first['start_s'])}, last ends at "
+            f"{_ms(last['end_s'])}")
+
+
+def print_text(result: RunResult, out: Any = None) -> None:
+    r = result.report
+    console = Console(file=out or sys.stdout, highlight=False, width=110)
+    if not r["memory"]["fits"]:
+        console.print(f"memory: {memory_verdict(r['memory'])} "
+                      "(simulated anyway; the step below would run out of memory)")
+    title = (f"{r['workload']} on {r['topology']} ({r['gpus']} x {r['gpu']}), "
+             f"{r['strategy']}{'' if r['overlap'] else ', no overlap'}")
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for name, value in summary_rows(r):
+        table.add_row(name, value)
+    console.print(table)
+    if r.get("buckets"):
+        console.print("buckets: " + bucket_summary(r["buckets"]))
+
+
+def write_outputs(result: RunResult, args: argparse.Namespace) -> None:
+    title = (f"{result.job.name} on {result.machine.name}, {result.spec.strategy}: "
+             f"step {result.timeline.step_time * 1e3:.1f} ms")
+    if args.trace:
+        text = trace.dumps(result.timeline)
+
+        def write_trace(path: Path) -> None:
+            path.write_text(text, encoding="utf-8")
+
+        write_atomically(args.trace, write_trace)
+    if args.gantt:
+        write_atomically(args.gantt, lambda p: plots.gantt(result.timeline, p, title=title))
+    if args.memory_png:
+        mem = result.memory
+        write_atomically(args.memory_png, lambda p: plots.memory_curve(
+            result.timeline, mem["breakdown_bytes"], mem["capacity_bytes"], p, title=title))
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args, args.topology, args.workload, args.strategy)
+    result = execute(spec)
+    write_outputs(result, args)
+    if args.json:
+        print(json.dumps(result.report, indent=2, default=str))
+    else:
+        print_text(result)
+    return 0

@@ -1,0 +1,142 @@
+"""`stepsim sweep`: one job over list-valued options (bucket size, GPUs, micro-batch, ...).
+
+``--bucket-mb 1,5,25,100,400`` (and any other option given as a comma list) runs every
+combination; the table has a row per point. Points run in parallel processes when there are
+several and more than one CPU; a rich progress bar shows on a terminal (not under CI).
+`--png` draws step time and exposed communication over the swept values; `--json` prints
+a list of `run --json` objects, each with the point's option values under ``"point"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from simulator import plots
+from simulator.commands.run import (
+    RunSpec,
+    add_job_arguments,
+    check_strategy,
+    execute,
+    memory_verdict,
+    positive_float,
+    positive_int,
+    write_atomically,
+)
+from simulator.errors import InputError
+
+# option name -> (RunSpec field, parser of one value)
+LIST_OPTIONS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
+    "bucket_mb": ("bucket_mb", positive_float),
+    "gpus": ("gpus", positive_int),
+    "tp": ("tp", positive_int),
+    "micro_batch": ("micro_batch", positive_int),
+    "grad_accum": ("grad_accum", positive_int),
+    "seq_len": ("seq_len", positive_int),
+}
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "sweep", help="one job over list-valued options (e.g. --bucket-mb 1,5,25,100,400)",
+        description="Simulate one job at every combination of list-valued options: "
+        "--bucket-mb, --gpus, --tp, --micro-batch, --grad-accum, --seq-len take comma lists.")
+    add_job_arguments(parser)
+    parser.add_argument("--png", metavar="FILE.png", help="chart of the sweep")
+    parser.add_argument("--json", action="store_true", help="print a list of run reports")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="parallel processes (default: one per CPU when it helps)")
+    parser.set_defaults(handler=run)
+
+
+def points(args: argparse.Namespace) -> tuple[list[str], list[dict[str, Any]]]:
+    """The swept option names and every combination of their values."""
+    axes: dict[str, list[Any]] = {}
+    for option, (_, parse) in LIST_OPTIONS.items():
+        text = getattr(args, option)
+        if text is None:
+            continue
+        flag = "--" + option.replace("_", "-")
+        values = [parse(v.strip(), flag) for v in str(text).split(",") if v.strip()]
+        if not values:
+            raise InputError(f"{flag}: expected a comma-separated list, got {text!r}")
+        axes[option] = values
+    swept = [k for k, v in axes.items() if len(v) > 1]
+    combos = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+    return swept, combos
+
+
+def _run_point(spec: RunSpec) -> dict[str, Any]:
+    return execute(spec).report
+
+
+def run(args: argparse.Namespace) -> int:
+    slowdown = args.compute_slowdown
+    if slowdown is not None and not 0 <= slowdown <= 1:
+        raise InputError(f"--compute-slowdown: must be in [0, 1], got {slowdown}")
+    swept, combos = points(args)
+    base = RunSpec(args.topology, args.workload, check_strategy(args.strategy or "ddp"),
+                   overlap=not args.no_overlap, compute_slowdown=slowdown)
+    specs = [replace(base, **{LIST_OPTIONS[k][0]: v for k, v in combo.items()})
+             for combo in combos]
+    # the first point runs here, so bad input fails in this process with one clear line
+    reports: list[dict[str, Any]] = [_run_point(specs[0])]
+    rest = specs[1:]
+    jobs = args.jobs or (min(len(rest), os.cpu_count() or 1) if len(rest) > 2 else 1)
+    show = sys.stdout.isatty() and not os.environ.get("CI") and not args.json
+    with Progress(transient=True, disable=not show) as progress:
+        task = progress.add_task("simulating", total=len(specs), completed=1)
+        if jobs > 1:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                for report in pool.map(_run_point, rest):
+                    reports.append(report)
+                    progress.advance(task)
+        else:
+            for spec in rest:
+                reports.append(_run_point(spec))
+                progress.advance(task)
+    for report, combo in zip(reports, combos, strict=True):
+        report["point"] = combo
+    labels = [", ".join(f"{k.replace('_', '-')}={v:g}" for k, v in c.items() if k in swept)
+              or "default" for c in combos]
+    if args.png:
+        series = {"step time (ms)": [r["step_time_s"] * 1e3 for r in reports],
+                  "exposed communication (ms)": [r["exposed_comm_s"] * 1e3 for r in reports],
+                  "communication (ms)": [r["comm_time_s"] * 1e3 for r in reports]}
+        title = f"{reports[0]['workload']} on {reports[0]['topology']}, {base.strategy}"
+        write_atomically(args.png, lambda p: plots.sweep_chart(
+            labels, series, " x ".join(swept) or "point", "milliseconds", p, title=title))
+    if args.json:
+        print(json.dumps(reports, indent=2, default=str))
+        return 0
+    print_table(reports, labels, base)
+    return 0
+
+
+def print_table(reports: list[dict[str, Any]], labels: list[str], base: RunSpec) -> None:
+    first = reports[0]
+    table = Table(title=f"{first['workload']} on {first['topology']}, {base.strategy}",
+                  title_justify="left")
+    for name in ("point", "step", "tokens/s", "per GPU", "MFU", "comm", "exposed comm",
+                 "buckets", "memory"):
+        table.add_column(name, justify="left" if name in ("point", "memory") else "right")
+    for label, r in zip(labels, reports, strict=True):
+        buckets = r.get("buckets")
+        table.add_row(
+            label, f"{r['step_time_s'] * 1e3:.1f} ms", f"{r['tokens_per_s']:,.0f}",
+            f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['mfu']:.1%}",
+            f"{r['comm_time_s'] * 1e3:.1f} ms", f"{r['exposed_comm_s'] * 1e3:.1f} ms",
+            "-" if buckets is None else str(len(buckets)),
+            memory_verdict(r["memory"]).split(":")[0])
+    Console(file=sys.stdout, highlight=False, width=130).print(table)
