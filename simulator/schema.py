@@ -69,7 +69,49 @@ class TopologyConfig(Frozen):
                     errors.append((("links", i, end), f"link to undefined node {ref!r}"))
         if not any(n.kind == "gpu" for n in self.nodes):
             errors.append((("nodes",), "the machine has no GPU node"))
+        return errors + self._catalog_errors()
+
+    def _catalog_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Names that must exist in simulator/hardware.py, and link shapes the model needs."""
+        from simulator import hardware
+
+        def known(name: str, catalog: dict[str, object]) -> str:
+            return f"unknown {name!r}; known: {', '.join(sorted(catalog))}"
+
+        errors: list[tuple[tuple[str | int, ...], str]] = []
+        if self.gpu not in hardware.GPUS:
+            errors.append((("gpu",), known(self.gpu, dict(hardware.GPUS))))
+        kinds = {n.id: n.kind for n in self.nodes}
+        for i, node in enumerate(self.nodes):
+            if node.gpu is not None and node.gpu not in hardware.GPUS:
+                errors.append((("nodes", i, "gpu"), known(node.gpu, dict(hardware.GPUS))))
+            if node.model is not None and node.model not in hardware.SOCKET_LINKS:
+                errors.append((("nodes", i, "model"),
+                               known(node.model, dict(hardware.SOCKET_LINKS))))
+        pairs: set[frozenset[str]] = set()
+        for i, link in enumerate(self.links):
+            pair = frozenset((link.a, link.b))
+            if link.a == link.b:
+                errors.append((("links", i, "b"), f"link from {link.a!r} to itself"))
+            elif pair in pairs:
+                errors.append((("links", i), f"a second link between {link.a!r} and {link.b!r}; "
+                               "give one link with the total count or bandwidth"))
+            pairs.add(pair)
+            if link.gen is not None and link.kind == "pcie" and \
+                    link.gen not in hardware.PCIE_RAW_PER_LANE:
+                errors.append((("links", i, "gen"), f"unknown PCIe generation {link.gen}; "
+                               f"known: {', '.join(map(str, hardware.PCIE_RAW_PER_LANE))}"))
+            catalog: dict[str, object] = {}
+            if link.kind == "nvlink":
+                catalog = dict(hardware.NVLINK_PER_LINK)
+            elif link.kind in ("upi", "xgmi"):
+                catalog = dict(hardware.SOCKET_LINKS)
+                if kinds.get(link.a, "cpu") != "cpu" or kinds.get(link.b, "cpu") != "cpu":
+                    errors.append((("links", i, "kind"), f"{link.kind} joins two cpu nodes"))
+            if link.model is not None and catalog and link.model not in catalog:
+                errors.append((("links", i, "model"), known(link.model, catalog)))
         return errors
+
 
 
 Family = Literal["llama", "gpt2", "mpt", "generic"]
