@@ -113,7 +113,6 @@ class TopologyConfig(Frozen):
         return errors
 
 
-
 Family = Literal["llama", "gpt2", "mpt", "generic"]
 
 
