@@ -1,0 +1,173 @@
+"""`stepsim memory`: does the job fit on each GPU, and what takes the memory.
+
+The first line is the verdict ("fits: needs X GiB of Y GiB per GPU" / "does not fit: ..."),
+then one line per kind of memory on one GPU. ``--micro-batch max`` names the largest micro-batch
+that fits; ``--largest-model`` scales the workload's model family (shape ratios kept) and names
+the largest one that fits. ``--json`` prints the same as one object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from simulator import memory
+from simulator.config import load_topology, load_workload
+from simulator.errors import InputError
+from simulator.schema import WorkloadConfig
+from simulator.topology import Machine
+from simulator.units import GiB
+from simulator.workload import Job
+
+CHECKPOINTING = ("none", "selective", "full")
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "memory", help="memory per GPU of a training job and whether it fits",
+        description="Itemise the memory one GPU needs for a training step (weights, gradients, "
+                    "optimizer states, activations, buffers, reserve) and say whether it fits.")
+    parser.add_argument("-t", "--topology", required=True, help="topology YAML or preset name")
+    parser.add_argument("-w", "--workload", required=True, help="workload YAML or preset name")
+    parser.add_argument("-s", "--strategy", default="ddp",
+                        help=f"{' | '.join(memory.STRATEGIES)} (default ddp); with --tp T the "
+                             "data-parallel scheme over the remaining GPUs")
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="use the first K GPUs (default: all GPUs of the machine)")
+    parser.add_argument("--tp", type=int, default=None,
+                        help="tensor-parallel size (default 1; -s tp: all GPUs)")
+    parser.add_argument("--sequence-parallel", action="store_true",
+                        help="Megatron sequence parallelism with --tp (splits norm activations)")
+    parser.add_argument("--micro-batch", default=None, metavar="B|max",
+                        help="micro-batch per GPU (default: the workload's); 'max' searches the "
+                             "largest micro-batch that fits")
+    parser.add_argument("--seq-len", type=int, default=None, help="sequence length override")
+    parser.add_argument("--checkpointing", default=None, metavar="MODE",
+                        help="activation checkpointing override: none | selective | full")
+    parser.add_argument("--largest-model", action="store_true",
+                        help="scale the workload's model (same shape ratios) and report the "
+                             "largest that fits")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(handler=run)
+
+
+def _workload(args: argparse.Namespace) -> WorkloadConfig:
+    cfg = load_workload(args.workload)
+    if args.checkpointing is not None:
+        if args.checkpointing not in CHECKPOINTING:
+            raise InputError(f"--checkpointing: expected one of {', '.join(CHECKPOINTING)}, "
+                             f"got {args.checkpointing!r}")
+        training = cfg.training.model_copy(update={"activation_checkpointing":
+                                                   args.checkpointing})
+        cfg = cfg.model_copy(update={"training": training})
+    if args.seq_len is not None:
+        if args.seq_len < 1:
+            raise InputError(f"--seq-len must be at least 1, got {args.seq_len}")
+        cfg = cfg.model_copy(update={"training": cfg.training.model_copy(
+            update={"seq_len": args.seq_len})})
+    return cfg
+
+
+def _micro_batch(text: str | None) -> int | None:
+    if text is None or text == "max":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError(f"--micro-batch: expected a number or 'max', got {text!r}") from None
+    if value < 1:
+        raise InputError(f"--micro-batch must be at least 1, got {value}")
+    return value
+
+
+def _with_checkpointing(cfg: WorkloadConfig, mode: str) -> WorkloadConfig:
+    training = cfg.training.model_copy(update={"activation_checkpointing": mode})
+    return cfg.model_copy(update={"training": training})
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.strategy not in memory.STRATEGIES:
+        raise InputError(f"-s: unknown strategy {args.strategy!r}; choose from "
+                         f"{', '.join(memory.STRATEGIES)}")
+    cfg = _workload(args)
+    micro_batch = _micro_batch(args.micro_batch)
+    machine = Machine.from_config(load_topology(args.topology))
+    if args.gpus is not None:
+        machine = machine.subset(args.gpus)
+    world = machine.n_gpus
+    channels = machine.ring().n_channels if world > 1 else memory.NCCL_DEFAULT_CHANNELS
+    options: dict[str, Any] = {"world": world, "tp": args.tp or 1,
+                               "sequence_parallel": args.sequence_parallel,
+                               "nccl_channels": channels}
+    job = Job.from_config(cfg, micro_batch=micro_batch)
+    report = memory.estimate(job, machine.gpu, args.strategy, **options)
+    out: dict[str, Any] = {"topology": machine.name, "workload": job.name,
+                           "gpu": machine.gpu.name, **report.to_json()}
+    hints: list[str] = []
+    if args.micro_batch == "max":
+        best = memory.largest_micro_batch(job, machine.gpu, args.strategy, **options)
+        out["largest_micro_batch"] = best
+        if best == 0 and job.checkpointing != "full" and job.arch is not None:
+            full = Job.from_config(_with_checkpointing(cfg, "full"))
+            best_full = memory.largest_micro_batch(full, machine.gpu, args.strategy, **options)
+            out["largest_micro_batch_full_checkpointing"] = best_full
+            hints.append(f"with full activation checkpointing: largest micro-batch {best_full}")
+    elif not report.fits and job.checkpointing != "full" and job.arch is not None:
+        full = Job.from_config(_with_checkpointing(cfg, "full"), micro_batch=micro_batch)
+        other = memory.estimate(full, machine.gpu, args.strategy, **options)
+        hints.append(f"with full activation checkpointing: {other.verdict()}")
+    if args.largest_model:
+        found = memory.largest_model(cfg, machine.gpu, args.strategy, **options,
+                                     micro_batch=micro_batch)
+        out["largest_model"] = None if found is None else {
+            "parameters": found.parameters, "layers": found.layers, "hidden": found.hidden,
+            "heads": found.heads, "kv_heads": found.kv_heads, "ffn_hidden": found.ffn_hidden,
+            "peak_bytes": found.report.peak_bytes}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(render(report, out, hints))
+    return 0
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / GiB:8.2f}"
+
+
+def render(report: memory.MemoryReport, out: dict[str, Any], hints: list[str]) -> str:
+    r = report
+    rows = [r.verdict(),
+            f"{out['workload']} on {out['topology']} ({out['gpu']}): {r.strategy}, {r.world} "
+            f"GPU(s) = tp {r.tp} x dp {r.dp}; micro-batch {r.micro_batch}, seq {r.seq_len}, "
+            f"checkpointing {r.checkpointing}",
+            f"parameters {r.parameters:,} ({r.trainable_parameters:,} trainable); model states "
+            f"alone {r.model_state_bytes / GiB:.1f} GiB per GPU",
+            "",
+            f"{'per GPU':<12}{'GiB':>8}  what"]
+    phase = r.peak_phase
+    for line in r.lines:
+        if line.phase in ("both", phase):
+            rows.append(f"{line.category:<12}{_gib(line.bytes)}  {line.label}")
+    where = "start of backward" if phase == "backward" else "optimizer step"
+    rows.append(f"{'peak':<12}{_gib(r.peak_bytes)}  at the {where}; capacity "
+                f"{r.capacity_bytes / GiB:.1f} GiB")
+    other = "step" if phase == "backward" else "backward"
+    rows.append(f"{'':<12}{_gib(r.phase_total(other))}  at the "
+                f"{'optimizer step' if other == 'step' else 'start of backward'}")
+    rows += ["", *(f"note: {n}" for n in r.notes)]
+    if "largest_micro_batch" in out:
+        best = out["largest_micro_batch"]
+        rows.append(f"largest micro-batch that fits: {best}" if best else
+                    "largest micro-batch that fits: none (not even 1)")
+    rows += [f"hint: {h}" for h in hints]
+    if "largest_model" in out:
+        m = out["largest_model"]
+        if m is None:
+            rows.append("largest model of this family that fits: none")
+        else:
+            rows.append(f"largest model of this family that fits: {m['parameters'] / 1e9:.2f}B "
+                        f"parameters (layers {m['layers']}, hidden {m['hidden']}, heads "
+                        f"{m['heads']}, kv heads {m['kv_heads']}, ffn {m['ffn_hidden']}; needs "
+                        f"{m['peak_bytes'] / GiB:.1f} GiB)")
+    return "\n".join(rows)

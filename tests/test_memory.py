@@ -1,0 +1,225 @@
+"""Memory model: ZeRO formulas, Korthikanti activations, LoRA/QLoRA, verdicts, `stepsim memory`."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator import memory
+from simulator.cli import main
+from simulator.config import load_workload
+from simulator.errors import InputError
+from simulator.hardware import gpu
+from simulator.units import GiB
+from simulator.workload import Job
+
+RTX5090 = gpu("rtx5090")
+
+
+def job(name: str, **kw: int) -> Job:
+    return Job.from_config(load_workload(name), **kw)
+
+
+def states(report: memory.MemoryReport) -> int:
+    b = report.breakdown_bytes
+    return b["weights"] + b["gradients"] + b["optimizer"]
+
+
+# --- ZeRO paper, figure 1: model states per GPU with mixed-precision Adam (K = 12) ----------
+
+@pytest.mark.parametrize("n", [2, 4, 8, 64])
+@pytest.mark.parametrize(("strategy", "formula"), [
+    ("ddp", lambda p, n: 16 * p),
+    ("zero1", lambda p, n: 4 * p + 12 * p / n),
+    ("zero2", lambda p, n: 2 * p + 14 * p / n),
+    ("zero3", lambda p, n: 16 * p / n),
+    ("fsdp", lambda p, n: 16 * p / n),
+])
+def test_model_states_follow_the_zero_formulas(strategy: str, formula, n: int) -> None:  # type: ignore[no-untyped-def]
+    j = job("llama3.2-1b")
+    psi = j.n_params
+    report = memory.estimate(j, RTX5090, strategy, world=n)
+    assert states(report) == pytest.approx(formula(psi, n), rel=1e-9, abs=2)
+
+
+def test_sgd_keeps_one_state_and_fp32_training_no_master_copy() -> None:
+    cfg = load_workload("llama3.2-1b")
+    sgd = Job.from_config(cfg.model_copy(update={"training": cfg.training.model_copy(
+        update={"optimizer": "sgd"})}))
+    assert states(memory.estimate(sgd, RTX5090, "zero1", world=1)) == \
+        pytest.approx(12 * sgd.n_params, abs=2)  # 2 + 2 + (4 master + 4 momentum)
+    fp32 = Job.from_config(cfg.model_copy(update={"training": cfg.training.model_copy(
+        update={"precision": "fp32"})}))
+    r = memory.estimate(fp32, RTX5090, "zero2", world=4)
+    assert r.breakdown_bytes["weights"] == pytest.approx(4 * fp32.n_params, abs=2)
+    assert states(r) == pytest.approx(4 * fp32.n_params + 12 * fp32.n_params / 4, abs=2)
+
+
+# --- Korthikanti et al. 2022, table 2 (bytes per layer / (s b h)) ----------------------------
+
+def gpt_job() -> Job:
+    """gpt2-medium: a GPT with f = 4h, dropout, MHA: exactly the paper's setting."""
+    return job("gpt2-medium")
+
+
+@pytest.mark.parametrize("t", [1, 2, 4])
+def test_tensor_parallel_activations_match_korthikanti(t: int) -> None:
+    j = gpt_job()
+    h, a, s = j.hidden, j.heads, j.seq_len
+    stored, _ = memory.activations_per_token(j, tp=t, flash_attention=False)
+    assert stored == pytest.approx(h * (10 + 24 / t + 5 * a * s / (h * t)))
+    sp, _ = memory.activations_per_token(j, tp=t, sequence_parallel=True,
+                                         flash_attention=False)
+    assert sp == pytest.approx(h / t * (34 + 5 * a * s / h))
+    sel, _ = memory.activations_per_token(j, tp=t, sequence_parallel=True,
+                                          flash_attention=False, checkpointing="selective")
+    assert sel == pytest.approx(34 * h / t)
+    full, working = memory.activations_per_token(j, tp=t, sequence_parallel=True,
+                                                 flash_attention=False, checkpointing="full")
+    assert full == pytest.approx(2 * h / t)
+    assert working == pytest.approx(sp)
+
+
+def test_flash_attention_drops_the_score_term() -> None:
+    j = gpt_job()
+    h, a = j.hidden, j.heads
+    flash, _ = memory.activations_per_token(j)
+    assert flash == pytest.approx(34 * h + 4 * a)  # only the fp32 log-sum-exp per head remains
+    assert memory.activations_per_token(j, checkpointing="selective")[0] == pytest.approx(34 * h)
+
+
+def test_swiglu_and_gqa_are_counted_per_saved_tensor() -> None:
+    j = job("llama3-8b")  # h 4096, 8 KV heads of 128, f 14336, no dropout
+    h, kv, f = j.hidden, j.kv_heads * 128, j.ffn_hidden
+    stored, _ = memory.activations_per_token(j)
+    assert stored == pytest.approx(2 * (4 * h + h + 2 * kv + h + 4 * f) + 4 * j.heads)
+
+
+def test_activations_and_logits_grow_with_the_micro_batch() -> None:
+    j = job("llama2-7b")
+    one = memory.estimate(j, RTX5090, "fsdp", world=8, micro_batch=1)
+    two = memory.estimate(j, RTX5090, "fsdp", world=8, micro_batch=2)
+    assert two.breakdown_bytes["activations"] == pytest.approx(
+        2 * one.breakdown_bytes["activations"], rel=1e-9)
+    logits = next(x for x in one.lines if "logits" in x.label)
+    assert logits.bytes >= j.seq_len * j.vocab * 4  # the fp32 loss input alone
+
+
+# --- LoRA, QLoRA ------------------------------------------------------------------------------
+
+def test_lora_and_qlora_need_less_than_full_fine_tuning() -> None:
+    full = memory.estimate(job("llama2-7b"), RTX5090, "ddp", world=1)
+    lora = memory.estimate(job("llama2-7b-lora"), RTX5090, "ddp", world=1)
+    qlora = memory.estimate(job("llama2-7b-qlora"), RTX5090, "ddp", world=1)
+    assert states(qlora) < states(lora) < states(full)
+    assert qlora.peak_bytes < lora.peak_bytes < full.peak_bytes
+
+
+def test_qlora_base_costs_nf4_bits_with_double_quantisation() -> None:
+    j = job("llama2-7b-qlora")
+    report = memory.estimate(j, RTX5090, "ddp", world=1)
+    nf4 = next(x for x in report.lines if "NF4" in x.label)
+    assert nf4.bytes == pytest.approx(j.n_quantized * (4 + 0.127) / 8, rel=1e-3)
+
+
+# --- sharding invariants and verdicts -----------------------------------------------------------
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 63), extra=st.integers(1, 64))
+def test_more_gpus_never_increase_fsdp_states_per_gpu(n: int, extra: int) -> None:
+    j = _SMALL
+    fewer = memory.estimate(j, RTX5090, "fsdp", world=n)
+    more = memory.estimate(j, RTX5090, "fsdp", world=n + extra)
+    assert states(more) <= states(fewer)
+
+
+_SMALL = Job.from_config(load_workload("llama3.2-1b"))
+
+
+def test_verdict_strings() -> None:
+    big = memory.estimate(job("llama2-7b"), RTX5090, "ddp", world=1)
+    assert not big.fits
+    assert re.fullmatch(r"does not fit: needs \d+\.\d GiB of 32\.0 GiB per GPU", big.verdict())
+    assert states(big) / GiB == pytest.approx(100.4, abs=0.1)  # 16 B x 6.74e9 parameters
+    small = memory.estimate(job("llama3.2-1b"), gpu("h100-sxm"), "fsdp", world=8)
+    assert small.fits
+    assert re.fullmatch(r"fits: needs \d+\.\d GiB of 80\.0 GiB per GPU", small.verdict())
+
+
+def test_largest_micro_batch_is_the_boundary() -> None:
+    cfg = load_workload("llama2-7b")
+    j = Job.from_config(cfg.model_copy(update={"training": cfg.training.model_copy(
+        update={"activation_checkpointing": "full"})}))
+    b = memory.largest_micro_batch(j, RTX5090, "fsdp", world=8)
+    assert b >= 1
+    assert memory.estimate(j, RTX5090, "fsdp", world=8, micro_batch=b).fits
+    assert not memory.estimate(j, RTX5090, "fsdp", world=8, micro_batch=b + 1).fits
+
+
+def test_largest_full_fine_tune_on_one_32gb_card_is_between_1b_and_2b() -> None:
+    found = memory.largest_model(load_workload("llama2-7b"), RTX5090, "ddp", world=1)
+    assert found is not None and found.report.fits
+    assert 1e9 < found.parameters < 2e9
+    wider = memory.scaled_workload(load_workload("llama2-7b"), found.hidden + 128)
+    assert not memory.estimate(Job.from_config(wider), RTX5090, "ddp", world=1).fits
+
+
+def test_scaling_keeps_llama2_shapes() -> None:
+    cfg = memory.scaled_workload(load_workload("llama2-7b"), 5120)
+    assert cfg.model is not None
+    assert (cfg.model.layers, cfg.model.heads, cfg.model.ffn_hidden) == (40, 40, 13824)  # 13B
+
+
+def test_bad_strategy_and_tp_raise_input_errors() -> None:
+    j = job("llama2-7b")
+    with pytest.raises(InputError, match="unknown strategy"):
+        memory.estimate(j, RTX5090, "pipeline", world=8)
+    with pytest.raises(InputError, match="does not divide"):
+        memory.estimate(j, RTX5090, "ddp", world=8, tp=3)
+
+
+def test_tensor_parallel_splits_states_and_activations() -> None:
+    j = job("llama2-7b")
+    one = memory.estimate(j, RTX5090, "ddp", world=2)
+    tp2 = memory.estimate(j, RTX5090, "tp", world=2)
+    assert (tp2.tp, tp2.dp) == (2, 1)
+    assert states(tp2) == pytest.approx(states(one) / 2, rel=1e-3)
+    assert tp2.breakdown_bytes["activations"] < one.breakdown_bytes["activations"]
+
+
+# --- CLI ------------------------------------------------------------------------------------------
+
+def test_cli_text_starts_with_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["memory", "-t", "1x5090", "-w", "llama2-7b", "-s", "ddp"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("does not fit: needs ")
+    assert any("model states alone 100.4 GiB" in line for line in out)
+
+
+def test_cli_json_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["memory", "-t", "8x5090-dual-socket", "-w", "llama2-7b", "-s", "fsdp",
+                 "--checkpointing", "full", "--micro-batch", "max", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    for key in ("parameters", "trainable_parameters", "peak_bytes", "capacity_bytes", "fits",
+                "breakdown_bytes", "strategy", "world", "micro_batch", "largest_micro_batch"):
+        assert key in data
+    assert set(data["breakdown_bytes"]) == set(memory.CATEGORIES)
+    assert data["world"] == 8 and data["strategy"] == "fsdp"
+    assert data["largest_micro_batch"] >= 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["-s", "pipeline"],
+    ["-s", "ddp", "--tp", "3"],
+    ["--micro-batch", "lots"],
+    ["--checkpointing", "some"],
+    ["--gpus", "9"],
+])
+def test_cli_bad_input_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["memory", "-t", "8x5090-switch", "-w", "llama2-7b", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stepsim memory: error: ") and len(err.strip().splitlines()) == 1
