@@ -1,0 +1,63 @@
+"""scripts/validate.py: every collective measurement is simulated and the errors stay small."""
+
+import importlib.util
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+validate = load_script("validate")
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return validate.collective_rows(validate.load_measurements())
+
+
+def test_every_collective_dataset_with_points_is_simulated(rows):
+    data = validate.load_measurements()
+    with_points = {e["id"] for e in data["collectives"] if e.get("table") or e.get("points")}
+    assert with_points == {r.id for r in rows}
+    expected = sum(len(e.get("points", [])) + len(e.get("table", {}).get("bytes", []))
+                   + len(e.get("also", {}).get("allgather_busbw_gbps", {}))
+                   for e in data["collectives"] if e["id"] in with_points)
+    assert len(rows) == expected
+
+
+def test_measurements_carry_their_sources():
+    data = validate.load_measurements()
+    for section in ("collectives", "training", "rules"):
+        for entry in data[section]:
+            assert entry.get("source"), entry["id"]
+
+
+def test_median_error_is_small_and_calibration_sets_are_close(rows):
+    assert statistics.median(abs(r.error) for r in rows) < 0.05
+    calibration = ("2x2080ti-gen3-switch-shm", "8xh200-nvswitch-ring")
+    for r in rows:
+        if r.id in calibration and r.op == "allreduce":
+            assert abs(r.error) < 0.30, r
+
+
+def test_script_prints_table_and_summary(capsys):
+    assert validate.main(["--section", "collectives"]) == 0
+    out = capsys.readouterr().out
+    assert "measured" in out and "simulated" in out and "median |error|" in out
+
+
+def test_training_section_runs(capsys):
+    assert validate.main(["--section", "training"]) == 0
+    assert "== training ==" in capsys.readouterr().out
