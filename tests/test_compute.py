@@ -1,0 +1,85 @@
+"""Compute model: roofline scaling, GEMM waves, MFU, and published single-GPU throughputs."""
+
+from dataclasses import replace
+
+import pytest
+
+from simulator import compute
+from simulator.config import load_workload
+from simulator.hardware import gpu
+from simulator.ops import Kernel, Op, gemm, memory
+from simulator.workload import Job
+
+A100 = gpu("a100-sxm4-80gb")
+
+
+def busy(op: Op, g: object) -> float:
+    """Op time without launch overhead."""
+    return compute.op_time(op, g) - len(op.kernels) * compute.LAUNCH_OVERHEAD  # type: ignore[arg-type]
+
+
+def test_memory_bound_op_scales_with_bandwidth() -> None:
+    op = Op.of("norm", 0, "forward", [memory(1e9, 1e6)])
+    faster = replace(A100, memory_bandwidth=2 * A100.memory_bandwidth)
+    assert busy(op, faster) == pytest.approx(busy(op, A100) / 2)
+    assert busy(op, replace(A100, matmul_flops=10 * A100.matmul_flops)) == busy(op, A100)
+
+
+def test_compute_bound_op_scales_with_flops() -> None:
+    m, n, k = 128 * 108, 128 * 8, 8192  # whole waves of 128x128 tiles on 108 SMs
+    op = Op.of("mlp", 0, "forward", [gemm(m, n, k, 2)])
+    assert busy(op, A100) == pytest.approx(2 * m * n * k / A100.measured_matmul_flops)
+    faster = replace(A100, measured_matmul_flops=2 * A100.measured_matmul_flops)
+    assert busy(op, faster) == pytest.approx(busy(op, A100) / 2)
+    assert busy(op, replace(A100, memory_bandwidth=10 * A100.memory_bandwidth)) == busy(op, A100)
+
+
+def test_unpublished_rate_uses_the_catalog_ratio() -> None:
+    g = gpu("rtx5090")
+    assert g.measured_matmul_flops is None
+    assert 0.7 < compute.MEASURED_TO_SPEC < 1.0
+    assert compute.matmul_rate(g) == pytest.approx(g.matmul_flops * compute.MEASURED_TO_SPEC)
+
+
+def test_small_gemms_lose_to_wave_quantisation() -> None:
+    assert compute.wave_efficiency(128 * 108, 128, 108) == 1.0
+    assert compute.wave_efficiency(128 * 109, 128, 108) == pytest.approx(109 / 216)
+    # a LoRA weight-gradient GEMM (rank 16 rows) fills few SMs
+    assert compute.wave_efficiency(16, 4096, 108) < 0.3
+
+
+def test_flash_attention_runs_below_gemm_rate() -> None:
+    k = Kernel("attention_fwd", 1e13, 1e6)
+    t = compute.kernel_time(k, A100) - compute.LAUNCH_OVERHEAD
+    assert t == pytest.approx(1e13 / (A100.matmul_flops * compute.FLASH_FWD_EFFICIENCY))
+
+
+def test_mfu_definition() -> None:
+    assert compute.mfu(312e12, 1.0, A100) == pytest.approx(1.0)
+    assert compute.mfu(8 * 156e12, 1.0, A100, n_gpus=8) == pytest.approx(0.5)
+
+
+def test_optimizer_is_memory_bound_over_adam_states() -> None:
+    job = Job.from_config(load_workload("llama2-7b"))
+    total = sum(op.bytes for op in job.optimizer_ops())
+    assert total == pytest.approx(30 * job.n_trainable)  # fp32 grad, master, m, v + bf16 copy
+    seconds = sum(compute.op_time(op, A100) for op in job.optimizer_ops())
+    assert seconds > total / A100.memory_bandwidth
+
+
+def test_gpt2_medium_on_rtx3090ti_matches_megatron_measurement() -> None:
+    """mli/transformers-benchmarks (measurements.yaml 2x3090ti-gpt2-medium-megatron, 1 GPU):
+    17.0 samples/s. Tolerance 15%."""
+    job = Job.from_config(load_workload("gpt2-medium"))
+    sps = compute.samples_per_second(job, gpu("rtx3090ti"))
+    assert sps == pytest.approx(17.0, rel=0.15)
+
+
+def test_mpt7b_compute_alone_beats_the_fsdp_run() -> None:
+    """llm-foundry 8xA100 FSDP (measurements.yaml 8xa100-mpt-fsdp): 4641 tokens/s/GPU with
+    communication; compute alone must be faster, and not absurdly so."""
+    job = Job.from_config(load_workload("mpt-7b"))
+    t = compute.step_compute_time(job, A100)
+    tokens = job.tokens_per_micro_batch / t
+    assert 4641 < tokens < 1.3 * 4641
+    assert 0.642 < compute.mfu(job.model_flops_per_step(), t, A100) < 0.85
