@@ -6,16 +6,16 @@ import pytest
 
 from simulator import compute
 from simulator.config import load_workload
-from simulator.hardware import gpu
+from simulator.hardware import GPU, gpu
 from simulator.ops import Kernel, Op, gemm, memory
 from simulator.workload import Job
 
 A100 = gpu("a100-sxm4-80gb")
 
 
-def busy(op: Op, g: object) -> float:
+def busy(op: Op, g: GPU) -> float:
     """Op time without launch overhead."""
-    return compute.op_time(op, g) - len(op.kernels) * compute.LAUNCH_OVERHEAD  # type: ignore[arg-type]
+    return compute.op_time(op, g) - len(op.kernels) * compute.LAUNCH_OVERHEAD
 
 
 def test_memory_bound_op_scales_with_bandwidth() -> None:
@@ -28,8 +28,9 @@ def test_memory_bound_op_scales_with_bandwidth() -> None:
 def test_compute_bound_op_scales_with_flops() -> None:
     m, n, k = 128 * 108, 128 * 8, 8192  # whole waves of 128x128 tiles on 108 SMs
     op = Op.of("mlp", 0, "forward", [gemm(m, n, k, 2)])
-    assert busy(op, A100) == pytest.approx(2 * m * n * k / A100.measured_matmul_flops)
-    faster = replace(A100, measured_matmul_flops=2 * A100.measured_matmul_flops)
+    rate = compute.matmul_rate(A100)
+    assert busy(op, A100) == pytest.approx(2 * m * n * k / rate)
+    faster = replace(A100, measured_matmul_flops=2 * rate)
     assert busy(op, faster) == pytest.approx(busy(op, A100) / 2)
     assert busy(op, replace(A100, memory_bandwidth=10 * A100.memory_bandwidth)) == busy(op, A100)
 

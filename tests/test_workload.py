@@ -6,6 +6,7 @@ import pytest
 
 from simulator.config import load_workload
 from simulator.errors import InputError
+from simulator.ops import Phase
 from simulator.schema import LoraConfig, ModelConfig, TrainingConfig, WorkloadConfig
 from simulator.workload import Job
 
@@ -135,8 +136,8 @@ def test_lora_and_qlora_backward() -> None:
     # frozen weights skip the weight-gradient GEMM: backward ~1x forward instead of ~2x
     assert flops(full) / fwd(full) == pytest.approx(2.0, rel=0.05)
     assert flops(lora) / fwd(lora) < 1.3
-    def nbytes(j: Job, phase: str) -> float:
-        return sum(op.bytes for op in j.ops(phase))  # type: ignore[arg-type]
+    def nbytes(j: Job, phase: Phase) -> float:
+        return sum(op.bytes for op in j.ops(phase))
     # QLoRA dequantises every frozen linear weight in forward and again in backward
     linear = sum(p.numel for p in qlora.params if p.quantized)
     assert nbytes(qlora, "forward") - nbytes(lora, "forward") == pytest.approx(2.5 * linear)
