@@ -196,6 +196,8 @@ def activations_per_token(job: Job, *, tp: int = 1, sequence_parallel: bool = Fa
     (softmax 2, dropout mask 1, dropout output 2) without flash attention, and only the fp32
     log-sum-exp 4a with it (FlashAttention, Dao et al. 2022, arXiv:2205.14135, keeps no s x s
     matrix). For a GPT (f = 4h, dropout, no flash) this is exactly s b h (34 + 5as/h).
+    Norms are taken to save their input in the compute dtype, as fused kernels do; Hugging
+    Face's eager LlamaRMSNorm also keeps an fp32 upcast, which this does not count.
     """
     a = job.arch
     if a is None:
@@ -314,22 +316,27 @@ def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: d
         lines.append(Line("other", "ZeRO gradient reduce bucket (reduce_bucket_size 5e8)",
                           n * r.grad, "backward"))
     if strategy in ("zero3", "fsdp") and dp > 1:
+        who = "FSDP" if strategy == "fsdp" else "ZeRO-3"
         if reshard_after_forward:
             # current unit + the prefetched next one (FSDP2 one-ahead prefetch; FSDP1
-            # limit_all_gathers keeps two in flight), and in backward the unit's 16-bit
-            # gradients plus the fp32 reduce-scatter input (reduce_dtype=fp32)
+            # limit_all_gathers keeps two in flight; ZeRO-3's prefetch bucket is modelled alike)
             params = 2 * sizes["unit"]
             what = "2 units (current + prefetched)"
         else:
             params = sizes["all_units"] - sizes["root"]
             what = "all units (reshard_after_forward=False)"
-        grads = sizes["unit_grads"] * (e + (4 if mixed else 0))
-        lines.append(Line("other", f"FSDP unsharded parameters in flight: {what}", params))
-        lines.append(Line("other", "FSDP unsharded gradients of one unit + fp32 reduce-scatter "
-                          "input", grads, "backward"))
+        # a unit's 16-bit gradients in backward; FSDP2 with reduce_dtype=fp32 also builds an
+        # fp32 reduce-scatter input (DeepSpeed reduces in the 16-bit dtype)
+        rs_input = 4 if mixed and strategy == "fsdp" else 0
+        grads = sizes["unit_grads"] * (e + rs_input)
+        lines.append(Line("other", f"{who} unsharded parameters in flight: {what}", params,
+                          "backward"))
+        lines.append(Line("other", f"{who} unsharded gradients of one unit"
+                          + (" + fp32 reduce-scatter input" if rs_input else ""), grads,
+                          "backward"))
         # root unit (embeddings, final norm, head): not resharded after forward, its 16-bit
         # gradients (the lm_head's come first) wait for the last reduce-scatter
-        lines.append(Line("other", "FSDP root unit (embeddings, head) unsharded with its "
+        lines.append(Line("other", f"{who} root unit (embeddings, head) unsharded with its "
                           "gradients", sizes["root"] + sizes["root_grads"] * e, "backward"))
     if job.finetune == "qlora" and sizes["largest_quantized"]:
         lines.append(Line("other", "QLoRA dequantised weight of the largest layer",

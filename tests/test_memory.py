@@ -223,3 +223,27 @@ def test_cli_bad_input_exits_2(argv: list[str], capsys: pytest.CaptureFixture[st
     assert main(["memory", "-t", "8x5090-switch", "-w", "llama2-7b", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("stepsim memory: error: ") and len(err.strip().splitlines()) == 1
+
+
+def test_breakdown_sums_to_the_peak() -> None:
+    for strategy in memory.STRATEGIES:
+        r = memory.estimate(job("llama2-7b-lora"), RTX5090, strategy, world=8, tp=2)
+        assert sum(r.breakdown_bytes.values()) == pytest.approx(r.peak_bytes, abs=8)
+
+
+def test_generic_layer_list_uses_the_given_activation_bytes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "unet.yaml"
+    path.write_text(
+        "name: unet\n"
+        "layers:\n"
+        "  - {name: down, params: 1000000, forward_flops_per_sample: 1e9,"
+        " activation_bytes_per_sample: 1e6, tensors: 2}\n"
+        "  - {name: up, params: 3000000, forward_flops_per_sample: 1e9,"
+        " activation_bytes_per_sample: 3e6}\n"
+        "training: {seq_len: 1, micro_batch: 4}\n")
+    j = Job.from_config(load_workload(str(path)))
+    r = memory.estimate(j, RTX5090, "ddp", world=2)
+    assert r.breakdown_bytes["activations"] == pytest.approx(4 * 4e6)
+    assert states(r) == pytest.approx(16 * 4e6)
+    with pytest.raises(InputError, match="transformer"):
+        memory.estimate(j, RTX5090, "tp", world=2)
