@@ -1,8 +1,8 @@
 """Memory per GPU for one training step, line by line, and the fits verdict.
 
 Inside: ``estimate(job, gpu, strategy, world=...)`` -> ``MemoryReport`` (itemised lines in five
-categories: weights, gradients, optimizer, activations, other), ``largest_micro_batch`` and
-``largest_model`` (a Llama-shaped family scaled up until it no longer fits).
+categories: weights, gradients, optimizer, activations, other) and ``activations_per_token``.
+The searches built on it (largest micro-batch, largest model) are in simulator/memory_search.py.
 
 The training recipe per strategy (all cost 16 bytes per trainable parameter with mixed-precision
 Adam, as in the ZeRO paper, Rajbhandari et al. 2019, arXiv:1910.02054 section 3.1; the split
@@ -24,12 +24,10 @@ resident (the ZeRO-style sum); the optimizer step is checked as a second phase.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from simulator.errors import InputError
 from simulator.hardware import GPU
-from simulator.schema import WorkloadConfig
 from simulator.units import GiB, MiB
 from simulator.workload import Job
 
@@ -394,89 +392,3 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                         seq_len=job.seq_len, checkpointing=job.checkpointing,
                         parameters=job.n_params, trainable_parameters=job.n_trainable,
                         capacity_bytes=gpu.memory_bytes, lines=tuple(lines), notes=tuple(notes))
-
-
-def largest_micro_batch(job: Job, gpu: GPU, strategy: str, *, limit: int = 4096,
-                        **options: object) -> int:
-    """The largest micro-batch that fits (0 if not even one). Memory grows with the batch."""
-    def fits(b: int) -> bool:
-        return estimate(job, gpu, strategy, micro_batch=b, **options).fits  # type: ignore[arg-type]
-
-    if not fits(1):
-        return 0
-    lo, hi = 1, 2
-    while hi <= limit and fits(hi):
-        lo, hi = hi, hi * 2
-    hi = min(hi, limit + 1)
-    while hi - lo > 1:  # invariant: lo fits, hi does not (or is past the limit)
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
-
-
-@dataclass(frozen=True)
-class ScaledModel:
-    """One member of a scaled family and its memory report."""
-
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    ffn_hidden: int
-    report: MemoryReport
-
-    @property
-    def parameters(self) -> int:
-        return self.report.parameters
-
-
-def scaled_workload(base: WorkloadConfig, hidden: int) -> WorkloadConfig:
-    """The base model at another width, keeping its shape ratios: head size, layers per hidden
-    unit (Llama 2 7B and 13B both have L = h / 128), the KV-head share and the MLP ratio, the
-    MLP width rounded up to a multiple of 256 (Llama's ``multiple_of``: 11008, 13824)."""
-    m = base.model
-    if m is None:
-        raise InputError("the largest-model search needs a transformer `model`")
-    head_dim = m.hidden // m.heads
-    heads = max(1, hidden // head_dim)
-    kv_share = (m.kv_heads or m.heads) / m.heads
-    kv_heads = max(1, round(heads * kv_share))
-    while heads % kv_heads:
-        kv_heads -= 1
-    ffn = math.ceil((m.ffn_hidden or 4 * m.hidden) * hidden / m.hidden / 256) * 256
-    layers = max(1, round(m.layers * hidden / m.hidden))
-    model = m.model_copy(update={"hidden": heads * head_dim, "heads": heads,
-                                 "kv_heads": kv_heads, "ffn_hidden": ffn, "layers": layers})
-    return base.model_copy(update={"model": model, "name": f"{base.name}-h{hidden}"})
-
-
-def largest_model(base: WorkloadConfig, gpu: GPU, strategy: str, *, max_hidden: int = 65536,
-                  **options: object) -> ScaledModel | None:
-    """The widest (so largest) member of the base model's family that fits, or None.
-
-    Widths step by one head; parameters and memory grow with the width, so bisection applies.
-    """
-    m = base.model
-    if m is None:
-        raise InputError("the largest-model search needs a transformer `model`")
-    step = m.hidden // m.heads
-
-    def build(k: int) -> ScaledModel:
-        cfg = scaled_workload(base, k * step)
-        assert cfg.model is not None
-        job = Job.from_config(cfg)
-        report = estimate(job, gpu, strategy, **options)  # type: ignore[arg-type]
-        mm = cfg.model
-        return ScaledModel(mm.layers, mm.hidden, mm.heads, mm.kv_heads or mm.heads,
-                           mm.ffn_hidden or 4 * mm.hidden, report)
-
-    lo, hi = 0, max_hidden // step + 1  # invariant: lo fits (0 = nothing), hi does not
-    best: ScaledModel | None = None
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        candidate = build(mid)
-        if candidate.report.fits:
-            lo, best = mid, candidate
-        else:
-            hi = mid
-    return best

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import memory
+from simulator import memory, memory_search
 from simulator.cli import main
 from simulator.config import load_workload
 from simulator.errors import InputError
@@ -154,22 +154,22 @@ def test_largest_micro_batch_is_the_boundary() -> None:
     cfg = load_workload("llama2-7b")
     j = Job.from_config(cfg.model_copy(update={"training": cfg.training.model_copy(
         update={"activation_checkpointing": "full"})}))
-    b = memory.largest_micro_batch(j, RTX5090, "fsdp", world=8)
+    b = memory_search.largest_micro_batch(j, RTX5090, "fsdp", world=8)
     assert b >= 1
     assert memory.estimate(j, RTX5090, "fsdp", world=8, micro_batch=b).fits
     assert not memory.estimate(j, RTX5090, "fsdp", world=8, micro_batch=b + 1).fits
 
 
 def test_largest_full_fine_tune_on_one_32gb_card_is_between_1b_and_2b() -> None:
-    found = memory.largest_model(load_workload("llama2-7b"), RTX5090, "ddp", world=1)
+    found = memory_search.largest_model(load_workload("llama2-7b"), RTX5090, "ddp", world=1)
     assert found is not None and found.report.fits
     assert 1e9 < found.parameters < 2e9
-    wider = memory.scaled_workload(load_workload("llama2-7b"), found.hidden + 128)
+    wider = memory_search.scaled_workload(load_workload("llama2-7b"), found.hidden + 128)
     assert not memory.estimate(Job.from_config(wider), RTX5090, "ddp", world=1).fits
 
 
 def test_scaling_keeps_llama2_shapes() -> None:
-    cfg = memory.scaled_workload(load_workload("llama2-7b"), 5120)
+    cfg = memory_search.scaled_workload(load_workload("llama2-7b"), 5120)
     assert cfg.model is not None
     assert (cfg.model.layers, cfg.model.heads, cfg.model.ffn_hidden) == (40, 40, 13824)  # 13B
 

@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import Any
 
-from simulator import memory
+from simulator import memory, memory_search
 from simulator.config import load_topology, load_workload
 from simulator.errors import InputError
 from simulator.schema import WorkloadConfig
@@ -106,11 +106,12 @@ def run(args: argparse.Namespace) -> int:
                            "gpu": machine.gpu.name, **report.to_json()}
     hints: list[str] = []
     if args.micro_batch == "max":
-        best = memory.largest_micro_batch(job, machine.gpu, args.strategy, **options)
+        best = memory_search.largest_micro_batch(job, machine.gpu, args.strategy, **options)
         out["largest_micro_batch"] = best
         if best == 0 and job.checkpointing != "full" and job.arch is not None:
             full = Job.from_config(_with_checkpointing(cfg, "full"))
-            best_full = memory.largest_micro_batch(full, machine.gpu, args.strategy, **options)
+            best_full = memory_search.largest_micro_batch(full, machine.gpu, args.strategy,
+                                                          **options)
             out["largest_micro_batch_full_checkpointing"] = best_full
             hints.append(f"with full activation checkpointing: largest micro-batch {best_full}")
     elif not report.fits and job.checkpointing != "full" and job.arch is not None:
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         other = memory.estimate(full, machine.gpu, args.strategy, **options)
         hints.append(f"with full activation checkpointing: {other.verdict()}")
     if args.largest_model:
-        found = memory.largest_model(cfg, machine.gpu, args.strategy, **options,
+        found = memory_search.largest_model(cfg, machine.gpu, args.strategy, **options,
                                      micro_batch=micro_batch)
         out["largest_model"] = None if found is None else {
             "parameters": found.parameters, "layers": found.layers, "hidden": found.hidden,
