@@ -114,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
                                                           **options)
             out["largest_micro_batch_full_checkpointing"] = best_full
             hints.append(f"with full activation checkpointing: largest micro-batch {best_full}")
-    elif not report.fits and job.checkpointing != "full" and job.arch is not None:
+    elif (not report.fits and job.checkpointing != "full" and job.arch is not None
+          and report.model_state_bytes < report.capacity_bytes):
         full = Job.from_config(_with_checkpointing(cfg, "full"), micro_batch=micro_batch)
         other = memory.estimate(full, machine.gpu, args.strategy, **options)
         hints.append(f"with full activation checkpointing: {other.verdict()}")
@@ -143,7 +144,8 @@ def render(report: memory.MemoryReport, out: dict[str, Any], hints: list[str]) -
             f"GPU(s) = tp {r.tp} x dp {r.dp}; micro-batch {r.micro_batch}, seq {r.seq_len}, "
             f"checkpointing {r.checkpointing}",
             f"parameters {r.parameters:,} ({r.trainable_parameters:,} trainable); model states "
-            f"alone {r.model_state_bytes / GiB:.1f} GiB per GPU",
+            f"alone {r.model_state_bytes / GiB:.1f} GiB per GPU"
+            + (" (more than the card holds)" if r.model_state_bytes > r.capacity_bytes else ""),
             "",
             f"{'per GPU':<12}{'GiB':>8}  what"]
     phase = r.peak_phase
