@@ -35,10 +35,34 @@ def collective_sweep() -> tuple[float, str]:
     return simulated, f"stepsim {' '.join(argv)}  ({len(results)} sizes)"
 
 
-# Training-step benchmarks (an 8-GPU step of a 7B model, ...) are added here, one function
-# each, returning (simulated seconds, label).
+def _run_step(argv: list[str]) -> tuple[float, str]:
+    """One `stepsim run --json` through the CLI; simulated seconds = the step time."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = stepsim(argv)
+    if code != 0:
+        raise SystemExit(f"stepsim {' '.join(argv)} exited {code}")
+    report = json.loads(out.getvalue())
+    tasks = len(report.get("buckets") or [])
+    extra = f"  ({tasks} buckets)" if tasks else ""
+    return report["step_time_s"], f"stepsim {' '.join(argv)}{extra}"
+
+
+def ddp_7b_step() -> tuple[float, str]:
+    """8-GPU DDP step of a 7B model with 25 MiB buckets (design.md target: about 1 s)."""
+    return _run_step(["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "ddp",
+                      "--bucket-mb", "25", "--json"])
+
+
+def fsdp_7b_step() -> tuple[float, str]:
+    """8-GPU FSDP step of a 7B model (acceptance: at most 2 s of wall time)."""
+    return _run_step(["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp", "--json"])
+
+
 BENCHMARKS: list[Callable[[], tuple[float, str]]] = [
     collective_sweep,
+    ddp_7b_step,
+    fsdp_7b_step,
 ]
 
 

@@ -101,9 +101,54 @@ def collective_rows(data: dict[str, Any]) -> list[Row]:
     return rows
 
 
+# Which machine, workload and flags model each training result. Megatron-LM's "local" DDP of
+# that release all-reduced after backward without overlap, hence --no-overlap there.
+TRAINING_RUNS: dict[str, dict[str, Any]] = {
+    "2x3090ti-gpt2-medium-megatron": {
+        "workload": "gpt2-medium", "strategy": "ddp", "overlap": False,
+        "machines": {"nvlink": "2x3090ti-nvlink", "pcie x8, NCCL_P2P_DISABLE=1": "2x3090ti-pcie",
+                     None: "2x3090ti-nvlink"},
+    },
+    "8xa100-mpt-fsdp": {
+        "workload": "mpt-7b", "strategy": "fsdp", "overlap": True,
+        "machines": {None: "8xa100-nvswitch"}, "models": {"mpt-7b"},
+    },
+}
+
+
 def training_rows(data: dict[str, Any]) -> list[Row]:
-    """Training-step measurements: not simulated here yet (the step engine adds them)."""
-    return []
+    """Training-step measurements: throughput, MFU and the all-reduce share of the step."""
+    from simulator.commands.run import RunSpec, execute
+
+    rows: list[Row] = []
+    for entry in data.get("training", []):
+        setup = TRAINING_RUNS.get(entry["id"])
+        if setup is None:
+            continue  # no machine or workload file models this dataset yet
+        for result in entry["results"]:
+            if "models" in setup and result.get("model") not in setup["models"]:
+                continue
+            gpus = int(result.get("gpus", 8))
+            topology = setup["machines"].get(result.get("link"), setup["machines"][None])
+            spec = RunSpec(topology, setup["workload"], setup["strategy"] if gpus > 1 else "ddp",
+                           gpus=gpus, micro_batch=result.get("micro_batch"),
+                           grad_accum=result.get("grad_accum"), overlap=setup["overlap"])
+            r = execute(spec, baseline=False).report
+            label = f"{entry['id']}"
+            what = f"{result.get('link') or result.get('model') or ''}".split(",")[0][:13]
+            if "samples_per_s" in result:
+                rows.append(Row(label, what, gpus, None, "samples/s", result["samples_per_s"],
+                                r["samples_per_s"]))
+            if "tokens_per_s_per_gpu" in result:
+                rows.append(Row(label, what, gpus, None, "tok/s/GPU",
+                                result["tokens_per_s_per_gpu"], r["tokens_per_s_per_gpu"]))
+            if "mfu" in result:
+                rows.append(Row(label, what, gpus, None, "MFU", result["mfu"], r["mfu"]))
+            split = result.get("time_split", {})
+            if "allreduce" in split:
+                rows.append(Row(label, what, gpus, None, "AR share", split["allreduce"],
+                                r["comm_time_s"] / r["step_time_s"]))
+    return rows
 
 
 SECTIONS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {

@@ -68,18 +68,20 @@ def gantt(timeline: Timeline, path: str | Path, *, title: str = "",
                 by_kind.setdefault(span.kind, []).append(
                     (span.start * _MS, max(span.duration * _MS, 1e-6)))
         y = len(lanes) - 1 - row
+        # thin white edges keep neighbouring buckets and layers apart, unless they are so
+        # many that the edges would hide the colours
+        edge = 0.3 if sum(len(b) for b in by_kind.values()) < 200 else 0.0
         for kind, bars in by_kind.items():
             kinds_seen[kind] = None
-            # thin white edges keep neighbouring buckets and layers apart
             ax.broken_barh(bars, (y - 0.38, 0.76), facecolors=COLOURS.get(kind, "#777777"),
-                           edgecolor="white", linewidth=0.3)
+                           edgecolor="white", linewidth=edge)
         del gpu  # spans are identical per GPU (symmetric ranks)
     for start, end in exposed_intervals(timeline):
         ax.axvspan(start * _MS, end * _MS, color=_EXPOSED, linewidth=0)
     step_ms = timeline.step_time * _MS
     ax.axvline(step_ms, color="black", linewidth=1.2, linestyle="--")
-    ax.text(step_ms, len(lanes) - 0.45, f" step {step_ms:.1f} ms", va="bottom", ha="right",
-            fontsize=9)
+    ax.text(step_ms, 1.01, f"step {step_ms:.1f} ms", va="bottom", ha="right", fontsize=9,
+            transform=ax.get_xaxis_transform())
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels([label for label, _, _ in reversed(lanes)], fontsize=9)
     ax.set_ylim(-0.6, len(lanes) - 0.1)

@@ -279,10 +279,10 @@ def bucket_summary(buckets: list[dict[str, Any]]) -> str:
 
 def print_text(result: RunResult, out: Any = None) -> None:
     r = result.report
-    console = Console(file=out or sys.stdout, highlight=False, width=110)
+    console = Console(file=out or sys.stdout, highlight=False, width=110, soft_wrap=True)
     if not r["memory"]["fits"]:
-        console.print(f"memory: {memory_verdict(r['memory'])} "
-                      "(simulated anyway; the step below would run out of memory)")
+        console.print(f"memory: {memory_verdict(r['memory'])}; simulated anyway, "
+                      "but this step would run out of memory")
     title = (f"{r['workload']} on {r['topology']} ({r['gpus']} x {r['gpu']}), "
              f"{r['strategy']}{'' if r['overlap'] else ', no overlap'}")
     table = Table(title=title, show_header=False, title_justify="left")
