@@ -18,6 +18,7 @@ from simulator.units import GiB
 from simulator.workload import Job
 
 RTX5090 = gpu("rtx5090")
+_SMALL = Job.from_config(load_workload("llama3.2-1b"))
 
 
 def job(name: str, **kw: int) -> Job:
@@ -135,9 +136,6 @@ def test_more_gpus_never_increase_fsdp_states_per_gpu(n: int, extra: int) -> Non
     fewer = memory.estimate(j, RTX5090, "fsdp", world=n)
     more = memory.estimate(j, RTX5090, "fsdp", world=n + extra)
     assert states(more) <= states(fewer)
-
-
-_SMALL = Job.from_config(load_workload("llama3.2-1b"))
 
 
 def test_verdict_strings() -> None:
