@@ -79,6 +79,42 @@ def chrome_trace(timeline: Timeline, *, counter_links: int = 8) -> dict[str, Any
     }
 
 
+def problems(doc: dict[str, Any]) -> list[str]:
+    """Structural check of a Chrome trace: what Perfetto needs to draw it as intended.
+
+    Every X event has name/ph/pid/tid/ts/dur with dur >= 0, every (pid, tid) with slices is
+    named by M metadata, and slices on one (pid, tid) never overlap. Returns the problems found.
+    """
+    out: list[str] = []
+    events = doc.get("traceEvents")
+    if not isinstance(events, list):
+        return ["no traceEvents list"]
+    named_threads = {(e.get("pid"), e.get("tid")) for e in events
+                     if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    named_procs = {e.get("pid") for e in events
+                   if e.get("ph") == "M" and e.get("name") == "process_name"}
+    tracks: dict[tuple[Any, Any], list[tuple[float, float, str]]] = {}
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        missing = [k for k in ("name", "pid", "tid", "ts", "dur") if k not in e]
+        if missing:
+            out.append(f"X event without {missing}: {e}")
+            continue
+        if e["dur"] < 0:
+            out.append(f"negative duration: {e['name']}")
+        tracks.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"],
+                                                            e["name"]))
+    for (pid, tid), slices in tracks.items():
+        if (pid, tid) not in named_threads or pid not in named_procs:
+            out.append(f"track pid={pid} tid={tid} has no process/thread name")
+        slices.sort()
+        for (_, end, name), (start, _, nxt) in zip(slices, slices[1:], strict=False):
+            if start < end - 1e-6:  # a nanosecond of rounding slack
+                out.append(f"pid={pid} tid={tid}: {nxt!r} starts before {name!r} ends")
+    return out
+
+
 def dumps(timeline: Timeline, **kwargs: Any) -> str:
     """The trace as JSON text; the same timeline always gives the same text."""
     return json.dumps(chrome_trace(timeline, **kwargs), separators=(",", ":"), default=str)

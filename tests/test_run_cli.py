@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from simulator import report
+from simulator import trace as trace_module
 from simulator.cli import main
 from simulator.commands import run as run_cmd
 from simulator.program import Comm, Compute, Program
@@ -84,7 +85,8 @@ def test_run_writes_trace_gantt_and_memory_files(tmp_path: Path,
     trace, gantt, mem = tmp_path / "s.json", tmp_path / "s.png", tmp_path / "m.png"
     assert main(["run", "-t", "4x5090", "-w", "gpt2-medium", "--trace", str(trace),
                  "--gantt", str(gantt), "--memory-png", str(mem)]) == 0
-    assert json.loads(trace.read_text())["traceEvents"]
+    doc = json.loads(trace.read_text())
+    assert doc["traceEvents"] and trace_module.problems(doc) == []
     for png in (gantt, mem):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.png", "s.json", "s.png"]

@@ -71,3 +71,14 @@ def test_link_counters_show_utilisation_of_the_busiest_links() -> None:
 
 def test_the_same_timeline_gives_the_same_bytes() -> None:
     assert trace.dumps(timeline()) == trace.dumps(timeline())
+
+
+def test_the_structural_check_passes_a_real_trace_and_catches_overlap() -> None:
+    doc = json.loads(trace.dumps(timeline()))
+    assert trace.problems(doc) == []
+    first = next(e for e in doc["traceEvents"] if e["ph"] == "X")
+    doc["traceEvents"].append({**first, "name": "intruder", "ts": first["ts"] + 1})
+    found = trace.problems(doc)
+    assert len(found) == 1 and "intruder" in found[0]
+    doc["traceEvents"].append({**first, "tid": 99})
+    assert any("no process/thread name" in p for p in trace.problems(doc))
