@@ -77,7 +77,7 @@ def test_the_structural_check_passes_a_real_trace_and_catches_overlap() -> None:
     doc = json.loads(trace.dumps(timeline()))
     assert trace.problems(doc) == []
     first = next(e for e in doc["traceEvents"] if e["ph"] == "X")
-    doc["traceEvents"].append({**first, "name": "intruder", "ts": first["ts"] + 1})
+    doc["traceEvents"].append({**first, "name": "intruder", "ts": first["ts"] + 1, "dur": 1.0})
     found = trace.problems(doc)
     assert len(found) == 1 and "intruder" in found[0]
     doc["traceEvents"].append({**first, "tid": 99})
