@@ -58,5 +58,5 @@ def run(args: argparse.Namespace) -> int:
     prices = [r.get("usd_per_million_tokens") for r in reports]
     if any(p is not None for p in prices) and rows[0][-1][0] != "price":
         table.add_row("price", *["-" if p is None else f"${p:.3f}/Mtok" for p in prices])
-    Console(file=sys.stdout, highlight=False, width=60 + 34 * len(reports)).print(table)
+    Console(file=sys.stdout, highlight=False, width=30 + 62 * len(reports)).print(table)
     return 0
