@@ -1,1 +1,65 @@
-"""Parallelism strategies: job + machine -> per-rank programs for the engine."""
+"""Parallelism strategies: job + machine + options -> one `Program` for the engine.
+
+``build(name, job, machine, options)`` with name one of ``STRATEGIES``:
+ddp (ddp.py), zero1 / zero2 (zero.py), fsdp (fsdp.py), tp, tp+ddp, tp+fsdp (tensor.py).
+All data-parallel ranks are symmetric, so one program describes every GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from simulator.errors import InputError
+
+if TYPE_CHECKING:
+    from simulator.program import Program
+    from simulator.topology import Machine
+    from simulator.workload import Job
+
+STRATEGIES = ("ddp", "zero1", "zero2", "fsdp", "tp", "tp+ddp", "tp+fsdp")
+
+
+@dataclass(frozen=True)
+class StrategyOptions:
+    """Run choices a strategy reads; defaults are the frameworks' own defaults."""
+
+    bucket_mb: float | None = None  # DDP bucket_cap_mb; None = PyTorch's 25 with a 1 MiB first
+    grad_compression: Literal["none", "bf16"] = "none"  # DDP comm hook (bf16_compress_hook)
+    no_overlap: bool = False  # Megatron local DDP: all-reduce after the whole backward
+    overlap: bool = True  # the same choice, stated positively (False == no_overlap)
+    grad_accum: int | None = None  # micro-steps per optimizer step; None = the job's
+    tp: int | None = None  # tensor-parallel degree (tp: all GPUs; tp+ddp/tp+fsdp: 2)
+    sequence_parallel: bool = False  # Megatron sequence parallelism (Korthikanti et al.)
+    reshard_after_forward: bool = True  # FSDP2 default for non-root units
+    forward_prefetch: bool = True  # FSDP2 implicit forward prefetch (next unit's all-gather)
+    backward_prefetch: bool = True  # FSDP2 default: one unit ahead in backward
+    gradient_as_bucket_view: bool = False  # PyTorch DDP default
+    zero_overlap_comm: bool | None = None  # DeepSpeed overlap_comm; None = its default
+    dp_groups: tuple[tuple[int, ...], ...] = ()  # set by tensor.py for TP x DP
+
+    @property
+    def overlapped(self) -> bool:
+        return self.overlap and not self.no_overlap
+
+
+Options = StrategyOptions  # short alias used by the commands
+
+
+def build(name: str, job: Job, machine: Machine, options: StrategyOptions | None = None
+          ) -> Program:
+    """The program of one training step of ``job`` on ``machine`` with strategy ``name``."""
+    from simulator.strategies import ddp, fsdp, tensor, zero
+
+    opts = options or StrategyOptions()
+    if opts.grad_compression not in ("none", "bf16"):
+        raise InputError(f"gradient compression {opts.grad_compression!r}: choose none or bf16")
+    if name == "ddp":
+        return ddp.build(job, machine, opts)
+    if name in ("zero1", "zero2"):
+        return zero.build(job, machine, opts, stage=int(name[-1]))
+    if name == "fsdp":
+        return fsdp.build(job, machine, opts)
+    if name in ("tp", "tp+ddp", "tp+fsdp"):
+        return tensor.build(job, machine, opts, data_parallel=name.partition("+")[2] or None)
+    raise InputError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")

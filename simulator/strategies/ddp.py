@@ -1,0 +1,162 @@
+"""PyTorch DistributedDataParallel: one training step as a program of compute and all-reduces.
+
+What the program says (domain-model section 3; torch/csrc/distributed/c10d/reducer.cpp):
+
+- Buckets are the steady-state plan (``buckets.bucket_plan``) over the trainable parameters
+  (DDP only registers tensors that require grad) in the order backward completes them.
+- A bucket's all-reduce is launched when its last gradient is ready and every earlier bucket
+  has been launched (``mark_bucket_ready`` launches strictly in bucket order); ProcessGroupNCCL
+  makes the NCCL stream wait for the compute stream at launch, so the all-reduce depends on the
+  backward op that readied its last gradient. One NCCL stream: buckets run one at a time.
+- Without ``gradient_as_bucket_view`` the autograd hook copies each gradient into its bucket
+  (``mark_variable_ready_dense``: ``bucket_view.copy_(grad)``), and ``finalize_backward``
+  copies the averaged bucket back into ``.grad``; both are HBM passes on the compute stream.
+  Gradients are pre-divided by the world size (``div_``) either way.
+- Gradient dtype: fp32 under AMP (the weights are fp32, so is ``.grad``: 4 bytes, as
+  simulator/memory.py counts them); ``bf16_compress_hook`` halves the bytes on the wire.
+- Gradient accumulation with ``no_sync()``: the first A-1 micro-steps run forward and backward
+  only; the last one reduces. The optimizer step follows the last all-reduce.
+- ``no_overlap`` is Megatron-LM's "local" DDP (NGC 22.07, ``megatron/model/distributed.py``,
+  ``allreduce_gradients``): gradients accumulate in one contiguous fp32 buffer per dtype,
+  which is divided and all-reduced in one call after the whole backward (with an explicit
+  ``bucket_mb``, buckets of that size, still after backward).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simulator.program import Comm, Program
+from simulator.strategies.buckets import Bucket, GradTensor, assign_by_size, bucket_plan
+from simulator.strategies.steps import (
+    Emit,
+    add_ops,
+    as_compute,
+    compute_only,
+    memory_pass,
+    ready_order,
+    trainable_indices,
+)
+from simulator.workload import Job, ParamTensor
+
+if TYPE_CHECKING:
+    from simulator.hardware import GPU
+    from simulator.ops import Op
+    from simulator.strategies import StrategyOptions
+    from simulator.topology import Machine
+
+GRAD_BYTES = 4  # fp32 .grad under AMP and fp32 training (PyTorch AMP keeps fp32 weights)
+WIRE_BYTES = {"none": GRAD_BYTES, "bf16": 2}  # ddp_comm_hooks/default_hooks.bf16_compress_hook
+
+
+def local_numel(param: ParamTensor, tp: int) -> int:
+    """Elements one rank holds: Megatron splits every matrix over the TP group, not vectors."""
+    return param.numel // tp if len(param.shape) >= 2 else param.numel
+
+
+def grad_tensors(job: Job, tp: int = 1) -> list[GradTensor]:
+    """The tensors DDP registers: trainable parameters in registration order, fp32 grads."""
+    return [GradTensor(job.params[i].name, local_numel(job.params[i], tp), GRAD_BYTES, "fp32")
+            for i in trainable_indices(job)]
+
+
+def plan_buckets(job: Job, backward: list[Op], options: StrategyOptions,
+                 tp: int = 1) -> list[Bucket]:
+    """Steady-state buckets (DDP numbering: index into the trainable parameters)."""
+    tensors = grad_tensors(job, tp)
+    ddp_index = {p: k for k, p in enumerate(trainable_indices(job))}
+    order = [ddp_index[i] for i in ready_order(backward) if i in ddp_index]
+    missing = [k for k in range(len(tensors)) if k not in set(order)]
+    order += missing[::-1]  # gradients no backward op claims: last, reverse registration
+    if options.overlapped or options.bucket_mb is not None:
+        return bucket_plan(tensors, options.bucket_mb, order)
+    # Megatron local DDP: one contiguous buffer per dtype, reduced in one call
+    return assign_by_size(tensors, order, [2**62], sort_by_min_index=False)
+
+
+def build(job: Job, machine: Machine, options: StrategyOptions, *,
+          group: tuple[int, ...] | None = None, program: Program | None = None,
+          forward: list[Op] | None = None, backward: list[Op] | None = None,
+          tp: int = 1, emit: Emit | None = None) -> Program:
+    """One DDP step over ``group`` (default: every GPU of the machine).
+
+    ``program``/``forward``/``backward``/``tp`` let tensor parallelism reuse this with its
+    own sharded ops and data-parallel groups (``options.dp_groups`` lists them all).
+    """
+    gpu = machine.gpu
+    world = machine.n_gpus
+    groups = options.dp_groups or ((tuple(range(world)) if group is None else group),)
+    dp = len(groups[0])
+    prog = program or Program(world=world)
+    prog.meta.setdefault("strategy", "ddp")
+    prog.meta.setdefault("dp", dp)
+    fwd = forward if forward is not None else job.forward_ops()
+    bwd = backward if backward is not None else job.backward_ops()
+    emit = emit or compute_only(gpu)
+    accum = options.grad_accum or job.grad_accum
+    last: int | None = prog.tasks[-1].id if prog.tasks else None
+    for micro in range(accum - 1):  # no_sync(): no reduction until the last micro-step
+        ids = add_ops(prog, fwd + bwd, emit, after=() if last is None else (last,),
+                      prefix=f"micro{micro}." if accum > 1 else "")
+        last = ids[-1]
+    prefix = f"micro{accum - 1}." if accum > 1 else ""
+    fwd_ids = add_ops(prog, fwd, emit, after=() if last is None else (last,), prefix=prefix)
+    if dp == 1:  # a single replica: plain backward and optimizer, no DDP wrapper
+        ids = add_ops(prog, bwd, emit, after=(fwd_ids[-1],), prefix=prefix)
+        _optimizer(prog, job, gpu, tp, (ids[-1],))
+        prog.meta["buckets"] = []
+        return prog
+    buckets = plan_buckets(job, bwd, options, tp)
+    trainable = trainable_indices(job)
+    ddp_index = {p: k for k, p in enumerate(trainable)}
+    bucket_of = {trainable[k]: b for b, bucket in enumerate(buckets) for k in bucket.indices}
+    pending = [set(b.indices) for b in buckets]
+    ready_task: list[int | None] = [None] * len(buckets)
+    megatron = not options.overlapped
+    bwd_ids: list[int] = []
+    for op in bwd:
+        bwd_ids.append(emit(prog, op, ((bwd_ids or fwd_ids)[-1],), prefix))
+        grads = [i for i in op.grads if i in bucket_of]
+        if grads and not megatron:
+            # autograd hook: copy into the bucket (unless a view) and pre-divide by world size
+            per_byte = 8 if options.gradient_as_bucket_view else 16
+            nbytes = per_byte * sum(local_numel(job.params[i], tp) for i in grads)
+            bwd_ids.append(prog.add("compute", memory_pass(f"{prefix}{op.name}.ddp_hook",
+                                                           nbytes, gpu, op.block),
+                                    (bwd_ids[-1],)))
+        for i in grads:
+            b = bucket_of[i]
+            pending[b].discard(ddp_index[i])
+            if not pending[b]:
+                ready_task[b] = bwd_ids[-1]
+    end_of_backward = bwd_ids[-1]
+    if megatron:  # buffer /= world size, then the all-reduce
+        nbytes = 8 * sum(b.numel for b in buckets)
+        end_of_backward = prog.add("compute", memory_pass(f"{prefix}grad_buffer.div", nbytes,
+                                                          gpu), (end_of_backward,))
+    wire = WIRE_BYTES[options.grad_compression]
+    comm_ids: list[int] = []
+    meta: list[dict[str, object]] = []
+    for b, bucket in enumerate(buckets):
+        dep = end_of_backward if megatron else ready_task[b]
+        assert dep is not None, "every bucket's gradients come from some backward op"
+        nbytes = bucket.numel * wire
+        name = f"allreduce.bucket{b}"
+        tid = prog.add("nccl", Comm(name, "allreduce", nbytes, groups,
+                                    {"bucket": b, "tensors": bucket.tensors}), (dep,))
+        comm_ids.append(tid)
+        meta.append({"bytes": nbytes, "tensors": bucket.tensors, "task": tid, "name": name,
+                     "gradient_bytes": bucket.bytes})
+    after = [bwd_ids[-1], *comm_ids[-1:]]
+    if not megatron and not options.gradient_as_bucket_view:  # finalize: bucket -> .grad
+        nbytes = 8 * sum(b.numel for b in buckets)
+        after = [prog.add("compute", memory_pass("ddp.copy_back", nbytes, gpu), tuple(after))]
+    _optimizer(prog, job, gpu, tp, tuple(after))
+    prog.meta["buckets"] = meta
+    return prog
+
+
+def _optimizer(prog: Program, job: Job, gpu: GPU, tp: int, after: tuple[int, ...]) -> None:
+    """The optimizer over this rank's parameters (1/tp of each block's under TP)."""
+    for op in job.optimizer_ops():
+        after = (prog.add("compute", as_compute(op, gpu, scale=1.0 / tp), after),)

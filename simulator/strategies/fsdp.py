@@ -1,0 +1,159 @@
+"""FSDP2 (``fully_shard``) with its defaults: one training step as a program.
+
+Per unit (one transformer block; the root unit holds what is left: embeddings, final norm,
+head), from torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py (domain-model 4.2):
+
+- Forward: the unit's all-gather runs on the ``allgather`` stream before its forward; the next
+  unit's all-gather is issued while the current one computes (implicit prefetch, one ahead:
+  the all-gather output is freed after the next group's copy-in, so at most two are live).
+- ``reshard_after_forward`` (default True for non-root units, False for the root): the unit is
+  freed after forward and all-gathered again in backward, one unit ahead (``pre_backward``
+  unshards itself and prefetches the previous unit in post-forward order).
+- After a unit's backward, its gradients are reduce-scattered on the ``reducescatter``
+  stream; before issuing it, the compute stream waits for the previous unit's reduce-scatter
+  (``post_backward`` waits on ``reduce_scatter_state.event``): at most one in flight. The
+  root's reduce-scatter runs in the final backward callback.
+- The optimizer steps the local 1/N shard.
+
+Bytes: all-gathers in ``param_dtype`` (2 bytes under bf16/fp16, 4 under fp32), reduce-scatters
+in ``reduce_dtype`` fp32 (4 bytes), consistent with simulator/memory.py's FSDP recipe; frozen
+parameters (LoRA) are gathered but not reduced. Gradient accumulation repeats the whole
+micro-step (FSDP2 reduces every backward unless told not to).
+"""
+
+from __future__ import annotations
+
+from itertools import groupby
+from typing import TYPE_CHECKING
+
+from simulator.program import Comm, Compute, Program
+from simulator.strategies.steps import Emit, add_ops, as_compute, compute_only
+from simulator.workload import Job
+
+if TYPE_CHECKING:
+    from simulator.ops import Op
+    from simulator.strategies import StrategyOptions
+    from simulator.topology import Machine
+
+REDUCE_BYTES = 4  # reduce_dtype fp32 (MixedPrecisionPolicy as simulator/memory.py assumes)
+
+
+def units(job: Job) -> list[int]:
+    """FSDP units in forward order: the transformer blocks (generic workloads: each layer)."""
+    return list(range(job.n_blocks))
+
+
+def root_blocks(job: Job) -> list[int]:
+    return [b for b in job.blocks if b not in set(units(job))]
+
+
+def _sizes(job: Job, blocks: list[int]) -> tuple[int, int]:
+    """(all parameters, trainable parameters) of the given blocks, in elements."""
+    idx = [i for b in blocks for i in job.block_params(b)]
+    return (sum(job.params[i].numel for i in idx),
+            sum(job.params[i].numel for i in idx if job.params[i].trainable))
+
+
+def build(job: Job, machine: Machine, options: StrategyOptions, *,
+          groups: tuple[tuple[int, ...], ...] | None = None, program: Program | None = None,
+          forward: list[Op] | None = None, backward: list[Op] | None = None,
+          shard_numel: float = 1.0, optimizer_scale: float = 1.0,
+          emit: Emit | None = None) -> Program:
+    """One FSDP2 step. ``groups`` are the sharding groups (default: all GPUs, one group);
+    tensor parallelism passes its DP groups, sharded ops, and ``shard_numel`` = 1/t."""
+    gpu = machine.gpu
+    groups = groups or (tuple(range(machine.n_gpus)),)
+    dp = len(groups[0])
+    prog = program or Program(world=machine.n_gpus)
+    prog.meta.setdefault("strategy", "fsdp")
+    prog.meta.setdefault("dp", dp)
+    fwd = forward if forward is not None else job.forward_ops()
+    bwd = backward if backward is not None else job.backward_ops()
+    emit = emit or compute_only(gpu)
+    param_bytes = 4 if job.precision == "fp32" else 2
+    unit_list = units(job)
+    unit_set = set(unit_list)
+    root = root_blocks(job)
+
+    def gather(name: str, blocks: list[int], deps: tuple[int, ...]) -> int:
+        numel = _sizes(job, blocks)[0] * shard_numel
+        return prog.add("allgather", Comm(name, "allgather", int(numel * param_bytes), groups,
+                                          {"unit": name.rsplit(".", 1)[-1]}), deps)
+
+    def reduce(name: str, blocks: list[int], deps: tuple[int, ...]) -> int | None:
+        numel = _sizes(job, blocks)[1] * shard_numel
+        if numel == 0:
+            return None
+        return prog.add("reducescatter", Comm(name, "reducescatter", int(numel * REDUCE_BYTES),
+                                              groups, {"unit": name.rsplit(".", 1)[-1]}), deps)
+
+    counts = {"allgather": 0, "reducescatter": 0}
+    accum = options.grad_accum or job.grad_accum
+    last: int | None = prog.tasks[-1].id if prog.tasks else None
+    for micro in range(accum):
+        prefix = f"micro{micro}." if accum > 1 else ""
+        sharded = dp > 1
+        # ---- forward
+        ag: dict[int, int] = {}
+        root_ag = None
+        if sharded and root:  # every group reshards after backward, the root too
+            root_ag = gather(f"{prefix}allgather.root", root, () if last is None else (last,))
+        fwd_end: dict[int, int] = {}
+        order = [b for b, _ in groupby(fwd, key=lambda op: op.block)]
+        for block, ops in groupby(fwd, key=lambda op: op.block):
+            deps: list[int] = [] if last is None else [last]
+            if sharded and block in unit_set:
+                k = order.index(block)
+                ahead = 2 if options.forward_prefetch else 1  # issue when unit k-1 starts
+                before = order[k - ahead] if k - ahead >= 0 else None
+                ag_deps = (fwd_end[before],) if before in fwd_end else tuple(deps)
+                ag[block] = gather(f"{prefix}allgather.fwd.unit{block}", [block], ag_deps)
+                counts["allgather"] += 1
+                deps.append(ag[block])
+            elif sharded and root_ag is not None:
+                deps.append(root_ag)
+            ids = add_ops(prog, list(ops), emit, after=deps, prefix=prefix)
+            fwd_end[block] = last = ids[-1]
+        # ---- backward
+        bwd_end: dict[int, int] = {}
+        border = [b for b, _ in groupby(bwd, key=lambda op: op.block)]
+        rs_units: list[int] = []  # reduce-scatter task ids of units, in issue order
+        for block, ops in groupby(bwd, key=lambda op: op.block):
+            deps = [last] if last is not None else []
+            if sharded and len(rs_units) >= 2:  # wait for the previous unit's reduce-scatter
+                deps.append(rs_units[-2])
+            if sharded and block in unit_set and options.reshard_after_forward:
+                k = border.index(block)
+                ahead = 2 if options.backward_prefetch else 1
+                before = border[k - ahead] if k - ahead >= 0 else None
+                ag_deps = (bwd_end[before],) if before in bwd_end else (fwd_end[order[-1]],)
+                deps.append(gather(f"{prefix}allgather.bwd.unit{block}", [block], ag_deps))
+                counts["allgather"] += 1
+            op_end = -1
+            for op in ops:
+                op_end = emit(prog, op, tuple(deps), prefix)
+                deps = [op_end]
+            bwd_end[block] = last = op_end
+            if sharded and block in unit_set:
+                rs = reduce(f"{prefix}reducescatter.unit{block}", [block], (op_end,))
+                if rs is not None:
+                    rs_units.append(rs)
+                    counts["reducescatter"] += 1
+        if sharded and root:
+            rs = reduce(f"{prefix}reducescatter.root", root, (last,) if last is not None else ())
+            if rs is not None:
+                rs_units.append(rs)
+        if rs_units:
+            last = prog.add("compute", as_compute_wait(prefix), (rs_units[-1],))
+    scale = optimizer_scale / dp
+    for op in job.optimizer_ops():
+        last = prog.add("compute", as_compute(op, gpu, scale=scale),
+                        (last,) if last is not None else ())
+    prog.meta["units"] = len(unit_list)
+    prog.meta["collectives"] = counts
+    return prog
+
+
+def as_compute_wait(prefix: str) -> Compute:
+    """A zero-length marker: the compute stream waits for the last reduce-scatter."""
+    return Compute(f"{prefix}wait_reduce_scatter", "other", 0.0)

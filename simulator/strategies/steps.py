@@ -1,0 +1,74 @@
+"""Pieces every strategy's program is made of: compute tasks for a job's ops, DP groups.
+
+Inside: turning ``Job`` ops into ``Compute`` work (durations from simulator/compute.py),
+adding a phase's ops to the compute stream, the gradient-ready order of backward, and the
+memory-bound copies data-parallel wrappers add. Assumes the job's ops are one GPU's share
+(strategies that split a layer, like tensor parallelism, pass their own op list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from simulator import compute
+from simulator.hardware import GPU
+from simulator.ops import Op
+from simulator.program import Compute, ComputeKind, Program
+from simulator.workload import Job
+
+_KIND: dict[str, ComputeKind] = {"forward": "forward", "backward": "backward",
+                                 "recompute": "recompute", "optimizer": "optimizer"}
+
+
+def as_compute(op: Op, gpu: GPU, *, scale: float = 1.0, prefix: str = "") -> Compute:
+    """One op as compute work; ``scale`` shrinks it (e.g. an optimizer over a 1/N shard)."""
+    return Compute(prefix + op.name, _KIND.get(op.phase, "other"),
+                   compute.op_time(op, gpu) * scale, op.flops * scale, op.block)
+
+
+def memory_pass(name: str, nbytes: float, gpu: GPU, block: int | None = None) -> Compute:
+    """A memory-bound kernel that moves ``nbytes`` through HBM (copies, scaling)."""
+    return Compute(name, "other", nbytes / compute.memory_rate(gpu) + compute.LAUNCH_OVERHEAD,
+                   0.0, block)
+
+
+# Adds one op to a program after `deps` and returns the task the next op must wait for (the
+# op itself, or a collective that follows it on the critical path, as in tensor parallelism).
+Emit = Callable[[Program, Op, tuple[int, ...], str], int]
+
+
+def compute_only(gpu: GPU) -> Emit:
+    """The plain emitter: the op on the compute stream."""
+    def emit(program: Program, op: Op, deps: tuple[int, ...], prefix: str) -> int:
+        return program.add("compute", as_compute(op, gpu, prefix=prefix), deps)
+    return emit
+
+
+def add_ops(program: Program, ops: Sequence[Op], emit: Emit, *, after: Sequence[int] = (),
+            prefix: str = "") -> list[int]:
+    """Append ops in order, each after the previous one; returns what each op ends with."""
+    ids: list[int] = []
+    for op in ops:
+        deps = tuple(after) if not ids else (ids[-1],)
+        ids.append(emit(program, op, deps, prefix))
+    return ids
+
+
+def trainable_indices(job: Job) -> list[int]:
+    """Indices into ``job.params`` of the tensors a DP wrapper reduces (requires_grad)."""
+    return [i for i, p in enumerate(job.params) if p.trainable]
+
+
+def ready_order(backward: Sequence[Op]) -> list[int]:
+    """``job.params`` indices in the order backward completes their gradients."""
+    return [i for op in backward if op.phase == "backward" for i in op.grads]
+
+
+def dp_groups(world: int, tp: int) -> tuple[tuple[int, ...], ...]:
+    """Data-parallel groups when consecutive ranks form TP groups: ranks equal mod tp."""
+    return tuple(tuple(range(r, world, tp)) for r in range(tp))
+
+
+def tp_groups(world: int, tp: int) -> tuple[tuple[int, ...], ...]:
+    """Tensor-parallel groups: blocks of ``tp`` consecutive ranks."""
+    return tuple(tuple(range(s, s + tp)) for s in range(0, world, tp))

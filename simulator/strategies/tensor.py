@@ -1,0 +1,146 @@
+"""Megatron-LM tensor parallelism, alone or under data parallelism (TP x DDP, TP x FSDP).
+
+From Shoeybi et al. 2019 (arXiv:1909.08053) and Megatron-LM
+``megatron/core/tensor_parallel/{layers,mappings}.py`` (domain-model 5.1):
+
+- Attention and MLP are each ColumnParallelLinear -> local op -> RowParallelLinear. The row
+  layer's output is all-reduced in forward (``g``), the column layer's input gradient in
+  backward (``f``): two all-reduces of b*s*h activations per layer each way, on the critical
+  path (the next op waits). Activation recomputation repeats the forward ones.
+- VocabParallelEmbedding all-reduces its output in forward; the vocab-parallel lm_head
+  all-reduces its input gradient in backward. (The three b*s-float all-reduces of the
+  vocab-parallel cross-entropy are left out: kilobytes.)
+- Sequence parallelism (Korthikanti et al. 2022): each ``g`` becomes a reduce-scatter in
+  forward and an all-gather in backward, each ``f`` an all-gather in forward and a
+  reduce-scatter in backward; same bytes. Norms then run on s/t tokens. (Megatron's extra
+  asynchronous re-all-gather for the weight-gradient GEMM is not modelled.)
+- Compute per GPU: every GEMM, the attention core and the vocab-parallel ops are split t ways
+  (heads / columns / rows); norms and residual adds are replicated unless sequence-parallel.
+
+Placement: TP groups take the fastest links (NVLink, then one PCIe switch, ...): each group
+grows from its lowest free rank by NCCL path type (``machine.path_type``); data-parallel
+groups take one rank of each TP group. A TP collective lists all groups, which run at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from simulator.errors import InputError
+from simulator.ops import Kernel, Op
+from simulator.program import Comm, Program
+from simulator.strategies import ddp, fsdp
+from simulator.strategies.steps import Emit, as_compute
+from simulator.topology import PATH_RANK
+from simulator.workload import Job
+
+if TYPE_CHECKING:
+    from simulator.strategies import StrategyOptions
+    from simulator.topology import Machine
+
+REPLICATED = ("attn_norm", "mlp_norm", "final_norm")  # LayerNorm/RMSNorm: whole hidden
+ROW_OUTPUT = ("attn_out", "mlp_out")  # RowParallelLinear: g after forward
+COLUMN_INPUT = ("qkv", "mlp_in")  # ColumnParallelLinear: f, its input gradient in backward
+
+
+def place_groups(machine: Machine, tp: int) -> tuple[tuple[tuple[int, ...], ...],
+                                                     tuple[tuple[int, ...], ...]]:
+    """(TP groups, DP groups): TP groups on the fastest paths, DP groups across them."""
+    n = machine.n_gpus
+    if tp < 1 or n % tp:
+        raise InputError(f"tensor-parallel size {tp} does not divide {n} GPUs")
+    free = list(range(n))
+    tp_groups: list[tuple[int, ...]] = []
+    while free:
+        head = free[0]
+        closest = sorted(free[1:], key=lambda j: (PATH_RANK[machine.path_type(head, j)], j))
+        group = tuple(sorted([head, *closest[:tp - 1]]))
+        tp_groups.append(group)
+        free = [r for r in free if r not in group]
+    dp_groups = tuple(tuple(g[k] for g in tp_groups) for k in range(tp))
+    return tuple(tp_groups), dp_groups
+
+
+def _split(k: Kernel, t: int) -> Kernel:
+    """One rank's share of a kernel; a GEMM loses its split dimension (columns or rows)."""
+    shape = k.shape
+    if shape is not None:
+        m, n, kk = shape
+        shape = (m, max(1, n // t), kk) if n >= kk else (m, n, max(1, kk // t))
+    return Kernel(k.kind, k.flops / t, k.bytes / t, shape)
+
+
+def _role(op: Op) -> str:
+    return op.name.rsplit(".", 1)[-1]
+
+
+def shard_ops(ops: list[Op], t: int, sequence_parallel: bool) -> list[Op]:
+    out = []
+    for op in ops:
+        keep = _role(op) in REPLICATED and not sequence_parallel
+        kernels = list(op.kernels) if keep else [_split(k, t) for k in op.kernels]
+        out.append(Op.of(op.name, op.block, op.phase, kernels, op.grads))
+    return out
+
+
+def tp_emitter(job: Job, machine: Machine, groups: tuple[tuple[int, ...], ...],
+               sequence_parallel: bool, counts: dict[str, int]) -> Emit:
+    """Adds each op on the compute stream with its Megatron collectives around it."""
+    gpu = machine.gpu
+    nbytes = job.micro_batch * job.seq_len * job.hidden * job.activation_bytes  # b*s*h
+
+    def comm(prog: Program, op: str, name: str, deps: tuple[int, ...]) -> int:
+        counts[op] = counts.get(op, 0) + 1
+        return prog.add("tp", Comm(name, op, nbytes, groups), deps)  # type: ignore[arg-type]
+
+    def emit(prog: Program, op: Op, deps: tuple[int, ...], prefix: str) -> int:
+        role, forwardish = _role(op), op.phase in ("forward", "recompute")
+        name = f"{prefix}{op.name}.{op.phase}"
+        before = after = None  # the collective's kind, before or after the op
+        if forwardish and role in COLUMN_INPUT and sequence_parallel:
+            before = "allgather"  # f: gather the sequence-split input
+        if forwardish and (role in ROW_OUTPUT or role == "embedding"):
+            after = "reducescatter" if sequence_parallel else "allreduce"  # g
+        if op.phase == "backward" and role in ROW_OUTPUT and sequence_parallel:
+            before = "allgather"  # g backward: gather the output gradient
+        if op.phase == "backward" and (role in COLUMN_INPUT or role == "lm_head"):
+            after = "reducescatter" if sequence_parallel else "allreduce"  # f backward
+        if before:
+            deps = (comm(prog, before, f"{name}.{before}", deps),)
+        last = prog.add("compute", as_compute(op, gpu, prefix=prefix), deps)
+        if after:
+            last = comm(prog, after, f"{name}.{after}", (last,))
+        return last
+
+    return emit
+
+
+def build(job: Job, machine: Machine, options: StrategyOptions, *,
+          data_parallel: str | None) -> Program:
+    """TP alone (``tp``: all GPUs in one group unless --tp), or TP x DDP / TP x FSDP."""
+    if job.arch is None:
+        raise InputError("tensor parallelism needs a transformer `model`")
+    world = machine.n_gpus
+    tp = options.tp or (world if data_parallel is None else min(2, world))
+    if job.heads % tp or job.kv_heads % tp:
+        raise InputError(f"tensor-parallel size {tp} must divide the {job.heads} heads and "
+                         f"{job.kv_heads} KV heads")
+    tp_groups, dp_groups = place_groups(machine, tp)
+    sp = options.sequence_parallel and tp > 1
+    counts: dict[str, int] = {}
+    emit = tp_emitter(job, machine, tp_groups, sp, counts) if tp > 1 else None
+    fwd = shard_ops(job.forward_ops(), tp, sp)
+    bwd = shard_ops(job.backward_ops(), tp, sp)
+    name = "tp" + (f"+{data_parallel}" if data_parallel else "")
+    prog = Program(world=world, meta={"strategy": name, "tp": tp, "dp": len(dp_groups[0]),
+                                      "tp_groups": [list(g) for g in tp_groups],
+                                      "dp_groups": [list(g) for g in dp_groups]})
+    if data_parallel == "fsdp" and len(dp_groups[0]) > 1:
+        fsdp.build(job, machine, options, groups=dp_groups, program=prog, forward=fwd,
+                   backward=bwd, shard_numel=1.0 / tp, optimizer_scale=1.0 / tp, emit=emit)
+    else:  # DDP over the DP groups (one rank each: no DDP wrapper)
+        ddp.build(job, machine, replace(options, dp_groups=dp_groups), program=prog,
+                  forward=fwd, backward=bwd, tp=tp, emit=emit)
+    prog.meta["tp_collectives"] = counts
+    return prog
