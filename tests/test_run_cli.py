@@ -48,9 +48,10 @@ def build(name, job, machine, options):  # noqa: ANN001, ANN201
 
 
 @pytest.fixture(autouse=True)
-def fake_strategies(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run_cmd, "strategies", SimpleNamespace(Options=Options, build=build))
+def fake_strategies(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     run_cmd.single_gpu_tokens_per_s.cache_clear()
+    if "real" not in request.node.name:
+        monkeypatch.setattr(run_cmd, "strategies", SimpleNamespace(Options=Options, build=build))
 
 
 def test_run_json_has_every_contract_key(capsys: pytest.CaptureFixture[str]) -> None:
@@ -132,3 +133,18 @@ def test_sweep_over_bucket_sizes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert main(["sweep", "-t", "4x5090", "-w", "gpt2-medium", "--gpus", "1,2"]) == 0
     assert "gpus=2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero2", "fsdp", "tp+ddp"])
+def test_real_strategies_give_the_contract_and_a_clean_trace(
+        strategy: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "t.json"
+    assert main(["run", "-t", "4x5090", "-w", "gpt2-medium", "-s", strategy, "--json",
+                 "--trace", str(out)]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert set(report.CONTRACT_KEYS) <= set(r)
+    assert r["step_time_s"] >= r["compute_time_s"] > 0
+    assert r["step_time_s"] >= r["exposed_comm_s"]
+    if strategy in ("ddp", "tp+ddp"):
+        assert r["buckets"] and all(b["end_s"] > b["start_s"] for b in r["buckets"])
+    assert trace_module.problems(json.loads(out.read_text())) == []
