@@ -39,21 +39,35 @@ FLASH_BWD_EFFICIENCY = 0.50
 GEMM_TILE = 128
 
 
-def _measured_ratio() -> float:
-    """Median measured/spec large-GEMM ratio over catalog GPUs that publish both."""
-    ratios = [g.measured_matmul_flops / g.matmul_flops for g in GPUS.values()
-              if g.measured_matmul_flops]
+# Two kinds of published GEMM figure: MAMF (stas00), the best rate over a sweep of shapes, and
+# one plain large torch.matmul (mli/transformers-benchmarks). A model's GEMMs have fixed shapes,
+# so the plain figure is what they see. A100 SXM4 has both: 230 / 271.2 TFLOPS.
+PLAIN_PER_MAMF = 230 / 271.2
+
+
+def _derived_plain_rate(gpu: GPU) -> float | None:
+    if gpu.plain_matmul_flops:
+        return gpu.plain_matmul_flops
+    if gpu.measured_matmul_flops:
+        return gpu.measured_matmul_flops * PLAIN_PER_MAMF
+    return None
+
+
+def _plain_to_spec(line: str) -> float:
+    """Median plain-matmul/spec ratio over catalog GPUs of one product line with a published
+    (or MAMF-derived) rate."""
+    ratios = [rate / g.matmul_flops for g in GPUS.values()
+              if g.line == line and (rate := _derived_plain_rate(g)) is not None]
     return median(ratios)
 
 
-MEASURED_TO_SPEC = _measured_ratio()
+PLAIN_TO_SPEC = {line: _plain_to_spec(line) for line in {g.line for g in GPUS.values()}}
 
 
 def matmul_rate(gpu: GPU) -> float:
-    """Achievable dense 16-bit GEMM FLOP/s: measured where published, else spec x catalog ratio."""
-    if gpu.measured_matmul_flops:
-        return gpu.measured_matmul_flops
-    return gpu.matmul_flops * MEASURED_TO_SPEC
+    """Achievable dense 16-bit GEMM FLOP/s: plain-matmul measured, else from MAMF, else spec x
+    the median ratio of its product line."""
+    return _derived_plain_rate(gpu) or gpu.matmul_flops * PLAIN_TO_SPEC[gpu.line]
 
 
 def memory_rate(gpu: GPU) -> float:

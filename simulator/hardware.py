@@ -26,33 +26,40 @@ class GPU:
     memory_bytes: int
     memory_bandwidth: float  # B/s, spec sheet
     matmul_flops: float  # dense 16-bit tensor FLOP/s with FP32 accumulate, spec sheet
-    measured_matmul_flops: float | None  # best achieved large-GEMM rate, if published
+    measured_matmul_flops: float | None  # MAMF: best GEMM rate over a shape sweep (stas00)
     nvlink_links: int  # NVLink links per GPU (0: none)
     pcie_gen: int
     source: str
     price_usd: float | None = None  # street / list price per card, for per-dollar comparisons
+    plain_matmul_flops: float | None = None  # one large torch.matmul (mli/transformers-benchmarks)
+    # GeForce cards boost above their spec clocks, data-centre parts run below (power caps),
+    # so measured/spec ratios are taken within a product line (compute.py)
+    line: str = "datacenter"
 
 
 _T = 1e12
 
 GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("v100-sxm2", "volta", 70, 80, 32 * GiB, 900 * GB, 125 * _T, None, 6, 3,
-        "NVIDIA V100 datasheet (125 TFLOPS tensor, 900 GB/s, 6 NVLink2)"),
+        "NVIDIA V100 datasheet (125 TFLOPS tensor, 900 GB/s, 6 NVLink2); plain matmul: "
+        "mli/transformers-benchmarks README, FP16 MatMul 95 TFLOPS", plain_matmul_flops=95 * _T),
     GPU("rtx2080ti", "turing", 75, 68, 11 * GiB, 616 * GB, 53.8 * _T, None, 2, 3,
-        "Turing whitepaper (FP16 tensor FP32-acc 53.8 TFLOPS, 616 GB/s)", 1199),
+        "Turing whitepaper (FP16 tensor FP32-acc 53.8 TFLOPS, 616 GB/s)", 1199, line="geforce"),
     GPU("rtx3090", "ampere", 86, 82, 24 * GiB, 936 * GB, 71 * _T, None, 4, 4,
-        "GA102 whitepaper (FP16/BF16 tensor FP32-acc 71 TFLOPS dense, 936 GB/s)", 1499),
-    GPU("rtx3090ti", "ampere", 86, 84, 24 * GiB, 1008 * GB, 80 * _T, 81 * _T, 4, 4,
+        "GA102 whitepaper (FP16/BF16 tensor FP32-acc 71 TFLOPS dense, 936 GB/s)", 1499, line="geforce"),
+    GPU("rtx3090ti", "ampere", 86, 84, 24 * GiB, 1008 * GB, 80 * _T, None, 4, 4,
         "NVIDIA RTX 3090 Ti spec (FP32-acc tensor 80 TFLOPS dense = half of 160, 1008 GB/s); "
-        "measured: mli/transformers-benchmarks README micro-benchmark, FP16 MatMul 81 TFLOPS",
-        1999),
+        "plain matmul: mli/transformers-benchmarks README, FP16 MatMul 81 TFLOPS",
+        1999, plain_matmul_flops=81 * _T, line="geforce"),
     GPU("rtx4090", "ada", 89, 128, 24 * GiB, 1008 * GB, 165.2 * _T, 167 * _T, 0, 4,
-        "Ada whitepaper (165.2 TFLOPS FP32-acc dense, 1008 GB/s); measured: stas00 MAMF", 1599),
+        "Ada whitepaper (165.2 TFLOPS FP32-acc dense, 1008 GB/s); measured: stas00 MAMF", 1599, line="geforce"),
     GPU("rtx5090", "blackwell", 120, 170, 32 * GiB, 1792 * GB, 209.5 * _T, None, 0, 5,
         "Blackwell GeForce whitepaper (1792 GB/s); 209.5 TFLOPS FP32-acc derived as half "
-        "the FP16-acc rate (measurements.yaml gpus)", 1999),
+        "the FP16-acc rate (measurements.yaml gpus)", 1999, line="geforce"),
     GPU("a100-sxm4-80gb", "ampere", 80, 108, 80 * GiB, 2039 * GB, 312 * _T, 271.2 * _T, 12, 4,
-        "A100 datasheet (312 TFLOPS, 2039 GB/s, 12 NVLink3); measured: stas00 MAMF", 15000),
+        "A100 datasheet (312 TFLOPS, 2039 GB/s, 12 NVLink3); MAMF: stas00; plain matmul: "
+        "mli/transformers-benchmarks README, FP16 MatMul 230 TFLOPS", 15000,
+        plain_matmul_flops=230 * _T),
     GPU("a100-pcie-80gb", "ampere", 80, 108, 80 * GiB, 1935 * GB, 312 * _T, 252.9 * _T, 12, 4,
         "A100 datasheet (312 TFLOPS, 1935 GB/s); measured: stas00 MAMF", 15000),
     GPU("h100-sxm", "hopper", 90, 132, 80 * GiB, 3350 * GB, 989 * _T, 794.5 * _T, 18, 5,

@@ -30,16 +30,25 @@ def test_compute_bound_op_scales_with_flops() -> None:
     op = Op.of("mlp", 0, "forward", [gemm(m, n, k, 2)])
     rate = compute.matmul_rate(A100)
     assert busy(op, A100) == pytest.approx(2 * m * n * k / rate)
-    faster = replace(A100, measured_matmul_flops=2 * rate)
+    faster = replace(A100, plain_matmul_flops=2 * rate)
     assert busy(op, faster) == pytest.approx(busy(op, A100) / 2)
     assert busy(op, replace(A100, memory_bandwidth=10 * A100.memory_bandwidth)) == busy(op, A100)
 
 
-def test_unpublished_rate_uses_the_catalog_ratio() -> None:
+def test_unpublished_rate_uses_the_product_line_ratio() -> None:
     g = gpu("rtx5090")
-    assert g.measured_matmul_flops is None
-    assert 0.7 < compute.MEASURED_TO_SPEC < 1.0
-    assert compute.matmul_rate(g) == pytest.approx(g.matmul_flops * compute.MEASURED_TO_SPEC)
+    assert g.measured_matmul_flops is None and g.plain_matmul_flops is None
+    ratio = compute.PLAIN_TO_SPEC["geforce"]
+    assert 0.8 < ratio < 1.05
+    assert compute.matmul_rate(g) == pytest.approx(g.matmul_flops * ratio)
+    assert 0.6 < compute.PLAIN_TO_SPEC["datacenter"] < 0.8
+
+
+def test_mamf_is_scaled_to_a_plain_matmul() -> None:
+    h100 = gpu("h100-sxm")
+    assert h100.measured_matmul_flops is not None
+    assert compute.matmul_rate(h100) == pytest.approx(
+        h100.measured_matmul_flops * 230 / 271.2)
 
 
 def test_small_gemms_lose_to_wave_quantisation() -> None:
