@@ -46,13 +46,15 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("rtx2080ti", "turing", 75, 68, 11 * GiB, 616 * GB, 53.8 * _T, None, 2, 3,
         "Turing whitepaper (FP16 tensor FP32-acc 53.8 TFLOPS, 616 GB/s)", 1199, line="geforce"),
     GPU("rtx3090", "ampere", 86, 82, 24 * GiB, 936 * GB, 71 * _T, None, 4, 4,
-        "GA102 whitepaper (FP16/BF16 tensor FP32-acc 71 TFLOPS dense, 936 GB/s)", 1499, line="geforce"),
+        "GA102 whitepaper (FP16/BF16 tensor FP32-acc 71 TFLOPS dense, 936 GB/s)", 1499,
+        line="geforce"),
     GPU("rtx3090ti", "ampere", 86, 84, 24 * GiB, 1008 * GB, 80 * _T, None, 4, 4,
         "NVIDIA RTX 3090 Ti spec (FP32-acc tensor 80 TFLOPS dense = half of 160, 1008 GB/s); "
         "plain matmul: mli/transformers-benchmarks README, FP16 MatMul 81 TFLOPS",
         1999, plain_matmul_flops=81 * _T, line="geforce"),
     GPU("rtx4090", "ada", 89, 128, 24 * GiB, 1008 * GB, 165.2 * _T, 167 * _T, 0, 4,
-        "Ada whitepaper (165.2 TFLOPS FP32-acc dense, 1008 GB/s); measured: stas00 MAMF", 1599, line="geforce"),
+        "Ada whitepaper (165.2 TFLOPS FP32-acc dense, 1008 GB/s); measured: stas00 MAMF", 1599,
+        line="geforce"),
     GPU("rtx5090", "blackwell", 120, 170, 32 * GiB, 1792 * GB, 209.5 * _T, None, 0, 5,
         "Blackwell GeForce whitepaper (1792 GB/s); 209.5 TFLOPS FP32-acc derived as half "
         "the FP16-acc rate (measurements.yaml gpus)", 1999, line="geforce"),
