@@ -146,7 +146,8 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
                                     {"bucket": b, "tensors": bucket.tensors}), (dep,))
         comm_ids.append(tid)
         meta.append({"bytes": nbytes, "tensors": bucket.tensors, "task": tid, "name": name,
-                     "gradient_bytes": bucket.bytes})
+                     "gradient_bytes": bucket.bytes,
+                     "params": [trainable[k] for k in bucket.indices]})
     after = [bwd_ids[-1], *comm_ids[-1:]]
     if not megatron and not options.gradient_as_bucket_view:  # finalize: bucket -> .grad
         nbytes = 8 * sum(b.numel for b in buckets)
