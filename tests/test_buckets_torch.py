@@ -19,7 +19,11 @@ from typing import Any
 
 import pytest
 
+from simulator.schema import WorkloadConfig
+from simulator.strategies import StrategyOptions
 from simulator.strategies.buckets import GradTensor, bucket_plan, initial_bucket_plan
+from simulator.strategies.ddp import plan_buckets
+from simulator.workload import Job
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -196,3 +200,29 @@ def test_ready_order_is_stable_and_reverse_ish(torch_runs: list[dict[str, Any]])
     run = torch_runs[0]
     assert run["ready"][0] == run["ready"][1]
     assert run["ready"][0][0] == len(run["params"]) - 1  # lm_head's gradient is ready first
+
+
+def _job(tied: bool) -> Job:
+    """The same model as a stepsim workload (Hugging Face layout, same shapes)."""
+    return Job.from_config(WorkloadConfig.model_validate({
+        "name": "tiny-llama",
+        "model": {"family": "llama", "layers": LAYERS, "hidden": HIDDEN, "heads": HEADS,
+                  "ffn_hidden": FFN, "vocab": VOCAB, "tie_embeddings": tied},
+        "training": {"seq_len": 8, "micro_batch": 1, "precision": "bf16",
+                     "optimizer": "adamw"}}))
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=CASE_IDS)
+def test_workload_model_gives_pytorch_buckets(torch_runs: list[dict[str, Any]],
+                                              case: int) -> None:
+    """End to end: stepsim's own parameter list and backward gradient order give the buckets
+    real DDP launched (so a llama2-7b plan follows the same rules)."""
+    run = torch_runs[case]
+    cap, find_unused, tied = CASES[case]
+    if find_unused:
+        pytest.skip("never rebuilt: the construction-time plan is checked above")
+    job = _job(tied)
+    assert [p.numel for p in job.params] == [p[1] for p in run["params"]]
+    assert [p.name.removeprefix("model.") for p in job.params] == [p[0] for p in run["params"]]
+    ours = plan_buckets(job, job.backward_ops(), StrategyOptions(bucket_mb=cap))
+    assert [list(b.indices) for b in ours] == run["buckets"][1]
