@@ -35,7 +35,9 @@ if TYPE_CHECKING:
     from simulator.strategies import StrategyOptions
     from simulator.topology import Machine
 
-REDUCE_BYTES = 4  # reduce_dtype fp32 (MixedPrecisionPolicy as simulator/memory.py assumes)
+# reduce_dtype fp32 with bf16 params: torchtitan ships mixed_precision_reduce "float32" and
+# llm-foundry (Composer DEFAULT) reduces in fp32; memory.py assumes the same recipe
+REDUCE_BYTES = 4
 
 
 def units(job: Job) -> list[int]:
