@@ -166,8 +166,10 @@ def sweep_chart(xs: Sequence[str], series: Mapping[str, Sequence[float | None]],
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(linewidth=0.3, alpha=0.6)
-    if len(series) > 1:
-        ax.legend(fontsize=8, frameon=False)
+    ax.set_ylim(bottom=0)  # differences read honestly against zero
+    if len(series) > 1:  # below the axes, so it never hides a line
+        ax.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.18),
+                  ncol=len(series))
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, format=_fmt(path))
