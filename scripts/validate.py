@@ -37,6 +37,15 @@ COLLECTIVE_MACHINES = {
     "4x4090-epyc-p2p-patched": str(VALIDATION_TOPOLOGIES / "4x4090-epyc-p2p.yaml"),
     "a100-nvlink-pair-then-sys": str(VALIDATION_TOPOLOGIES / "a100-nvlink-pairs-dual-socket.yaml"),
 }
+# Points that fixed a constant (see the "Calibrated on" comments in simulator/collectives.py):
+# they show the fit, not a prediction. Every other row is a check.
+CALIBRATION = {
+    ("2x2080ti-gen3-switch-shm", "allreduce", 8),  # SHM per-step latency
+    ("2x2080ti-gen3-switch-shm", "allreduce", 1073741824),  # SHM efficiency on PCIe
+    ("8xh200-nvswitch-ring", "allreduce", 17179869184),  # Simple-protocol efficiency, with
+    ("8xh200-nvswitch-ring", "allgather", 17179869184),  # the all-gather and
+    ("8xh200-nvswitch-ring", "reducescatter", 17179869184),  # reduce-scatter points
+}
 # Points published without a size are plateau numbers; run them at this size.
 PLATEAU_BYTES = 1 << 30
 
@@ -54,6 +63,10 @@ class Row:
     @property
     def error(self) -> float:
         return (self.simulated - self.measured) / self.measured
+
+    @property
+    def role(self) -> str:
+        return "fit" if (self.id, self.op, self.bytes) in CALIBRATION else "check"
 
 
 def load_measurements(path: Path = MEASUREMENTS) -> dict[str, Any]:
@@ -159,17 +172,21 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
 
 def render(rows: list[Row]) -> str:
     lines = [f"{'id':<28} {'op':<13} {'gpus':>4} {'bytes':>11} {'quantity':<11} "
-             f"{'measured':>10} {'simulated':>10} {'error':>8}"]
+             f"{'measured':>10} {'simulated':>10} {'error':>8}  role"]
     for r in rows:
         size = "-" if r.bytes is None else str(r.bytes)
         lines.append(f"{r.id:<28} {r.op:<13} {r.gpus:>4} {size:>11} {r.quantity:<11} "
-                     f"{r.measured:>10.2f} {r.simulated:>10.2f} {r.error:>+8.1%}")
+                     f"{r.measured:>10.2f} {r.simulated:>10.2f} {r.error:>+8.1%}  {r.role}")
     if rows:
         errors = [abs(r.error) for r in rows]
         worst = max(rows, key=lambda r: abs(r.error))
+        checks = [abs(r.error) for r in rows if r.role == "check"]
         lines.append(f"{len(rows)} points: median |error| {statistics.median(errors):.1%}, "
-                     f"worst {abs(worst.error):.1%} ({worst.id} {worst.op} {worst.gpus} GPUs "
-                     f"{worst.bytes} B)")
+                     f"worst {abs(worst.error):.1%} ({worst.id} {worst.op} {worst.gpus} GPUs"
+                     + (f" {worst.bytes} B" if worst.bytes else "") + ")")
+        if checks and len(checks) < len(rows):
+            lines.append(f"{len(checks)} checks (calibration points left out): median |error| "
+                         f"{statistics.median(checks):.1%}, worst {max(checks):.1%}")
     return "\n".join(lines)
 
 
