@@ -30,7 +30,9 @@ class GPU:
     nvlink_links: int  # NVLink links per GPU (0: none)
     pcie_gen: int
     source: str
-    price_usd: float | None = None  # street / list price per card, for per-dollar comparisons
+    # price per card for per-dollar comparisons: GeForce = NVIDIA's launch MSRP; data-centre
+    # parts have no public list price, so theirs are rough street prices (order of magnitude)
+    price_usd: float | None = None
     plain_matmul_flops: float | None = None  # one large torch.matmul (mli/transformers-benchmarks)
     # GeForce cards boost above their spec clocks, data-centre parts run below (power caps),
     # so measured/spec ratios are taken within a product line (compute.py)

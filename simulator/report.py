@@ -85,6 +85,7 @@ def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step:
                 model_flops_per_step: float, peak_flops: float,
                 memory: Mapping[str, Any], baseline_tokens_per_s: float | None = None,
                 price_usd_per_hour: float | None = None,
+                gpu_price_usd: float | None = None,
                 extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Every key of the `run --json` contract (plus a few descriptive ones in `extra`)."""
     step = timeline.step_time
@@ -113,4 +114,7 @@ def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step:
     if price_usd_per_hour:
         report["usd_per_million_tokens"] = (price_usd_per_hour / 3600 / tokens_per_s * 1e6
                                             if tokens_per_s > 0 else None)
+    if gpu_price_usd:  # buying rather than renting: throughput per dollar of GPUs
+        report["gpus_price_usd"] = gpu_price_usd * world
+        report["tokens_per_s_per_kusd"] = tokens_per_s / (gpu_price_usd * world / 1000)
     return report

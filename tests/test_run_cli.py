@@ -120,6 +120,19 @@ def test_compare_puts_machines_side_by_side(capsys: pytest.CaptureFixture[str]) 
     assert main(["compare", "-t", "4x5090", "-t", "2x5090", "-w", "gpt2-medium", "--json"]) == 0
     reports = json.loads(capsys.readouterr().out)
     assert [r["gpus"] for r in reports] == [4, 2]
+    # per dollar of GPUs: 4 cards cost twice 2 cards; throughput per $1k follows tokens/s
+    four, two = reports
+    assert four["gpus_price_usd"] == pytest.approx(2 * two["gpus_price_usd"])
+    assert four["tokens_per_s_per_kusd"] == pytest.approx(
+        four["tokens_per_s"] / four["gpus_price_usd"] * 1000)
+
+
+def test_compare_lists_a_row_only_some_machines_have(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "-t", "2x5090", "-t", "8xh100-nvswitch", "-w", "gpt2-medium",
+                 "--gpus", "2"]) == 0
+    out = capsys.readouterr().out
+    price_row = next(line for line in out.splitlines() if "price" in line and "$" in line)
+    assert "-" in price_row and "per million tokens" in price_row
 
 
 def test_sweep_over_bucket_sizes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -52,11 +52,9 @@ def run(args: argparse.Namespace) -> int:
     for report in reports:
         table.add_column(_label(report, varying), overflow="fold")
     table.add_row("GPUs", *[f"{r['gpus']} x {r['gpu']}" for r in reports])
-    rows = [summary_rows(r) for r in reports]
-    for i, (name, _) in enumerate(rows[0]):
-        table.add_row(name, *[r[i][1] if i < len(r) else "-" for r in rows])
-    prices = [r.get("usd_per_million_tokens") for r in reports]
-    if any(p is not None for p in prices) and rows[0][-1][0] != "price":
-        table.add_row("price", *["-" if p is None else f"${p:.3f}/Mtok" for p in prices])
+    rows = [dict(summary_rows(r)) for r in reports]
+    names = list(dict.fromkeys(name for r in rows for name in r))  # union, first-seen order
+    for name in names:
+        table.add_row(name, *[r.get(name, "-") for r in rows])
     Console(file=sys.stdout, highlight=False, width=30 + 62 * len(reports)).print(table)
     return 0

@@ -207,6 +207,7 @@ def execute(spec: RunSpec, *, baseline: bool = True) -> RunResult:
         memory=mem,
         baseline_tokens_per_s=single_gpu_tokens_per_s(spec) if baseline else None,
         price_usd_per_hour=machine.config.price_usd_per_hour,
+        gpu_price_usd=machine.gpu.price_usd,
         extra={"topology": machine.name, "workload": job.name, "strategy": spec.strategy,
                "gpu": machine.gpu.name, "tokens_per_step": tokens,
                "overlap": spec.overlap},
@@ -266,6 +267,9 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     ]
     if r.get("usd_per_million_tokens") is not None:
         rows.append(("price", f"${r['usd_per_million_tokens']:.3f} per million tokens"))
+    if r.get("gpus_price_usd"):
+        rows.append(("per GPU dollar", f"{r['tokens_per_s_per_kusd']:,.0f} tokens/s per $1k "
+                                       f"(GPUs ${r['gpus_price_usd']:,.0f})"))
     return rows
 
 
