@@ -25,13 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"stepsim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"simulator.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"simulator.commands.{name}":
-                raise
-            continue  # subcommand not built yet
-        module.add_parser(sub)
+        importlib.import_module(f"simulator.commands.{name}").add_parser(sub)
     return parser
 
 

@@ -53,6 +53,8 @@ def resolve(name_or_path: str, kind: str) -> Path:
     """A YAML path as given, or the bundled preset of that name; unknown names list the presets."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
+        if path.is_dir():
+            raise InputError(f"{name_or_path} is a directory; expected a YAML file")
         if not path.is_file():
             raise InputError(f"no such file: {name_or_path}")
         return path
@@ -148,12 +150,3 @@ def _explain(err: Any) -> str:
     if kind != "value_error" and not isinstance(value, dict | list):
         msg += f", got {value!r}"
     return msg
-
-
-def validate_model(model: type[M], data: Any, *, source: str) -> M:
-    """Validate data that did not come from a file (e.g. built in code); errors name `source`."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        err = _first_error(exc)
-        raise InputError(_explain(err), file=source, key=_key(tuple(err["loc"]))) from None

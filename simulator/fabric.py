@@ -99,14 +99,6 @@ class Fabric:
         self._advance()
         return dict(zip(self.link_ids, self._bytes.tolist(), strict=True))
 
-    @property
-    def active_flows(self) -> int:
-        return len(self._flows)
-
-    def link_rates(self) -> dict[str, float]:
-        """Bytes/s each link carries right now."""
-        return dict(zip(self.link_ids, self._current_link_rates().tolist(), strict=True))
-
     def utilization(self, start: float = 0.0, end: float | None = None) -> dict[str, float]:
         """Mean share of capacity used by each link over ``[start, end]`` (default: until now).
 

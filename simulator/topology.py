@@ -152,7 +152,9 @@ class Machine:
 
     def subset(self, k: int) -> Machine:
         """The same machine with only its first ``k`` GPUs (their links dropped with them)."""
-        if not 1 <= k <= self.n_gpus:
+        if k < 1:
+            raise InputError(f"--gpus {k}: must be at least 1")
+        if k > self.n_gpus:
             raise InputError(f"--gpus {k}: the machine {self.name} has {self.n_gpus} GPUs")
         if k == self.n_gpus:
             return self

@@ -288,10 +288,6 @@ class Job:
 
     # --- sizes ------------------------------------------------------------------------------
     @property
-    def is_transformer(self) -> bool:
-        return self.arch is not None
-
-    @property
     def n_blocks(self) -> int:
         """Transformer blocks (FSDP units), or generic layers."""
         return self.arch.layers if self.arch else len(self.generic_layers)
@@ -369,12 +365,6 @@ class Job:
         if self.finetune == "full":
             return 0
         return (self.training.lora or _default_lora()).rank
-
-    @property
-    def lora_targets(self) -> tuple[str, ...]:
-        if self.finetune == "full":
-            return ()
-        return tuple((self.training.lora or _default_lora()).targets)
 
     @property
     def activation_bytes(self) -> int:

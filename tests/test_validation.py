@@ -44,12 +44,13 @@ def test_measurements_carry_their_sources():
             assert entry.get("source"), entry["id"]
 
 
-def test_median_error_is_small_and_calibration_sets_are_close(rows):
-    assert statistics.median(abs(r.error) for r in rows) < 0.05
-    calibration = ("2x2080ti-gen3-switch-shm", "8xh200-nvswitch-ring")
+def test_checks_have_a_small_median_error_and_fits_hold(rows):
+    checks = [abs(r.error) for r in rows if r.role == "check"]
+    assert len(checks) >= 20
+    assert statistics.median(checks) < 0.05  # predictions, not the points constants came from
     for r in rows:
-        if r.id in calibration and r.op == "allreduce":
-            assert abs(r.error) < 0.30, r
+        if r.role == "fit":  # a fitted constant reproduces the point it was fitted on
+            assert abs(r.error) < 0.02, r
 
 
 def test_script_prints_table_and_summary(capsys):

@@ -123,6 +123,8 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         raise InputError("tensor parallelism needs a transformer `model`")
     world = machine.n_gpus
     tp = options.tp or (world if data_parallel is None else min(2, world))
+    if tp > world or world % tp:
+        raise InputError(f"tensor-parallel size {tp} must divide the {world} GPUs")
     if job.heads % tp or job.kv_heads % tp:
         raise InputError(f"tensor-parallel size {tp} must divide the {job.heads} heads and "
                          f"{job.kv_heads} KV heads")
