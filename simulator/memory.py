@@ -297,7 +297,8 @@ def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int) -> tuple[
 
 
 def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: dict[str, float],
-                  *, gradient_as_bucket_view: bool, reshard_after_forward: bool) -> list[Line]:
+                  *, gradient_as_bucket_view: bool, reshard_after_forward: bool,
+                  zero_overlap_comm: bool = False) -> list[Line]:
     e = job.activation_bytes
     mixed = job.precision != "fp32"
     lines: list[Line] = []
@@ -311,8 +312,12 @@ def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: d
                           sizes["autocast"], "backward"))
     if strategy in ("zero1", "zero2") and dp > 1:
         n = min(ZERO_REDUCE_BUCKET_ELEMENTS, sizes["trainable_local"])
-        lines.append(Line("other", "ZeRO gradient reduce bucket (reduce_bucket_size 5e8)",
-                          n * r.grad, "backward"))
+        # overlap_comm: a second IPG buffer, "double buffers to avoid data access conflict"
+        # (stage_1_and_2.py backward(), contiguous_gradients=True, the default)
+        buffers = 2 if zero_overlap_comm else 1
+        lines.append(Line("other", "ZeRO gradient reduce bucket (reduce_bucket_size 5e8)"
+                          + (" x 2 (overlap_comm double buffer)" if buffers == 2 else ""),
+                          buffers * n * r.grad, "backward"))
     if strategy in ("zero3", "fsdp") and dp > 1:
         who = "FSDP" if strategy == "fsdp" else "ZeRO-3"
         if reshard_after_forward:
@@ -363,7 +368,7 @@ def _reserve_lines(dp: int, tp: int, nccl_channels: int) -> list[Line]:
 def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
              micro_batch: int | None = None, sequence_parallel: bool = False,
              flash_attention: bool = True, gradient_as_bucket_view: bool = False,
-             reshard_after_forward: bool = True,
+             reshard_after_forward: bool = True, zero_overlap_comm: bool = False,
              nccl_channels: int = NCCL_DEFAULT_CHANNELS) -> MemoryReport:
     """Memory of one rank. ``strategy`` is the data-parallel scheme over world / tp ranks
     ("tp" alone: DDP over the remaining ranks, or none when tp == world)."""
@@ -377,7 +382,8 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
     lines = states + _activation_lines(job, b, tp, sequence_parallel and tp > 1, flash_attention)
     lines += _buffer_lines(job, r, strategy, dp, tp, sizes,
                            gradient_as_bucket_view=gradient_as_bucket_view,
-                           reshard_after_forward=reshard_after_forward)
+                           reshard_after_forward=reshard_after_forward,
+                           zero_overlap_comm=zero_overlap_comm)
     for phase in ("backward", "step"):
         tensors = sum(x.bytes for x in lines if x.phase in ("both", phase))
         lines.append(Line("other", f"allocator rounding and fragmentation ({FRAGMENTATION:.0%} "
