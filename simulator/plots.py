@@ -90,8 +90,10 @@ def gantt(timeline: Timeline, path: str | Path, *, title: str = "",
     ax.grid(axis="x", linewidth=0.3, alpha=0.6)
     handles = [Patch(color=COLOURS.get(k, "#777777"), label=k) for k in kinds_seen]
     handles.append(Patch(color=_EXPOSED, label="exposed communication"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.28 if len(lanes) < 4
-              else -0.12), ncol=min(len(handles), 8), fontsize=8, frameon=False)
+    # below the x label: about 0.8 inch under the axes, as a fraction of the axes' height
+    below = -0.28 if len(lanes) < 4 else -min(0.12, 0.8 / (0.55 * len(lanes)))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, below),
+              ncol=min(len(handles), 8), fontsize=8, frameon=False)
     ax.set_title(title or f"one training step on {timeline.world} GPU(s)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, format=_fmt(path))
