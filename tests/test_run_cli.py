@@ -25,6 +25,11 @@ class Options:
     bucket_mb: float | None = None
     tp: int | None = None
     overlap: bool = True
+    grad_compression: str = "none"
+    gradient_as_bucket_view: bool = False
+    sequence_parallel: bool = False
+    reshard_after_forward: bool = True
+    zero_overlap_comm: bool | None = None
 
 
 def build(name, job, machine, options):  # noqa: ANN001, ANN201
@@ -161,3 +166,153 @@ def test_real_strategies_give_the_contract_and_a_clean_trace(
     if strategy in ("ddp", "tp+ddp"):
         assert r["buckets"] and all(b["end_s"] > b["start_s"] for b in r["buckets"])
     assert trace_module.problems(json.loads(out.read_text())) == []
+
+
+# --- recipe flags (framework option names), against the real strategies ---
+
+SMALL = ["-t", "4x5090", "-w", "gpt2-medium", "--seq-len", "512"]
+
+
+def _run_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:  # type: ignore[type-arg]
+    assert main(["run", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _trace_events(argv: list[str], path: Path, capsys: pytest.CaptureFixture[str]) -> list[dict]:  # type: ignore[type-arg]
+    assert main(["run", *argv, "--trace", str(path)]) == 0
+    capsys.readouterr()
+    return [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+
+
+def test_real_bf16_comm_hook_halves_the_all_reduced_bytes(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    plain = _run_json([*SMALL, "--gpus", "2"], capsys)
+    hooked = _run_json([*SMALL, "--gpus", "2", "--comm-hook", "bf16"], capsys)
+    assert [b["bytes"] // 2 for b in plain["buckets"]] == [b["bytes"] for b in hooked["buckets"]]
+    assert hooked["comm_time_s"] < plain["comm_time_s"]
+    assert hooked["recipe"]["comm_hook"] == "bf16"
+
+
+def test_real_full_checkpointing_lowers_memory_and_recomputes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plain = _run_json([*SMALL, "--gpus", "2", "--checkpointing", "none"], capsys)
+    full = _run_json([*SMALL, "--gpus", "2", "--checkpointing", "full"], capsys)
+    assert full["memory"]["peak_bytes"] < plain["memory"]["peak_bytes"]
+    assert full["recipe"]["activation_checkpointing"] == "full"
+    assert full["compute_time_s"] > plain["compute_time_s"]
+    kinds = {e["cat"] for e in _trace_events([*SMALL, "--gpus", "2", "--checkpointing", "full"],
+                                             tmp_path / "t.json", capsys)}
+    assert "recompute" in kinds
+    none = {e["cat"] for e in _trace_events([*SMALL, "--gpus", "2", "--checkpointing", "none"],
+                                            tmp_path / "u.json", capsys)}
+    assert "recompute" not in none
+
+
+def test_real_gradient_as_bucket_view_drops_the_bucket_copies_and_buffer(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*SMALL, "--gpus", "2"]
+    plain = _run_json(argv, capsys)
+    view = _run_json([*argv, "--gradient-as-bucket-view"], capsys)
+    assert view["memory"]["peak_bytes"] < plain["memory"]["peak_bytes"]
+    assert view["compute_time_s"] < plain["compute_time_s"]  # hooks copy less, no copy-back
+    names = {e["name"] for e in _trace_events(argv, tmp_path / "a.json", capsys)}
+    view_names = {e["name"] for e in _trace_events([*argv, "--gradient-as-bucket-view"],
+                                                   tmp_path / "b.json", capsys)}
+    assert "ddp.copy_back" in names and "ddp.copy_back" not in view_names
+
+
+def test_real_no_reshard_after_forward_skips_backward_gathers_and_costs_memory(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*SMALL, "--gpus", "2", "-s", "fsdp"]
+    gathers = [e for e in _trace_events(argv, tmp_path / "a.json", capsys)
+               if e["cat"] == "allgather"]
+    kept = [e for e in _trace_events([*argv, "--no-reshard-after-forward"], tmp_path / "b.json",
+                                     capsys) if e["cat"] == "allgather"]
+    assert any(".bwd." in e["name"] for e in gathers)
+    assert not any(".bwd." in e["name"] for e in kept) and 0 < len(kept) < len(gathers)
+    plain = _run_json(argv, capsys)
+    unsharded = _run_json([*argv, "--no-reshard-after-forward"], capsys)
+    assert unsharded["memory"]["peak_bytes"] > plain["memory"]["peak_bytes"]
+    assert unsharded["step_time_s"] <= plain["step_time_s"]
+
+
+def test_real_zero_overlap_comm_is_no_slower_and_overlaps(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # llama3.2-1b (1.2B parameters) fills more than one 5e8-element reduce bucket
+    argv = ["-t", "8xh100-nvswitch", "--gpus", "2", "-w", "llama3.2-1b", "--seq-len", "512",
+            "-s", "zero2"]
+    plain = _run_json(argv, capsys)
+    overlap = _run_json([*argv, "--overlap-comm"], capsys)
+    assert overlap["step_time_s"] <= plain["step_time_s"]
+    assert plain["exposed_comm_s"] == pytest.approx(plain["comm_time_s"])  # backward waits
+    assert overlap["exposed_comm_s"] < overlap["comm_time_s"]
+    # the second IPG buffer DeepSpeed allocates for overlap_comm
+    assert overlap["memory"]["peak_bytes"] > plain["memory"]["peak_bytes"]
+
+
+def test_real_sequence_parallel_gathers_and_scatters_on_the_tp_stream(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*SMALL, "--gpus", "2", "-s", "tp"]
+
+    def tp_kinds(events: list[dict], path: Path) -> set[str]:  # type: ignore[type-arg]
+        doc = json.loads(path.read_text())["traceEvents"]
+        tids = {e["tid"] for e in doc if e.get("name") == "thread_name"
+                and e["args"]["name"] == "tp"}
+        return {e["cat"] for e in events if e["tid"] in tids}
+
+    plain = tp_kinds(_trace_events(argv, tmp_path / "a.json", capsys), tmp_path / "a.json")
+    sp = tp_kinds(_trace_events([*argv, "--sequence-parallel"], tmp_path / "b.json", capsys),
+                  tmp_path / "b.json")
+    assert plain == {"allreduce"}
+    assert sp == {"allgather", "reducescatter"}
+    mem = _run_json([*argv, "--sequence-parallel"], capsys)["memory"]
+    assert mem["peak_bytes"] < _run_json(argv, capsys)["memory"]["peak_bytes"]
+
+
+def _png_height(path: Path) -> int:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[20:24], "big")  # IHDR: width, then height
+
+
+def test_real_gantt_per_gpu_draws_a_lane_per_gpu(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    shared, per_gpu = tmp_path / "a.png", tmp_path / "b.png"
+    assert main(["run", *SMALL, "--gantt", str(shared)]) == 0
+    assert main(["run", *SMALL, "--gantt", str(per_gpu), "--gantt-per-gpu"]) == 0
+    assert _png_height(per_gpu) > 2 * _png_height(shared)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-s", "fsdp", "--comm-hook", "bf16"], "--comm-hook does not apply to -s fsdp"),
+    (["-s", "zero2", "--gradient-as-bucket-view"], "--gradient-as-bucket-view does not apply"),
+    (["-s", "ddp", "--sequence-parallel"], "--sequence-parallel does not apply to -s ddp"),
+    (["-s", "tp", "--tp", "1", "--sequence-parallel"], "at least 2"),
+    (["-s", "ddp", "--no-reshard-after-forward"], "--no-reshard-after-forward does not apply"),
+    (["-s", "fsdp", "--overlap-comm"], "--overlap-comm does not apply to -s fsdp"),
+    (["--no-overlap", "--comm-hook", "bf16"], "local DDP"),
+    (["--comm-hook", "fp8"], "--comm-hook: expected one of none, bf16"),
+    (["--checkpointing", "some"], "--checkpointing: expected one of none, selective, full"),
+    (["--gantt-per-gpu"], "--gantt FILE.png"),
+])
+def test_real_recipe_flags_that_do_not_apply_exit_2_with_one_line(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", *SMALL, "--gpus", "2", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_real_compare_and_sweep_pass_the_recipe_flags_on(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", *SMALL, "--gpus", "2", "-s", "ddp", "-s", "fsdp",
+                 "--comm-hook", "bf16"]) == 2
+    assert "does not apply to -s fsdp" in capsys.readouterr().err
+    assert main(["compare", *SMALL, "--gpus", "2", "-s", "fsdp", "-s", "tp+fsdp",
+                 "--no-reshard-after-forward", "--json"]) == 0
+    reports = json.loads(capsys.readouterr().out)
+    assert [r["recipe"]["reshard_after_forward"] for r in reports] == [False, False]
+    assert main(["sweep", *SMALL, "--gpus", "2", "--bucket-mb", "5,25", "--comm-hook", "bf16",
+                 "--checkpointing", "full", "--json"]) == 0
+    points = json.loads(capsys.readouterr().out)
+    assert [p["recipe"]["comm_hook"] for p in points] == ["bf16", "bf16"]
+    assert {p["recipe"]["activation_checkpointing"] for p in points} == {"full"}

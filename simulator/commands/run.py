@@ -22,6 +22,8 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator import engine, memory, plots, report, strategies, trace
+from simulator.commands import recipe_flags
+from simulator.commands.memory import _with_checkpointing
 from simulator.config import load_topology, load_workload
 from simulator.errors import InputError
 from simulator.program import Program
@@ -48,6 +50,13 @@ class RunSpec:
     seq_len: int | None = None
     overlap: bool = True
     compute_slowdown: float | None = None
+    # the recipe flags (recipe_flags.py); defaults are the frameworks' own
+    checkpointing: str | None = None  # None: the workload's training.activation_checkpointing
+    grad_compression: str = "none"  # DDP comm hook
+    gradient_as_bucket_view: bool = False
+    sequence_parallel: bool = False
+    reshard_after_forward: bool = True
+    zero_overlap_comm: bool | None = None
 
 
 @dataclass
@@ -82,6 +91,7 @@ def add_job_arguments(parser: argparse.ArgumentParser, *, many: bool = False) ->
     parser.add_argument("--compute-slowdown", type=float, default=None,
                         help="fixed share of compute speed lost while NCCL kernels run "
                         "(default: channels / SMs)")
+    recipe_flags.add_arguments(parser)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -92,6 +102,9 @@ def add_parser(subparsers: Any) -> None:
     add_job_arguments(parser)
     parser.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace (Perfetto)")
     parser.add_argument("--gantt", metavar="FILE.png", help="write a Gantt chart of the step")
+    parser.add_argument("--gantt-per-gpu", action="store_true",
+                        help="with --gantt: one lane per GPU and stream (plots.gantt "
+                        "collapse=False) instead of one shared lane per stream")
     parser.add_argument("--memory-png", metavar="FILE.png",
                         help="write memory per GPU over the step")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
@@ -141,7 +154,8 @@ def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
         micro_batch=positive_int(args.micro_batch, "--micro-batch"),
         grad_accum=positive_int(args.grad_accum, "--grad-accum"),
         seq_len=positive_int(args.seq_len, "--seq-len"),
-        overlap=not args.no_overlap, compute_slowdown=slowdown)
+        overlap=not args.no_overlap, compute_slowdown=slowdown,
+        **recipe_flags.fields_from_args(args))
 
 
 @lru_cache(maxsize=32)
@@ -156,31 +170,66 @@ def _machine(topology: str, gpus: int | None) -> Machine:
 
 @lru_cache(maxsize=32)
 def _job(workload: str, micro_batch: int | None, seq_len: int | None,
-         grad_accum: int | None) -> Job:
-    return Job.from_config(load_workload(workload), micro_batch=micro_batch, seq_len=seq_len,
-                           grad_accum=grad_accum)
+         grad_accum: int | None, checkpointing: str | None = None) -> Job:
+    cfg = load_workload(workload)
+    if checkpointing is not None:  # as `stepsim memory --checkpointing` overrides it
+        cfg = _with_checkpointing(cfg, checkpointing)
+    return Job.from_config(cfg, micro_batch=micro_batch, seq_len=seq_len, grad_accum=grad_accum)
+
+
+def _spec_job(spec: RunSpec) -> Job:
+    return _job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum,
+                spec.checkpointing)
+
+
+def _tp_degree(spec: RunSpec, machine: Machine) -> int:
+    """The TP degree the strategies use: all GPUs for tp, 2 for tp+ddp/tp+fsdp, unless --tp."""
+    if not spec.strategy.startswith("tp"):
+        return 1
+    if spec.tp is not None:
+        return spec.tp
+    return machine.n_gpus if spec.strategy == "tp" else min(2, machine.n_gpus)
 
 
 def _options(spec: RunSpec) -> strategies.Options:
-    return strategies.Options(bucket_mb=spec.bucket_mb, tp=spec.tp, overlap=spec.overlap)
+    return strategies.Options(
+        bucket_mb=spec.bucket_mb, tp=spec.tp, overlap=spec.overlap,
+        grad_compression=spec.grad_compression,  # type: ignore[arg-type]  # checked on parse
+        gradient_as_bucket_view=spec.gradient_as_bucket_view,
+        sequence_parallel=spec.sequence_parallel,
+        reshard_after_forward=spec.reshard_after_forward,
+        zero_overlap_comm=spec.zero_overlap_comm)
 
 
 def _memory(job: Job, machine: Machine, spec: RunSpec) -> dict[str, Any]:
     """memory.py's verdict; it names TP x DP as "tp" (DDP over the rest) and TP x FSDP "fsdp"."""
     name = {"tp+ddp": "tp", "tp+fsdp": "fsdp"}.get(spec.strategy, spec.strategy)
-    tp = spec.tp or (machine.n_gpus if spec.strategy == "tp" else 1)
-    if spec.strategy.startswith("tp+") and spec.tp is None:
-        tp = 2
-    return memory.estimate(job, machine.gpu, name, world=machine.n_gpus, tp=tp,
-                           reshard_after_forward=True).to_json()
+    return memory.estimate(job, machine.gpu, name, world=machine.n_gpus,
+                           tp=_tp_degree(spec, machine),
+                           sequence_parallel=spec.sequence_parallel,
+                           gradient_as_bucket_view=spec.gradient_as_bucket_view,
+                           reshard_after_forward=spec.reshard_after_forward,
+                           zero_overlap_comm=bool(spec.zero_overlap_comm)).to_json()
+
+
+def recipe(spec: RunSpec) -> dict[str, Any]:
+    """The recipe flags as the report lists them (framework option names)."""
+    return {"activation_checkpointing": spec.checkpointing, "comm_hook": spec.grad_compression,
+            "gradient_as_bucket_view": spec.gradient_as_bucket_view,
+            "sequence_parallel": spec.sequence_parallel,
+            "reshard_after_forward": spec.reshard_after_forward,
+            "overlap_comm": bool(spec.zero_overlap_comm)}
 
 
 @lru_cache(maxsize=32)
 def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
     """Tokens/s of one GPU of the same machine with the same per-GPU batch (None: won't fit)."""
-    one = replace(spec, strategy="ddp", gpus=1, tp=None)
+    # same per-GPU recipe (checkpointing kept); the parallelism-only flags do not apply
+    one = replace(spec, strategy="ddp", gpus=1, tp=None, grad_compression="none",
+                  gradient_as_bucket_view=False, sequence_parallel=False,
+                  reshard_after_forward=True, zero_overlap_comm=None)
     machine = _machine(one.topology, 1)
-    job = _job(one.workload, one.micro_batch, one.seq_len, one.grad_accum)
+    job = _spec_job(one)
     if not _memory(job, machine, one)["fits"]:
         return None
     program = strategies.build("ddp", job, machine, _options(one))
@@ -192,7 +241,13 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
 def execute(spec: RunSpec, *, baseline: bool = True) -> RunResult:
     """Build the program, simulate it, and measure it: the whole `run` pipeline."""
     machine = _machine(spec.topology, spec.gpus)
-    job = _job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum)
+    recipe_flags.check(spec.strategy, tp=_tp_degree(spec, machine), overlap=spec.overlap,
+                       grad_compression=spec.grad_compression,
+                       gradient_as_bucket_view=spec.gradient_as_bucket_view,
+                       sequence_parallel=spec.sequence_parallel,
+                       reshard_after_forward=spec.reshard_after_forward,
+                       zero_overlap_comm=spec.zero_overlap_comm)
+    job = _spec_job(spec)
     program = strategies.build(spec.strategy, job, machine, _options(spec))
     timeline = engine.simulate(program, machine, compute_slowdown=spec.compute_slowdown)
     mem = _memory(job, machine, spec)
@@ -210,7 +265,7 @@ def execute(spec: RunSpec, *, baseline: bool = True) -> RunResult:
         gpu_price_usd=machine.gpu.price_usd,
         extra={"topology": machine.name, "workload": job.name, "strategy": spec.strategy,
                "gpu": machine.gpu.name, "tokens_per_step": tokens,
-               "overlap": spec.overlap},
+               "overlap": spec.overlap, "recipe": recipe(spec)},
     )
     return RunResult(spec, machine, job, program, timeline, mem, metrics)
 
@@ -291,7 +346,8 @@ def print_text(result: RunResult, out: Any = None) -> None:
         console.print(f"memory: {memory_verdict(r['memory'])}; simulated anyway, "
                       "but this step would run out of memory")
     title = (f"{r['workload']} on {r['topology']} ({r['gpus']} x {r['gpu']}), "
-             f"{r['strategy']}{'' if r['overlap'] else ', no overlap'}")
+             f"{r['strategy']}{'' if r['overlap'] else ', no overlap'}"
+             + "".join(f", {x}" for x in recipe_flags.words(r.get("recipe", {}))))
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
@@ -303,7 +359,8 @@ def print_text(result: RunResult, out: Any = None) -> None:
 
 
 def write_outputs(result: RunResult, args: argparse.Namespace) -> None:
-    title = (f"{result.job.name} on {result.machine.name}, {result.spec.strategy}: "
+    words = "".join(f", {x}" for x in recipe_flags.words(result.report.get("recipe", {})))
+    title = (f"{result.job.name} on {result.machine.name}, {result.spec.strategy}{words}: "
              f"step {result.timeline.step_time * 1e3:.1f} ms")
     if args.trace:
         text = trace.dumps(result.timeline)
@@ -313,7 +370,8 @@ def write_outputs(result: RunResult, args: argparse.Namespace) -> None:
 
         write_atomically(args.trace, write_trace)
     if args.gantt:
-        write_atomically(args.gantt, lambda p: plots.gantt(result.timeline, p, title=title))
+        write_atomically(args.gantt, lambda p: plots.gantt(
+            result.timeline, p, title=title, collapse=not args.gantt_per_gpu))
     if args.memory_png:
         mem = result.memory
         write_atomically(args.memory_png, lambda p: plots.memory_curve(
@@ -321,6 +379,8 @@ def write_outputs(result: RunResult, args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.gantt_per_gpu and not args.gantt:
+        raise InputError("--gantt-per-gpu changes the Gantt chart: give --gantt FILE.png too")
     spec = spec_from_args(args, args.topology, args.workload, args.strategy)
     result = execute(spec)
     write_outputs(result, args)

@@ -25,6 +25,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from simulator import plots
+from simulator.commands import recipe_flags
 from simulator.commands.run import (
     RunSpec,
     add_job_arguments,
@@ -89,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--compute-slowdown: must be in [0, 1], got {slowdown}")
     swept, combos = points(args)
     base = RunSpec(args.topology, args.workload, check_strategy(args.strategy or "ddp"),
-                   overlap=not args.no_overlap, compute_slowdown=slowdown)
+                   overlap=not args.no_overlap, compute_slowdown=slowdown,
+                   **recipe_flags.fields_from_args(args))  # the same at every point
     specs = [replace(base, **{LIST_OPTIONS[k][0]: v for k, v in combo.items()})
              for combo in combos]
     # the first point runs here, so bad input fails in this process with one clear line
