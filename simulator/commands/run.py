@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -21,11 +18,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from simulator import engine, memory, plots, report, strategies, trace
+from simulator import engine, memory, report, strategies, trace
 from simulator.commands import recipe_flags
 from simulator.commands.memory import _with_checkpointing
 from simulator.config import load_topology, load_workload
 from simulator.errors import InputError
+from simulator.outputs import Writer, write_files
 from simulator.program import Program
 from simulator.timeline import Timeline
 from simulator.topology import Machine
@@ -270,25 +268,6 @@ def execute(spec: RunSpec, *, baseline: bool = True) -> RunResult:
     return RunResult(spec, machine, job, program, timeline, mem, metrics)
 
 
-def write_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
-    """Write through a temporary file in the same folder, then rename: never half a file."""
-    target = Path(path)
-    if target.parent and not target.parent.exists():
-        raise InputError(f"cannot write {path}: no such folder {target.parent}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix,
-                               dir=target.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def memory_verdict(mem: dict[str, Any]) -> str:
     need, have = mem["peak_bytes"] / GiB, mem["capacity_bytes"] / GiB
     if mem["fits"]:
@@ -362,20 +341,21 @@ def write_outputs(result: RunResult, args: argparse.Namespace) -> None:
     words = "".join(f", {x}" for x in recipe_flags.words(result.report.get("recipe", {})))
     title = (f"{result.job.name} on {result.machine.name}, {result.spec.strategy}{words}: "
              f"step {result.timeline.step_time * 1e3:.1f} ms")
+    writers: dict[str | Path, Writer] = {}
     if args.trace:
-        text = trace.dumps(result.timeline)
+        writers[args.trace] = lambda p: p.write_text(trace.dumps(result.timeline),
+                                                     encoding="utf-8")
+    if args.gantt or args.memory_png:
+        from simulator import plots  # matplotlib only when a picture is asked for
 
-        def write_trace(path: Path) -> None:
-            path.write_text(text, encoding="utf-8")
-
-        write_atomically(args.trace, write_trace)
-    if args.gantt:
-        write_atomically(args.gantt, lambda p: plots.gantt(
-            result.timeline, p, title=title, collapse=not args.gantt_per_gpu))
-    if args.memory_png:
         mem = result.memory
-        write_atomically(args.memory_png, lambda p: plots.memory_curve(
-            result.timeline, mem["breakdown_bytes"], mem["capacity_bytes"], p, title=title))
+        if args.gantt:
+            writers[args.gantt] = lambda p: plots.gantt(
+                result.timeline, p, title=title, collapse=not args.gantt_per_gpu)
+        if args.memory_png:
+            writers[args.memory_png] = lambda p: plots.memory_curve(
+                result.timeline, mem["breakdown_bytes"], mem["capacity_bytes"], p, title=title)
+    write_files(writers)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,7 +24,6 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from simulator import plots
 from simulator.commands import recipe_flags
 from simulator.commands.run import (
     RunSpec,
@@ -34,9 +33,9 @@ from simulator.commands.run import (
     memory_verdict,
     positive_float,
     positive_int,
-    write_atomically,
 )
 from simulator.errors import InputError
+from simulator.outputs import write_atomically
 
 # option name -> (RunSpec field, parser of one value)
 LIST_OPTIONS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
@@ -121,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
                   "exposed communication (ms)": [r["exposed_comm_s"] * 1e3 for r in reports],
                   "communication (ms)": [r["comm_time_s"] * 1e3 for r in reports]}
         title = f"{reports[0]['workload']} on {reports[0]['topology']}, {base.strategy}"
+        from simulator import plots  # matplotlib only when a picture is asked for
+
         write_atomically(args.png, lambda p: plots.sweep_chart(
             labels, series, " x ".join(swept) or "point", "milliseconds", p, title=title))
     if args.json:

@@ -11,12 +11,11 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from simulator.config import load_topology
-from simulator.errors import InputError
+from simulator.outputs import write_atomically
 from simulator.topology import Machine
 from simulator.units import GB
 
@@ -160,18 +159,7 @@ def draw(machine: Machine, path: Path) -> None:
         ax.set_title(f"{machine.name} (link labels: GB/s per direction)")
         ax.axis("off")
         fig.tight_layout()
-        directory = path.resolve().parent
-        if not directory.is_dir():
-            raise InputError(f"--png {path}: no such directory {directory}")
-        fd, tmp = tempfile.mkstemp(suffix=".png", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                fig.savefig(out, format="png", dpi=120)
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
     finally:
         plt.close(fig)
 
@@ -184,9 +172,3 @@ def _layout(machine: Machine) -> dict[str, tuple[float, float]]:
     width = max(len(ids) for ids in layers.values())
     return {node: ((i + 0.5) * width / len(ids), -float(layer))
             for layer, ids in layers.items() for i, node in enumerate(ids)}
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
