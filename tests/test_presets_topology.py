@@ -70,7 +70,7 @@ def test_topo_png_is_written_whole(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_topo_png_into_missing_directory_is_an_input_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["topo", "-t", "1x4090", "--png", str(tmp_path / "no" / "m.png")]) == 2
-    assert "no such directory" in capsys.readouterr().err
+    assert "no such folder" in capsys.readouterr().err
 
 
 def test_topo_too_many_gpus(capsys: pytest.CaptureFixture[str]) -> None:
