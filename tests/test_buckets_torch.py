@@ -161,7 +161,14 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def torch_runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out = tmp_path_factory.mktemp("ddp") / "buckets.json"
-    torch.multiprocessing.spawn(_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    for attempt in range(3):  # the free port can be taken before gloo binds it: pick another
+        try:
+            torch.multiprocessing.spawn(_worker, args=(2, _free_port(), str(out)), nprocs=2,
+                                        join=True)
+            break
+        except Exception:
+            if attempt == 2:
+                raise
     return list(json.loads(out.read_text()))
 
 
