@@ -110,6 +110,16 @@ def bus_factor(op: str, n: int) -> float:
 _PLANS: dict[int, tuple[weakref.ref[Any], dict[tuple[Any, ...], Plan]]] = {}
 
 
+def comm_channels(search_channels: int) -> int:
+    """Channels a communicator runs: connect.cc doubles the search's rings (max 64)."""
+    return min(nt.MAX_CHANNELS, 2 * search_channels)
+
+
+def machine_channels(machine: Machine) -> int:
+    """Channels of a communicator over the whole machine (NCCL buffers scale with it)."""
+    return comm_channels(machine.ring().n_channels) if machine.n_gpus > 1 else 1
+
+
 def plan(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,
          algo: str = "auto", protocol: str | None = None) -> Plan:
     """NCCL's decisions for one call, cached per machine (training steps repeat sizes)."""
@@ -168,8 +178,8 @@ def _make_plan(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...], a
         choice = nt.choose(graph, op, nbytes, algorithms, protocols)
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    comm_channels = min(nt.MAX_CHANNELS, 2 * ring.n_channels)  # connect.cc doubles the rings
-    channels = nt.channels_used(graph, comm_channels, nbytes, choice.algorithm, choice.protocol)
+    channels = nt.channels_used(graph, comm_channels(ring.n_channels), nbytes,
+                                choice.algorithm, choice.protocol)
 
     if choice.algorithm == "tree":  # a chain inside one node: reduce up, broadcast down
         hops = list(zip(order[1:], order[:-1], strict=True))
@@ -270,6 +280,6 @@ def simulate(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...] | No
     seconds = env.now
     n = len(p.ranks)
     algbw = nbytes / seconds / GB if seconds > 0 else 0.0
-    link, util = (fabric.bottleneck() if p.usage else (None, 0.0))
+    link, util = (fabric.bottleneck() if p.usage and nbytes > 0 else (None, 0.0))
     return Result(op, nbytes, n, seconds / US, algbw, algbw * bus_factor(op, n), p.algorithm,
                   p.protocol, p.transport, p.n_channels, link, util)

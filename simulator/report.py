@@ -52,7 +52,7 @@ def bottleneck(timeline: Timeline) -> dict[str, Any]:
         "link": link,
         "utilization": timeline.link_utilization(link),
         "utilization_during_comm": carried / (capacity * comm_time) if comm_time > 0 else 0.0,
-        "bytes": carried,
+        "bytes": int(carried),
         "capacity_gbps": capacity / 1e9,
         "window": "step",
     }

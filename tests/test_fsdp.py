@@ -98,3 +98,14 @@ def test_optimizer_steps_the_local_shard() -> None:
     full = sum(t.work.duration for t in single.tasks
                if not isinstance(t.work, Comm) and t.work.kind == "optimizer")
     assert abs(opt - full / 8) < 1e-12
+
+
+def test_zero3_has_fsdp_pattern_with_16_bit_reduction() -> None:
+    fsdp, zero3 = build("fsdp", job(), machine()), build("zero3", job(), machine())
+    assert len(collectives(zero3, "allgather")) == len(collectives(fsdp, "allgather"))
+    assert [c.nbytes for c in collectives(zero3, "allgather")] == \
+        [c.nbytes for c in collectives(fsdp, "allgather")]
+    # DeepSpeed reduces bf16 gradients in bf16; the FSDP recipe reduces in fp32
+    assert sum(c.nbytes for c in collectives(zero3, "reducescatter")) == \
+        sum(c.nbytes for c in collectives(fsdp, "reducescatter")) // 2
+    assert zero3.meta["strategy"] == "zero3"

@@ -316,3 +316,13 @@ def test_real_compare_and_sweep_pass_the_recipe_flags_on(
     points = json.loads(capsys.readouterr().out)
     assert [p["recipe"]["comm_hook"] for p in points] == ["bf16", "bf16"]
     assert {p["recipe"]["activation_checkpointing"] for p in points} == {"full"}
+
+
+def test_run_and_memory_give_the_same_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    for strategy in ("ddp", "fsdp", "zero3"):
+        base = ["-t", "4x5090", "-w", "gpt2-medium", "-s", strategy, "--json"]
+        assert main(["memory", *base]) == 0
+        mem = json.loads(capsys.readouterr().out)
+        assert main(["run", *base]) == 0
+        run = json.loads(capsys.readouterr().out)
+        assert run["memory"]["peak_bytes"] == mem["peak_bytes"], strategy

@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import Any
 
-from simulator import memory, memory_search
+from simulator import collectives, memory, memory_search
 from simulator.config import load_topology, load_workload
 from simulator.errors import InputError
 from simulator.schema import WorkloadConfig
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gpus is not None:
         machine = machine.subset(args.gpus)
     world = machine.n_gpus
-    channels = machine.ring().n_channels if world > 1 else memory.NCCL_DEFAULT_CHANNELS
+    channels = collectives.machine_channels(machine)
     options: dict[str, Any] = {"world": world, "tp": args.tp or 1,
                                "sequence_parallel": args.sequence_parallel,
                                "nccl_channels": channels}

@@ -18,19 +18,18 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from simulator import engine, memory, report, strategies, trace
+from simulator import collectives, engine, memory, report, strategies, trace
 from simulator.commands import recipe_flags
 from simulator.commands.memory import _with_checkpointing
 from simulator.config import load_topology, load_workload
 from simulator.errors import InputError
 from simulator.outputs import Writer, write_files
 from simulator.program import Program
+from simulator.strategies import STRATEGIES
 from simulator.timeline import Timeline
 from simulator.topology import Machine
 from simulator.units import GiB
 from simulator.workload import Job
-
-STRATEGIES = ("ddp", "zero1", "zero2", "fsdp", "tp", "tp+ddp", "tp+fsdp")
 
 
 @dataclass(frozen=True)
@@ -207,7 +206,8 @@ def _memory(job: Job, machine: Machine, spec: RunSpec) -> dict[str, Any]:
                            sequence_parallel=spec.sequence_parallel,
                            gradient_as_bucket_view=spec.gradient_as_bucket_view,
                            reshard_after_forward=spec.reshard_after_forward,
-                           zero_overlap_comm=bool(spec.zero_overlap_comm)).to_json()
+                           zero_overlap_comm=bool(spec.zero_overlap_comm),
+                           nccl_channels=collectives.machine_channels(machine)).to_json()
 
 
 def recipe(spec: RunSpec) -> dict[str, Any]:

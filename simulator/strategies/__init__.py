@@ -1,7 +1,7 @@
 """Parallelism strategies: job + machine + options -> one `Program` for the engine.
 
 ``build(name, job, machine, options)`` with name one of ``STRATEGIES``:
-ddp (ddp.py), zero1 / zero2 (zero.py), fsdp (fsdp.py), tp, tp+ddp, tp+fsdp (tensor.py).
+ddp (ddp.py), zero1 / zero2 (zero.py), fsdp and zero3 (fsdp.py), tp, tp+ddp, tp+fsdp (tensor.py).
 All data-parallel ranks are symmetric, so one program describes every GPU.
 """
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from simulator.topology import Machine
     from simulator.workload import Job
 
-STRATEGIES = ("ddp", "zero1", "zero2", "fsdp", "tp", "tp+ddp", "tp+fsdp")
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "tp", "tp+ddp", "tp+fsdp")
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,11 @@ def build(name: str, job: Job, machine: Machine, options: StrategyOptions | None
         return zero.build(job, machine, opts, stage=int(name[-1]))
     if name == "fsdp":
         return fsdp.build(job, machine, opts)
+    if name == "zero3":  # FSDP's per-unit gather/reduce pattern; DeepSpeed reduces gradients in
+        # their own 16-bit dtype (communication_data_type unset), as memory.py's recipe assumes
+        prog = fsdp.build(job, machine, opts, reduce_bytes=4 if job.precision == "fp32" else 2)
+        prog.meta["strategy"] = "zero3"
+        return prog
     if name in ("tp", "tp+ddp", "tp+fsdp"):
         return tensor.build(job, machine, opts, data_parallel=name.partition("+")[2] or None)
     raise InputError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")

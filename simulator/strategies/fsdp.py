@@ -60,9 +60,10 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
           groups: tuple[tuple[int, ...], ...] | None = None, program: Program | None = None,
           forward: list[Op] | None = None, backward: list[Op] | None = None,
           shard_numel: float = 1.0, optimizer_scale: float = 1.0,
-          emit: Emit | None = None) -> Program:
+          emit: Emit | None = None, reduce_bytes: int = REDUCE_BYTES) -> Program:
     """One FSDP2 step. ``groups`` are the sharding groups (default: all GPUs, one group);
-    tensor parallelism passes its DP groups, sharded ops, and ``shard_numel`` = 1/t."""
+    tensor parallelism passes its DP groups, sharded ops, and ``shard_numel`` = 1/t.
+    ZeRO-3 has the same per-unit pattern and passes its own ``reduce_bytes``."""
     gpu = machine.gpu
     groups = groups or (tuple(range(machine.n_gpus)),)
     dp = len(groups[0])
@@ -86,7 +87,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         numel = _sizes(job, blocks)[1] * shard_numel
         if numel == 0:
             return None
-        return prog.add("reducescatter", Comm(name, "reducescatter", int(numel * REDUCE_BYTES),
+        return prog.add("reducescatter", Comm(name, "reducescatter", int(numel * reduce_bytes),
                                               groups, {"unit": name.rsplit(".", 1)[-1]}), deps)
 
     counts = {"allgather": 0, "reducescatter": 0}
