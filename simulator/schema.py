@@ -6,7 +6,7 @@ checked at load; see simulator/config.py for how errors are reported (file:line:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
@@ -149,13 +149,17 @@ class LoraConfig(Frozen):
     targets: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
 
 
+Checkpointing = Literal["none", "selective", "full"]
+CHECKPOINTING_MODES: tuple[str, ...] = get_args(Checkpointing)
+
+
 class TrainingConfig(Frozen):
     seq_len: PositiveInt
     micro_batch: PositiveInt = 1
     grad_accum: PositiveInt = 1
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     optimizer: Literal["adamw", "sgd"] = "adamw"
-    activation_checkpointing: Literal["none", "selective", "full"] = "none"
+    activation_checkpointing: Checkpointing = "none"
     finetune: Literal["full", "lora", "qlora"] = "full"
     lora: LoraConfig | None = None
     # flash: FlashAttention kernels (default); eager: scores materialised in HBM (Megatron-LM
@@ -171,6 +175,11 @@ class WorkloadConfig(Frozen):
     model: ModelConfig | None = None
     layers: list[GenericLayer] | None = None  # the generic (non-transformer) form
     training: TrainingConfig
+
+    def with_training(self, **changes: Any) -> WorkloadConfig:
+        """The same workload with some training keys changed (command-line overrides)."""
+        training = self.training.model_copy(update=changes)
+        return self.model_copy(update={"training": training})
 
     @model_validator(mode="after")
     def _one_model(self) -> WorkloadConfig:

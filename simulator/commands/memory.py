@@ -15,12 +15,10 @@ from typing import Any
 from simulator import collectives, memory, memory_search
 from simulator.config import load_topology, load_workload
 from simulator.errors import InputError
-from simulator.schema import WorkloadConfig
+from simulator.schema import CHECKPOINTING_MODES, WorkloadConfig
 from simulator.topology import Machine
 from simulator.units import GiB
 from simulator.workload import Job
-
-CHECKPOINTING = ("none", "selective", "full")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -55,12 +53,10 @@ def add_parser(subparsers: Any) -> None:
 def _workload(args: argparse.Namespace) -> WorkloadConfig:
     cfg = load_workload(args.workload)
     if args.checkpointing is not None:
-        if args.checkpointing not in CHECKPOINTING:
-            raise InputError(f"--checkpointing: expected one of {', '.join(CHECKPOINTING)}, "
-                             f"got {args.checkpointing!r}")
-        training = cfg.training.model_copy(update={"activation_checkpointing":
-                                                   args.checkpointing})
-        cfg = cfg.model_copy(update={"training": training})
+        if args.checkpointing not in CHECKPOINTING_MODES:
+            raise InputError("--checkpointing: expected one of "
+                             f"{', '.join(CHECKPOINTING_MODES)}, got {args.checkpointing!r}")
+        cfg = cfg.with_training(activation_checkpointing=args.checkpointing)
     if args.seq_len is not None:
         if args.seq_len < 1:
             raise InputError(f"--seq-len must be at least 1, got {args.seq_len}")
@@ -79,11 +75,6 @@ def _micro_batch(text: str | None) -> int | None:
     if value < 1:
         raise InputError(f"--micro-batch must be at least 1, got {value}")
     return value
-
-
-def _with_checkpointing(cfg: WorkloadConfig, mode: str) -> WorkloadConfig:
-    training = cfg.training.model_copy(update={"activation_checkpointing": mode})
-    return cfg.model_copy(update={"training": training})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,14 +100,15 @@ def run(args: argparse.Namespace) -> int:
         best = memory_search.largest_micro_batch(job, machine.gpu, args.strategy, **options)
         out["largest_micro_batch"] = best
         if best == 0 and job.checkpointing != "full" and job.arch is not None:
-            full = Job.from_config(_with_checkpointing(cfg, "full"))
+            full = Job.from_config(cfg.with_training(activation_checkpointing="full"))
             best_full = memory_search.largest_micro_batch(full, machine.gpu, args.strategy,
                                                           **options)
             out["largest_micro_batch_full_checkpointing"] = best_full
             hints.append(f"with full activation checkpointing: largest micro-batch {best_full}")
     elif (not report.fits and job.checkpointing != "full" and job.arch is not None
           and report.model_state_bytes < report.capacity_bytes):
-        full = Job.from_config(_with_checkpointing(cfg, "full"), micro_batch=micro_batch)
+        full = Job.from_config(cfg.with_training(activation_checkpointing="full"),
+                               micro_batch=micro_batch)
         other = memory.estimate(full, machine.gpu, args.strategy, **options)
         hints.append(f"with full activation checkpointing: {other.verdict()}")
     if args.largest_model:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from simulator.commands.memory import CHECKPOINTING
 from simulator.errors import InputError
+from simulator.schema import CHECKPOINTING_MODES
 
 DDP_STRATEGIES = ("ddp", "tp", "tp+ddp")  # the ones that wrap the model in torch DDP
 TP_STRATEGIES = ("tp", "tp+ddp", "tp+fsdp")
@@ -47,8 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """RunSpec fields from the parsed flags (format checks only; see ``check``)."""
     mode = args.checkpointing
-    if mode is not None and mode not in CHECKPOINTING:
-        raise InputError(f"--checkpointing: expected one of {', '.join(CHECKPOINTING)}, "
+    if mode is not None and mode not in CHECKPOINTING_MODES:
+        raise InputError(f"--checkpointing: expected one of {', '.join(CHECKPOINTING_MODES)}, "
                          f"got {mode!r}")
     hook = args.comm_hook
     if hook is not None and hook not in COMM_HOOKS:

@@ -20,7 +20,6 @@ from rich.table import Table
 
 from simulator import collectives, engine, memory, report, strategies, trace
 from simulator.commands import recipe_flags
-from simulator.commands.memory import _with_checkpointing
 from simulator.config import load_topology, load_workload
 from simulator.errors import InputError
 from simulator.outputs import Writer, write_files
@@ -170,7 +169,7 @@ def _job(workload: str, micro_batch: int | None, seq_len: int | None,
          grad_accum: int | None, checkpointing: str | None = None) -> Job:
     cfg = load_workload(workload)
     if checkpointing is not None:  # as `stepsim memory --checkpointing` overrides it
-        cfg = _with_checkpointing(cfg, checkpointing)
+        cfg = cfg.with_training(activation_checkpointing=checkpointing)
     return Job.from_config(cfg, micro_batch=micro_batch, seq_len=seq_len, grad_accum=grad_accum)
 
 
