@@ -35,3 +35,29 @@ def format_size(nbytes: float) -> str:
             value = nbytes / scale
             return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
     return f"{nbytes:.0f}"
+
+
+def positive_int(text: str | None, flag: str) -> int | None:
+    """A command-line count that must be >= 1 (None passes through)."""
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError(f"{flag}: expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise InputError(f"{flag}: must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str | None, flag: str) -> float | None:
+    """A command-line quantity that must be > 0 (None passes through)."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{flag}: expected a number, got {text!r}") from None
+    if value <= 0:
+        raise InputError(f"{flag}: must be positive, got {value}")
+    return value

@@ -17,7 +17,7 @@ from simulator.config import load_topology, load_workload
 from simulator.errors import InputError
 from simulator.schema import CHECKPOINTING_MODES, WorkloadConfig
 from simulator.topology import Machine
-from simulator.units import GiB
+from simulator.units import GiB, positive_int
 from simulator.workload import Job
 
 
@@ -66,15 +66,8 @@ def _workload(args: argparse.Namespace) -> WorkloadConfig:
 
 
 def _micro_batch(text: str | None) -> int | None:
-    if text is None or text == "max":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise InputError(f"--micro-batch: expected a number or 'max', got {text!r}") from None
-    if value < 1:
-        raise InputError(f"--micro-batch must be at least 1, got {value}")
-    return value
+    """A micro-batch, or None for the preset's / `max` (the search)."""
+    return None if text == "max" else positive_int(text, "--micro-batch")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ from simulator.program import Program
 from simulator.strategies import STRATEGIES
 from simulator.timeline import Timeline
 from simulator.topology import Machine
-from simulator.units import GiB
+from simulator.units import GiB, positive_float, positive_int
 from simulator.workload import Job
 
 
@@ -105,30 +105,6 @@ def add_parser(subparsers: Any) -> None:
                         help="write memory per GPU over the step")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     parser.set_defaults(handler=run)
-
-
-def positive_int(text: str | None, flag: str) -> int | None:
-    if text is None:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise InputError(f"{flag}: expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise InputError(f"{flag}: must be at least 1, got {value}")
-    return value
-
-
-def positive_float(text: str | None, flag: str) -> float | None:
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError(f"{flag}: expected a number, got {text!r}") from None
-    if value <= 0:
-        raise InputError(f"{flag}: must be positive, got {value}")
-    return value
 
 
 def check_strategy(name: str) -> str:

@@ -31,11 +31,10 @@ from simulator.commands.run import (
     check_strategy,
     execute,
     memory_verdict,
-    positive_float,
-    positive_int,
 )
 from simulator.errors import InputError
 from simulator.outputs import write_atomically
+from simulator.units import positive_float, positive_int
 
 # option name -> (RunSpec field, parser of one value)
 LIST_OPTIONS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
