@@ -40,8 +40,13 @@ COLLECTIVE_MACHINES = {
 # Points that fixed a constant (see the "Calibrated on" comments in simulator/collectives.py):
 # they show the fit, not a prediction. Every other row is a check.
 CALIBRATION = {
-    ("2x2080ti-gen3-switch-shm", "allreduce", 8),  # SHM per-step latency
-    ("2x2080ti-gen3-switch-shm", "allreduce", 1073741824),  # SHM efficiency on PCIe
+    ("2x2080ti-gen3-switch-shm", "allreduce", 8),  # SHM per-step latency: the latency floor
+    ("2x2080ti-gen3-switch-shm", "allreduce", 1024),
+    ("2x2080ti-gen3-switch-shm", "allreduce", 16777216),  # SHM efficiency on PCIe: the
+    ("2x2080ti-gen3-switch-shm", "allreduce", 67108864),  # bandwidth plateau
+    ("2x2080ti-gen3-switch-shm", "allreduce", 268435456),
+    ("2x2080ti-gen3-switch-shm", "allreduce", 1073741824),
+    ("2x2080ti-gen3-switch-shm", "allgather", 1073741824),
     ("8xh200-nvswitch-ring", "allreduce", 17179869184),  # Simple-protocol efficiency, with
     ("8xh200-nvswitch-ring", "allgather", 17179869184),  # the all-gather and
     ("8xh200-nvswitch-ring", "reducescatter", 17179869184),  # reduce-scatter points

@@ -48,13 +48,16 @@ NVLINK_EFFICIENCY = 396.4 / 450.0
 # against the 396.4 GB/s copy rate; one factor, their mean, serves all three.
 SIMPLE_EFFICIENCY = (367.2 + 361.4 + 362.9) / 3 / 396.4
 # SHM: GPU kernels store to and load from pinned host memory over PCIe (no copy engine), which
-# uses PCIe less well than DMA. Calibrated on 2x2080ti-gen3-switch-shm: all-reduce plateau
-# 4.00 GB/s with both ring hops crossing one Gen3 x16 uplink (13.54 GB/s payload) each way.
-SHM_PCIE_EFFICIENCY = 4.00 * 2 / (13.54 * SIMPLE_EFFICIENCY)
+# uses PCIe less well than DMA. Calibrated on 2x2080ti-gen3-switch-shm: the mean bandwidth
+# plateau of its large messages (all-reduce 16M-1G: 3.99, 3.99, 4.00, 4.00; all-gather 1G:
+# 3.79 GB/s busbw), with both ring hops crossing one Gen3 x16 uplink (13.54 GB/s) each way.
+SHM_PLATEAU_BUSBW = (3.99 + 3.99 + 4.00 + 4.00 + 3.79) / 5
+SHM_PCIE_EFFICIENCY = SHM_PLATEAU_BUSBW * 2 / (13.54 * SIMPLE_EFFICIENCY)
 # SHM per-step latency beyond NCCL's PCI hop latency: the receiver polls host memory, a PCIe
-# round trip through the root complex. Calibrated on 2x2080ti-gen3-switch-shm, 8-byte
-# all-reduce 12.25 us = LL base 6.6 + 2 steps x (1.0 + this).
-SHM_STEP_LATENCY = (12.25 - 6.6 - 2 * 1.0) / 2 * US
+# round trip through the root complex. Calibrated on 2x2080ti-gen3-switch-shm, the latency
+# floor of its all-reduce (8 B: 12.25 us, 1 KiB: 12.10 us; mean 12.175) = LL base 6.6 + 2 steps
+# x (1.0 + this).
+SHM_STEP_LATENCY = ((12.25 + 12.10) / 2 - 6.6 - 2 * 1.0) / 2 * US
 
 
 @dataclass(frozen=True)
