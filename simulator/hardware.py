@@ -121,19 +121,30 @@ NVLINK_HOP_LATENCY = 0.25 * US  # assumption: NVLink hop is comparable to a PCIe
 @dataclass(frozen=True)
 class SocketLink:
     name: str
-    bandwidth: float  # B/s per direction available to GPU traffic
+    bandwidth: float  # B/s per direction: the links' raw rate (protocol overhead not modelled)
+    nccl_bandwidth: float  # what NCCL's topology code assigns to it (topo.h), for its search
     latency: float
     source: str
 
 
-# Inter-socket links: the capacity NCCL assigns to GPU traffic crossing them (topo.h);
-# we use it as the physical default too, as no better public GPU-traffic figure exists.
+# Inter-socket links of a two-socket server. Physical: links x transfers/s x 2 bytes each way
+# (Intel QPI/UPI: 20-lane links move 2 bytes per transfer per direction; AMD xGMI: x16 links).
+# NCCL believes much less (it models cross-socket GPU peer traffic); two measurements say the
+# physical rate is what staged traffic sees: dual-turin cross-NUMA P2P 50-51 GB/s against
+# NCCL's 16, and a100-nvlink-pair-then-sys 20 GB/s busbw across the socket link against its 10.
 SOCKET_LINKS: dict[str, SocketLink] = {s.name: s for s in (
-    SocketLink("broadwell-qpi", 6 * GB, 0.5 * US, "NCCL topo.h BDW_QPI_BW"),
-    SocketLink("skylake-upi", 10 * GB, 0.5 * US, "NCCL topo.h SKL_QPI_BW"),
-    SocketLink("sapphire-rapids-upi", 22 * GB, 0.5 * US, "NCCL topo.h SRP_QPI_BW"),
-    SocketLink("emerald-rapids-upi", 40 * GB, 0.5 * US, "NCCL topo.h ERP_QPI_BW"),
-    SocketLink("amd-xgmi", 16 * GB, 0.5 * US, "NCCL topo.h AMD_BW"),
+    SocketLink("broadwell-qpi", 2 * 9.6e9 * 2, 6 * GB, 0.5 * US,
+               "Xeon E5 v4: 2 QPI links at 9.6 GT/s; NCCL topo.h BDW_QPI_BW"),
+    SocketLink("skylake-upi", 3 * 10.4e9 * 2, 10 * GB, 0.5 * US,
+               "Xeon Scalable Gold/Platinum: 3 UPI links at 10.4 GT/s; NCCL topo.h SKL_QPI_BW"),
+    SocketLink("sapphire-rapids-upi", 3 * 16e9 * 2, 22 * GB, 0.5 * US,
+               "4th-gen Xeon Gold: 3 UPI 2.0 links at 16 GT/s (Platinum has 4); "
+               "NCCL topo.h SRP_QPI_BW"),
+    SocketLink("emerald-rapids-upi", 3 * 20e9 * 2, 40 * GB, 0.5 * US,
+               "5th-gen Xeon Gold: 3 UPI 2.0 links at 20 GT/s; NCCL topo.h ERP_QPI_BW"),
+    SocketLink("amd-xgmi", 3 * 32e9 * 16 / 8, 16 * GB, 0.5 * US,
+               "EPYC 9004/9005: 3 xGMI x16 links at 32 Gb/s per lane (the 4th often serves "
+               "PCIe); NCCL topo.h AMD_BW"),
 )}
 DEFAULT_SOCKET_LINK = {"upi": "sapphire-rapids-upi", "xgmi": "amd-xgmi"}
 

@@ -343,7 +343,7 @@ def _link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: hardware.GPU,
         if socket is None:
             raise InputError(f"{where}: unknown socket link {name!r}; "
                              f"known: {', '.join(hardware.SOCKET_LINKS)}")
-        capacity, latency, belief = socket.bandwidth, socket.latency, socket.bandwidth
+        capacity, latency, belief = socket.bandwidth, socket.latency, socket.nccl_bandwidth
     else:  # network
         capacity, latency = hardware.NETWORK_DEFAULT_BANDWIDTH, hardware.NETWORK_LATENCY
         belief = capacity

@@ -168,7 +168,8 @@ def test_subset_keeps_the_first_gpus_and_their_paths() -> None:
 def test_capacities_and_latencies_come_from_the_catalog_unless_overridden(tmp_path: Path) -> None:
     m = machine("8x5090-dual-socket")
     assert m.links["cpu0->gpu0"].capacity == pytest.approx(hardware.pcie_bandwidth(5, 16))
-    assert m.links["cpu0->cpu1"].capacity == pytest.approx(22 * GB)
+    assert m.links["cpu0->cpu1"].capacity == pytest.approx(
+        hardware.SOCKET_LINKS["sapphire-rapids-upi"].bandwidth)
     assert m.links["mem:cpu1"].capacity == pytest.approx(250 * GB)
     assert m.route_latency(1, 6) == pytest.approx(
         2 * hardware.PCIE_HOP_LATENCY + hardware.SOCKET_LINKS["sapphire-rapids-upi"].latency)
