@@ -63,7 +63,8 @@ def resolve(name_or_path: str, kind: str) -> Path:
         return candidate
     names = ", ".join(preset_names(kind))
     singular = {"topologies": "topology", "workloads": "workload"}.get(kind, kind)
-    raise InputError(f"unknown {singular} {name_or_path!r}; presets: {names}")
+    raise InputError(f"unknown {singular} {name_or_path!r}; presets: {names} "
+                     "(`stepsim presets` describes them)")
 
 
 def load_topology(name_or_path: str) -> TopologyConfig:

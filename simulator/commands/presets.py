@@ -1,0 +1,59 @@
+"""`stepsim presets`: the bundled machines and jobs, one line each, to pick a -t and a -w."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from simulator.config import load_topology, load_workload, preset_names
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "presets", help="list the bundled topologies and workloads",
+        description="List the bundled topologies (-t) and workloads (-w) with what each stands "
+        "for. Any of them can be copied as a starting point for your own YAML.")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(handler=run)
+
+
+def _first_sentence(text: str, limit: int = 90) -> str:
+    """The description's first sentence, cut at a word boundary to fit one terminal line."""
+    text = " ".join(text.split())
+    end = text.find(". ")
+    text = text if end < 0 else text[: end + 1]
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0].rstrip(",:;") + " ..."
+
+
+def listing() -> dict[str, list[dict[str, str]]]:
+    topologies = []
+    for name in preset_names("topologies"):
+        cfg = load_topology(name)
+        gpus = sum(1 for n in cfg.nodes if n.kind == "gpu")
+        topologies.append({"name": name, "gpus": f"{gpus} x {cfg.gpu}",
+                           "description": _first_sentence(cfg.description)})
+    workloads = []
+    for name in preset_names("workloads"):
+        w = load_workload(name)
+        t = w.training
+        recipe = f"{t.finetune}, seq {t.seq_len}, micro-batch {t.micro_batch}, {t.precision}"
+        workloads.append({"name": name, "recipe": recipe,
+                          "description": _first_sentence(w.description)})
+    return {"topologies": topologies, "workloads": workloads}
+
+
+def run(args: argparse.Namespace) -> int:
+    data = listing()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print("Topologies (-t):")
+    width = max(len(t["name"]) for t in data["topologies"])
+    for t in data["topologies"]:
+        print(f"  {t['name']:<{width}}  {t['gpus']:<18} {t['description']}")
+    print("\nWorkloads (-w):")
+    width = max(len(w["name"]) for w in data["workloads"])
+    for w in data["workloads"]:
+        print(f"  {w['name']:<{width}}  {w['recipe']:<44} {w['description']}")
+    return 0
