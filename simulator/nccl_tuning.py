@@ -113,11 +113,18 @@ def bus_bandwidth_gbps(graph: Graph, op: str, algorithm: str, protocol: str) -> 
         if protocol == "LL128":
             return min(0.92 * bw, nch * PER_CH_MAX_RING_LL128_BW[graph.arch])
         return bw
+    # Tree all-reduce: the 0.92 / per-channel cap comes first and LL, LL128 scale what it left
+    # (tuning.cc applies the refinements in sequence to the same busBw).
+    tree = min(0.92 * bw, nch * PER_CH_MAX_TREE_BW[graph.arch])
+    # No x0.85 here: tuning.cc applies it when comm->maxTreePattern is NCCL_TOPO_PATTERN_TREE,
+    # and a single node's tree graph keeps the NCCL_TOPO_PATTERN_BALANCED_TREE it is searched
+    # with (init.cc); search.cc only retries as TREE on sm90+, and without NICs both patterns
+    # search the same GPU chains, so the retry never replaces the balanced result.
     if protocol == "LL":
-        return min(bw / 3.8, LL_MAX_BW[graph.arch])
+        return min(tree / 3.8, LL_MAX_BW[graph.arch])
     if protocol == "LL128":
-        return min(bw * 7 / 9, nch * PER_CH_MAX_TREE_LL128_BW[graph.arch])
-    return min(0.92 * bw, nch * PER_CH_MAX_TREE_BW[graph.arch])
+        return min(tree * 7 / 9, nch * PER_CH_MAX_TREE_LL128_BW[graph.arch])
+    return tree
 
 
 def algorithm_bandwidth_gbps(graph: Graph, op: str, algorithm: str, protocol: str,

@@ -310,3 +310,23 @@ def test_cli_unknown_preset_lists_presets(capsys):
 def test_bandwidth_units_are_gb_per_s():
     r = collectives.simulate(preset("8xh200-nvswitch"), "allreduce", GiB)
     assert r.algbw_gbps == pytest.approx(GiB / (r.time_us * US) / GB)
+
+
+def test_tree_ll_and_ll128_scale_the_capped_tree_bandwidth():
+    """tuning.cc: Tree busBw = min(0.92*bw, nCh*perChMaxTreeBw) first; LL (/3.8) and LL128
+    (x7/9 on one node) then scale that, not the raw nChannels*bw."""
+    ampere = nt.Graph(8, 8, 20.0, True, "ampere")  # 160 GB/s raw: the 0.92 binds
+    assert nt.bus_bandwidth_gbps(ampere, "allreduce", "tree", "Simple") == pytest.approx(147.2)
+    assert nt.bus_bandwidth_gbps(ampere, "allreduce", "tree", "LL") == pytest.approx(147.2 / 3.8)
+    assert nt.bus_bandwidth_gbps(ampere, "allreduce", "tree", "LL128") == pytest.approx(
+        147.2 * 7 / 9)
+    hopper = nt.Graph(8, 16, 45.0, True, "hopper")  # 720 raw: the 16 x 38.7 cap binds
+    assert nt.bus_bandwidth_gbps(hopper, "allreduce", "tree", "LL128") == pytest.approx(
+        16 * 38.7 * 7 / 9)
+
+
+def test_single_node_tree_has_no_plain_tree_penalty():
+    """A single node's tree graph is BALANCED_TREE, so tuning.cc's x0.85 does not apply."""
+    graph = nt.Graph(8, 2, 12.0, False, "ampere")
+    assert nt.bus_bandwidth_gbps(graph, "allreduce", "tree", "Simple") == pytest.approx(
+        0.92 * 24.0)
