@@ -34,7 +34,7 @@ Conventions (each with its source or reason):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ class Kernel:
     flops: float
     bytes: float
     shape: tuple[int, int, int] | None = None  # GEMM (m, n, k)
+    weight_grad: bool = False  # dW = dY^T X: needs the layer input, not the input gradient
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ class _Builder:
         trainable_w = self.job.finetune == "full"
         if trainable_w:  # dW = dY^T @ X, written as fp32 grad; bias grad is a column sum of dY
             extra = (o * i * (GRAD_BYTES - a)) + (T * o * a if mod.bias else 0)
-            out.append(gemm(o, i, T, a, extra_bytes=extra))
+            out.append(replace(gemm(o, i, T, a, extra_bytes=extra), weight_grad=True))
         if mod.lora:
             r = self.job.lora_rank
             out += [memory(2 * T * o * a),  # grad of the scaling
@@ -209,7 +210,8 @@ class _Builder:
         full = self.job.finetune == "full"
         if op == "lm_head" and A.tied:
             dx = [gemm(T, h, A.vocab, a)]
-            return dx + ([gemm(A.vocab, h, T, a, extra_bytes=A.vocab * h * (GRAD_BYTES - a))]
+            dw = gemm(A.vocab, h, T, a, extra_bytes=A.vocab * h * (GRAD_BYTES - a))
+            return dx + ([replace(dw, weight_grad=True)]
                          if full else [])
         if op == "embedding":  # dense fp32 grad of the table(s), scatter-add of dY
             if not full:  # frozen embeddings: nothing to compute

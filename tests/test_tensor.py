@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 
 from simulator import engine
@@ -57,7 +58,7 @@ def test_sequence_parallel_all_gather_and_reduce_scatter() -> None:
     program = build("tp", job(), machine(), StrategyOptions(tp=8, sequence_parallel=True))
     ops = [c.op for c in tp_comms(program)]
     assert ops.count("allreduce") == 0
-    assert ops.count("allgather") == 4 * LAYERS
+    assert ops.count("allgather") == 6 * LAYERS  # f, g, and the two weight-gradient re-gathers
     assert ops.count("reducescatter") == 4 * LAYERS + 2
 
 
@@ -107,3 +108,56 @@ def test_tp_fsdp_shards_over_the_dp_groups() -> None:
     assert gathers and all(len(c.groups) == 2 and len(c.groups[0]) == 4  # type: ignore[union-attr]
                            for c in gathers)
     engine.simulate(program, machine())
+
+
+def test_sequence_parallel_backward_regathers_each_column_input() -> None:
+    """Megatron re-all-gathers the s/t input of QKV and MLP-in for their weight-gradient GEMM:
+    one b*s*h all-gather per ColumnParallelLinear per layer, issued before the input-gradient
+    GEMM, which the weight-gradient GEMM (not the input-gradient one) waits for."""
+    program = build("tp", job(), machine(), StrategyOptions(tp=8, sequence_parallel=True))
+    tasks = program.tasks
+    for b in range(LAYERS):
+        gathers = [t for t in tasks if isinstance(t.work, Comm)
+                   and t.work.name.startswith(f"layers.{b}.") and "input_allgather" in t.work.name]
+        assert sorted(t.work.name for t in gathers) == [
+            f"layers.{b}.mlp_in.backward.input_allgather",
+            f"layers.{b}.qkv.backward.input_allgather"]
+        for g in gathers:
+            assert isinstance(g.work, Comm)
+            assert g.work.op == "allgather" and g.work.nbytes == 2 * 2 * 512 * 1024
+            assert g.stream == "tp"
+            role = g.work.name.split(".")[2]
+            dgrad = next(t for t in tasks if isinstance(t.work, Compute)
+                         and t.work.name == f"layers.{b}.{role}.input_grad")
+            dw = next(t for t in tasks if isinstance(t.work, Compute)
+                      and t.work.name == f"layers.{b}.{role}.weight_grad")
+            scatter = next(t for t in tasks if isinstance(t.work, Comm)
+                           and t.work.name == f"layers.{b}.{role}.backward.reducescatter")
+            assert g.id < dgrad.id and g.id not in dgrad.deps  # issued first, not awaited
+            assert g.id in dw.deps and dgrad.id in scatter.deps
+            assert scatter.id not in dw.deps  # the scatter overlaps the weight-gradient GEMM
+            assert dw.work.flops > 0 and dgrad.work.flops > 0
+
+
+def _serialized(program: Program) -> Program:
+    """The same tasks with each column layer's backward in sequence: gather, dX, scatter, dW."""
+    by_name = {t.work.name: t for t in program.tasks}
+    tasks = []
+    for t in program.tasks:
+        name = t.work.name
+        if name.endswith(".input_grad"):
+            gather = by_name[name.removesuffix(".input_grad") + ".backward.input_allgather"]
+            t = replace(t, deps=(*t.deps, gather.id))
+        if name.endswith(".weight_grad"):
+            scatter = by_name[name.removesuffix(".weight_grad") + ".backward.reducescatter"]
+            t = replace(t, deps=(*t.deps, scatter.id))
+        tasks.append(t)
+    return Program(world=program.world, tasks=tasks, meta=program.meta)
+
+
+def test_overlapped_column_backward_is_not_slower_than_serialized() -> None:
+    m = machine()  # NVSwitch: fast links
+    program = build("tp", job(hidden=2048), m, StrategyOptions(tp=8, sequence_parallel=True))
+    overlapped = engine.simulate(program, m).step_time
+    serialized = engine.simulate(_serialized(program), m).step_time
+    assert overlapped < serialized

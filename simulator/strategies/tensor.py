@@ -12,8 +12,14 @@ From Shoeybi et al. 2019 (arXiv:1909.08053) and Megatron-LM
   vocab-parallel cross-entropy are left out: kilobytes.)
 - Sequence parallelism (Korthikanti et al. 2022): each ``g`` becomes a reduce-scatter in
   forward and an all-gather in backward, each ``f`` an all-gather in forward and a
-  reduce-scatter in backward; same bytes. Norms then run on s/t tokens. (Megatron's extra
-  asynchronous re-all-gather for the weight-gradient GEMM is not modelled.)
+  reduce-scatter in backward; same bytes. Norms then run on s/t tokens.
+- Backward of a ColumnParallelLinear under sequence parallelism follows Megatron's
+  ``LinearWithGradAccumulationAndAsyncCommunication.backward``: forward kept only the s/t
+  input, so it first issues an asynchronous all-gather of that input (b*s*h) on the TP
+  stream, runs the input-gradient GEMM meanwhile, waits for the gather, launches the
+  input-gradient reduce-scatter asynchronously and runs the weight-gradient GEMM beside it;
+  the next op waits for both. (Megatron relies on CUDA_DEVICE_MAX_CONNECTIONS=1 so the
+  gather is scheduled before the GEMM; the TP stream's order stands for that.)
 - Compute per GPU: every GEMM, the attention core and the vocab-parallel ops are split t ways
   (heads / columns / rows); norms and residual adds are replicated unless sequence-parallel.
 
@@ -68,7 +74,7 @@ def _split(k: Kernel, t: int) -> Kernel:
     if shape is not None:
         m, n, kk = shape
         shape = (m, max(1, n // t), kk) if n >= kk else (m, n, max(1, kk // t))
-    return Kernel(k.kind, k.flops / t, k.bytes / t, shape)
+    return replace(k, flops=k.flops / t, bytes=k.bytes / t, shape=shape)
 
 
 def _role(op: Op) -> str:
@@ -84,6 +90,16 @@ def shard_ops(ops: list[Op], t: int, sequence_parallel: bool) -> list[Op]:
     return out
 
 
+def _split_weight_grad(op: Op) -> tuple[Op, Op] | None:
+    """(input-gradient part, weight-gradient GEMMs) of a backward op; None without dW."""
+    dw = [k for k in op.kernels if k.weight_grad]
+    if not dw:
+        return None
+    rest = [k for k in op.kernels if not k.weight_grad]
+    return (Op.of(f"{op.name}.input_grad", op.block, op.phase, rest),
+            Op.of(f"{op.name}.weight_grad", op.block, op.phase, dw, op.grads))
+
+
 def tp_emitter(job: Job, machine: Machine, groups: tuple[tuple[int, ...], ...],
                sequence_parallel: bool, counts: dict[str, int]) -> Emit:
     """Adds each op on the compute stream with its Megatron collectives around it."""
@@ -93,6 +109,16 @@ def tp_emitter(job: Job, machine: Machine, groups: tuple[tuple[int, ...], ...],
     def comm(prog: Program, op: str, name: str, deps: tuple[int, ...]) -> int:
         counts[op] = counts.get(op, 0) + 1
         return prog.add("tp", Comm(name, op, nbytes, groups), deps)  # type: ignore[arg-type]
+
+    def column_backward(prog: Program, input_grad: Op, weight_grad: Op, name: str,
+                        deps: tuple[int, ...], prefix: str) -> int:
+        """Megatron's overlapped SP backward of a ColumnParallelLinear (module docstring)."""
+        gather = comm(prog, "allgather", f"{name}.input_allgather", deps)
+        dgrad = prog.add("compute", as_compute(input_grad, gpu, prefix=prefix), deps)
+        # the TP stream runs the scatter after the gather, as Megatron waits for it first
+        scatter = comm(prog, "reducescatter", f"{name}.reducescatter", (dgrad,))
+        prog.add("compute", as_compute(weight_grad, gpu, prefix=prefix), (dgrad, gather))
+        return scatter  # the next op follows the weight-gradient GEMM on the compute stream
 
     def emit(prog: Program, op: Op, deps: tuple[int, ...], prefix: str) -> int:
         role, forwardish = _role(op), op.phase in ("forward", "recompute")
@@ -106,6 +132,10 @@ def tp_emitter(job: Job, machine: Machine, groups: tuple[tuple[int, ...], ...],
             before = "allgather"  # g backward: gather the output gradient
         if op.phase == "backward" and (role in COLUMN_INPUT or role == "lm_head"):
             after = "reducescatter" if sequence_parallel else "allreduce"  # f backward
+        if op.phase == "backward" and role in COLUMN_INPUT and sequence_parallel:
+            split = _split_weight_grad(op)
+            if split is not None:
+                return column_backward(prog, *split, name, deps, prefix)
         if before:
             deps = (comm(prog, before, f"{name}.{before}", deps),)
         last = prog.add("compute", as_compute(op, gpu, prefix=prefix), deps)
