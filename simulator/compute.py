@@ -3,8 +3,9 @@
 Each kernel of an op (simulator/ops.py) takes
     max(flops / achievable compute rate, bytes / achievable memory bandwidth) + launch overhead
 and an op takes the sum over its kernels (kernels of one stream run one after another).
-Assumes one kernel has the GPU to itself (communication kernels slowing compute are the
-engine's business, not this module's).
+GEMM-like kernels (``gemm``, ``dense``) with 4-byte operands (fp32 training) run at the FP32
+rate, others at the 16-bit tensor-core rate. Assumes one kernel has the GPU to itself
+(communication kernels slowing compute are the engine's business, not this module's).
 """
 
 from __future__ import annotations
@@ -70,6 +71,16 @@ def matmul_rate(gpu: GPU) -> float:
     return _derived_plain_rate(gpu) or gpu.matmul_flops * PLAIN_TO_SPEC[gpu.line]
 
 
+def fp32_rate(gpu: GPU) -> float:
+    """Achievable dense FP32 FLOP/s (CUDA cores; fp32 training on Volta/Turing has no tensor
+    cores and PyTorch does not use TF32 for matmuls by default): the spec FP32 rate x the
+    share of its spec the card's 16-bit GEMMs reach (assumption: the same clock and power
+    limits bind both paths)."""
+    if gpu.fp32_flops is None:  # every catalog GPU has the figure; this guards new entries
+        return matmul_rate(gpu)
+    return gpu.fp32_flops * matmul_rate(gpu) / gpu.matmul_flops
+
+
 def memory_rate(gpu: GPU) -> float:
     return gpu.memory_bandwidth * MEMORY_EFFICIENCY
 
@@ -82,15 +93,16 @@ def wave_efficiency(m: int, n: int, sms: int) -> float:
 
 
 def kernel_time(k: Kernel, gpu: GPU) -> float:
+    dense_rate = fp32_rate(gpu) if k.element_bytes == 4 else matmul_rate(gpu)
     if k.kind == "gemm" and k.shape is not None:
         m, n, _ = k.shape
-        rate = matmul_rate(gpu) * wave_efficiency(m, n, gpu.sms)
+        rate = dense_rate * wave_efficiency(m, n, gpu.sms)
     elif k.kind == "attention_fwd":
         rate = gpu.matmul_flops * FLASH_FWD_EFFICIENCY
     elif k.kind == "attention_bwd":
         rate = gpu.matmul_flops * FLASH_BWD_EFFICIENCY
     elif k.kind == "dense":
-        rate = matmul_rate(gpu)
+        rate = dense_rate
     else:  # memory-bound elementwise work: FLOPs on CUDA cores never bind here
         rate = math.inf
     compute = k.flops / rate if k.flops else 0.0

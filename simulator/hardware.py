@@ -37,6 +37,9 @@ class GPU:
     # GeForce cards boost above their spec clocks, data-centre parts run below (power caps),
     # so measured/spec ratios are taken within a product line (compute.py)
     line: str = "datacenter"
+    # dense FP32 FLOP/s on the CUDA cores (no tensor cores, no TF32), spec sheet: what an
+    # fp32 run's convolutions and GEMMs get on cards without TF32 (Volta, Turing)
+    fp32_flops: float | None = None
 
 
 _T = 1e12
@@ -44,36 +47,47 @@ _T = 1e12
 GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("v100-sxm2", "volta", 70, 80, 32 * GiB, 900 * GB, 125 * _T, None, 6, 3,
         "NVIDIA V100 datasheet (125 TFLOPS tensor, 900 GB/s, 6 NVLink2); plain matmul: "
-        "mli/transformers-benchmarks README, FP16 MatMul 95 TFLOPS", plain_matmul_flops=95 * _T),
+        "mli/transformers-benchmarks README, FP16 MatMul 95 TFLOPS", plain_matmul_flops=95 * _T,
+        fp32_flops=15.7 * _T),  # V100 datasheet: FP32 15.7 TFLOPS (SXM2)
     GPU("rtx2080ti", "turing", 75, 68, 11 * GiB, 616 * GB, 53.8 * _T, None, 2, 3,
-        "Turing whitepaper (FP16 tensor FP32-acc 53.8 TFLOPS, 616 GB/s)", 1199, line="geforce"),
+        "Turing whitepaper (FP16 tensor FP32-acc 53.8 TFLOPS, 616 GB/s)", 1199, line="geforce",
+        fp32_flops=13.4 * _T),  # Turing whitepaper: FP32 13.4 TFLOPS
     GPU("rtx3090", "ampere", 86, 82, 24 * GiB, 936 * GB, 71 * _T, None, 4, 4,
         "GA102 whitepaper (FP16/BF16 tensor FP32-acc 71 TFLOPS dense, 936 GB/s)", 1499,
-        line="geforce"),
+        line="geforce",
+        fp32_flops=35.6 * _T),  # GA102 whitepaper: FP32 35.6 TFLOPS
     GPU("rtx3090ti", "ampere", 86, 84, 24 * GiB, 1008 * GB, 80 * _T, None, 4, 4,
         "NVIDIA RTX 3090 Ti spec (FP32-acc tensor 80 TFLOPS dense = half of 160, 1008 GB/s); "
         "plain matmul: mli/transformers-benchmarks README, FP16 MatMul 81 TFLOPS",
-        1999, plain_matmul_flops=81 * _T, line="geforce"),
+        1999, plain_matmul_flops=81 * _T, line="geforce",
+        fp32_flops=40 * _T),  # RTX 3090 Ti spec: FP32 40 TFLOPS
     GPU("rtx4090", "ada", 89, 128, 24 * GiB, 1008 * GB, 165.2 * _T, 167 * _T, 0, 4,
         "Ada whitepaper (165.2 TFLOPS FP32-acc dense, 1008 GB/s); measured: stas00 MAMF", 1599,
-        line="geforce"),
+        line="geforce",
+        fp32_flops=82.6 * _T),  # Ada whitepaper: FP32 82.6 TFLOPS
     GPU("rtx5090", "blackwell", 120, 170, 32 * GiB, 1792 * GB, 209.5 * _T, None, 0, 5,
         "Blackwell GeForce whitepaper (1792 GB/s); 209.5 TFLOPS FP32-acc derived as half "
-        "the FP16-acc rate (measurements.yaml gpus)", 1999, line="geforce"),
+        "the FP16-acc rate (measurements.yaml gpus)", 1999, line="geforce",
+        fp32_flops=104.8 * _T),  # Blackwell GeForce whitepaper: FP32 104.8 TFLOPS
     GPU("a100-sxm4-80gb", "ampere", 80, 108, 80 * GiB, 2039 * GB, 312 * _T, 271.2 * _T, 12, 4,
         "A100 datasheet (312 TFLOPS, 2039 GB/s, 12 NVLink3); MAMF: stas00; plain matmul: "
         "mli/transformers-benchmarks README, FP16 MatMul 230 TFLOPS", 15000,
-        plain_matmul_flops=230 * _T),
+        plain_matmul_flops=230 * _T,
+        fp32_flops=19.5 * _T),  # A100 datasheet: FP32 19.5 TFLOPS
     GPU("a100-pcie-80gb", "ampere", 80, 108, 80 * GiB, 1935 * GB, 312 * _T, 252.9 * _T, 12, 4,
-        "A100 datasheet (312 TFLOPS, 1935 GB/s); measured: stas00 MAMF", 15000),
+        "A100 datasheet (312 TFLOPS, 1935 GB/s); measured: stas00 MAMF", 15000,
+        fp32_flops=19.5 * _T),  # A100 datasheet: FP32 19.5 TFLOPS
     GPU("h100-sxm", "hopper", 90, 132, 80 * GiB, 3350 * GB, 989 * _T, 794.5 * _T, 18, 5,
         "H100 datasheet (989 TFLOPS dense BF16, 3.35 TB/s, 18 NVLink4); measured: stas00 MAMF",
-        30000),
+        30000,
+        fp32_flops=67 * _T),  # H100 datasheet: FP32 67 TFLOPS
     GPU("h100-pcie", "hopper", 90, 114, 80 * GiB, 2000 * GB, 756 * _T, None, 0, 5,
-        "H100 PCIe datasheet (756 TFLOPS dense BF16, 2.0 TB/s)", 25000),
+        "H100 PCIe datasheet (756 TFLOPS dense BF16, 2.0 TB/s)", 25000,
+        fp32_flops=51 * _T),  # H100 PCIe datasheet: FP32 51 TFLOPS
     GPU("h200", "hopper", 90, 132, 141 * 10**9, 4800 * GB, 989 * _T, 794.5 * _T, 18, 5,
         "H200 datasheet (141 GB, 4.8 TB/s, 989 TFLOPS dense BF16); matmul as H100 (same die)",
-        32000),
+        32000,
+        fp32_flops=67 * _T),  # H200 datasheet: FP32 67 TFLOPS
 )}
 
 

@@ -54,6 +54,7 @@ class Kernel:
     flops: float
     bytes: float
     shape: tuple[int, int, int] | None = None  # GEMM (m, n, k)
+    element_bytes: int = 2  # operand size: 4 under fp32 training (compute.py picks the rate)
     weight_grad: bool = False  # dW = dY^T X: needs the layer input, not the input gradient
 
 
@@ -76,7 +77,8 @@ class Op:
 
 def gemm(m: int, n: int, k: int, a: int, *, extra_bytes: float = 0.0) -> Kernel:
     """C[m,n] = A[m,k] @ B[k,n] with a-byte elements."""
-    return Kernel("gemm", 2.0 * m * n * k, (m * k + k * n + m * n) * a + extra_bytes, (m, n, k))
+    return Kernel("gemm", 2.0 * m * n * k, (m * k + k * n + m * n) * a + extra_bytes, (m, n, k),
+                  a)
 
 
 def memory(nbytes: float, flops: float = 0.0) -> Kernel:
@@ -223,7 +225,7 @@ class _Builder:
             if op == "qkv" and A.positions == "rotary":
                 kernels.append(memory(2 * T * (h + kvd) * a))
             return kernels
-        return [Kernel(k.kind, 2 * k.flops, 2 * k.bytes, k.shape)
+        return [Kernel(k.kind, 2 * k.flops, 2 * k.bytes, k.shape, k.element_bytes)
                 for k in self.forward(block, op)]
 
     def _eager_attention(self, *, backward: bool) -> list[Kernel]:
@@ -345,11 +347,12 @@ def _build_generic(job: Job, phase: Phase) -> list[Op]:
             continue
         grads = tuple(reversed(job.block_params(i)))
         ops.append(Op.of(x.name, i, "backward",
-                         [Kernel("dense", 2 * k.flops, 2 * k.bytes) for k in fwd], grads))
+                         [Kernel("dense", 2 * k.flops, 2 * k.bytes, None, a) for k in fwd],
+                         grads))
     return ops
 
 
 def _generic_fwd(layer: GenericLayer, a: int, mb: int) -> list[Kernel]:
     # reads its weights, writes the activations it keeps for backward
     return [Kernel("dense", layer.forward_flops_per_sample * mb,
-                   layer.params * a + layer.activation_bytes_per_sample * mb)]
+                   layer.params * a + layer.activation_bytes_per_sample * mb, None, a)]

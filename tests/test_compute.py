@@ -93,3 +93,25 @@ def test_mpt7b_compute_alone_beats_the_fsdp_run() -> None:
     tokens = job.tokens_per_micro_batch / t
     assert 4641 < tokens < 1.3 * 4641
     assert 0.642 < compute.mfu(job.model_flops_per_step(), t, A100) < 0.85
+
+
+def test_fp32_kernels_run_at_the_fp32_rate_not_the_tensor_core_rate() -> None:
+    v100 = gpu("v100-sxm2")
+    flops = 1e12  # big enough that compute, not memory, binds
+    half = Op.of("conv", 0, "forward", [Kernel("dense", flops, 1e6, None, 2)])
+    full = Op.of("conv", 0, "forward", [Kernel("dense", flops, 1e6, None, 4)])
+    assert busy(half, v100) == pytest.approx(flops / compute.matmul_rate(v100))
+    assert busy(full, v100) == pytest.approx(flops / compute.fp32_rate(v100))
+    # V100: 125 tensor TFLOPS against 15.7 FP32 (datasheet): fp32 is 8x slower
+    assert busy(full, v100) / busy(half, v100) == pytest.approx(125 / 15.7)
+
+
+def test_fp32_workload_builds_fp32_kernels() -> None:
+    cfg = load_workload("gpt2-medium")
+    fp32_cfg = cfg.model_copy(update={"training": cfg.training.model_copy(
+        update={"precision": "fp32"})})
+    for c, size in ((cfg, 2), (fp32_cfg, 4)):
+        job = Job.from_config(c)
+        kernels = [k for op in job.forward_ops() + job.backward_ops() for k in op.kernels
+                   if k.kind == "gemm"]
+        assert kernels and all(k.element_bytes == size for k in kernels)
