@@ -1,7 +1,11 @@
 """NCCL's ring for a set of GPUs: the rank order, the channel count and the per-channel speed.
 
-The order groups GPUs by socket, then by the PCIe switch (or root port) above them, so a ring
-crosses a socket link or a switch uplink as few times as possible (once each way per group).
+Where the GPUs are wired to each other by direct NVLinks (a DGX-1 hybrid cube mesh) and a cycle
+through every rank uses only those links, the ring is that cycle (NCCL's search follows NVLink
+paths first and finds such rings on DGX-1); of the cycles, the one whose thinnest hop has the
+most links wins. Otherwise the order groups GPUs by socket, then by the PCIe switch (or root
+port) above them, so a ring crosses a socket link or a switch uplink as few times as possible
+(once each way per group).
 Channels and speed follow NCCL's search (``src/graph/search.cc``, v2.2x-2.30), simplified to
 the one ring order above used by every channel (NCCL's ``sameChannels``):
 
@@ -20,6 +24,7 @@ the one ring order above used by every channel (NCCL's ``sameChannels``):
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TYPE_CHECKING
 
@@ -37,6 +42,7 @@ INTEL_P2P_OVERHEAD = 1.2  # topo.h INTEL_P2P_OVERHEAD(bw) = bw*6/5
 LOC_BW = 5000.0  # topo.h LOC_BW, GB/s: what the search assumes for a single GPU
 FALLBACK_BW = 0.1  # search.cc: "falling back to simple order", bwIntra = 0.1
 _EPS = 1e-3  # search.cc SUB_ROUND compares at 1/1000 GB/s
+MAX_CYCLE_SEARCH = 8  # brute-force NVLink cycles up to 8 GPUs (7! = 5040 orders)
 
 
 def speed_table(compute_capability: int) -> tuple[float, ...]:
@@ -45,8 +51,37 @@ def speed_table(compute_capability: int) -> tuple[float, ...]:
     return SPEEDS_SM90 if compute_capability >= 90 else SPEEDS_SM_BELOW_90
 
 
+def nvlink_cycle(machine: Machine, ranks: tuple[int, ...]) -> tuple[int, ...] | None:
+    """A ring over direct GPU-to-GPU NVLinks only, widest thinnest hop first; None if none."""
+    if not 3 <= len(ranks) <= MAX_CYCLE_SEARCH:
+        return None
+    nodes = machine.gpu_nodes
+    width: dict[tuple[int, int], float] = {}
+    for a in ranks:
+        for b in ranks:
+            data = machine.graph.get_edge_data(nodes[a], nodes[b])
+            if a != b and data is not None and data["kind"] == "nvlink":
+                width[(a, b)] = data["capacity"]
+    first, *rest = sorted(ranks)
+    best: tuple[tuple[float, float], tuple[int, ...]] | None = None
+    for perm in itertools.permutations(rest):
+        order = (first, *perm)
+        hops = [width.get((order[k], order[(k + 1) % len(order)])) for k in range(len(order))]
+        if any(h is None for h in hops):
+            continue
+        widths = [h for h in hops if h is not None]
+        score = (min(widths), sum(widths))
+        if best is None or score > best[0]:
+            best = (score, order)
+    return best[1] if best else None
+
+
 def ring_order(machine: Machine, ranks: tuple[int, ...]) -> tuple[int, ...]:
-    """Ranks grouped by socket, then by the switch or root port above them."""
+    """An all-NVLink cycle if there is one, else ranks grouped by socket, then by the switch or
+    root port above them."""
+    cycle = nvlink_cycle(machine, ranks)
+    if cycle is not None:
+        return cycle
     cpus = [n.id for n in machine.config.nodes if n.kind == "cpu"]
     groups: dict[tuple[int, str], int] = {}
 

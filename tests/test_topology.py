@@ -257,3 +257,20 @@ def test_ring_is_a_permutation_with_positive_channels(name: str, data: st.DataOb
     ring = m.ring(tuple(ranks[:k]))
     assert sorted(ring.order) == sorted(ranks[:k])
     assert 1 <= ring.n_channels <= 32 and ring.channel_bandwidth > 0
+
+
+def test_dgx1_ring_stays_on_nvlink_where_a_cycle_exists() -> None:
+    # DGX-1 hybrid cube mesh (validation/topologies/dgx1-v100.yaml): socket grouping alone
+    # would cross QPI between the quads; an all-NVLink cycle exists and NCCL takes it
+    m = Machine.from_config(load_topology(
+        str(Path(__file__).resolve().parent.parent / "validation/topologies/dgx1-v100.yaml")))
+    for n in (3, 4, 8):
+        ring = m.subset(n).ring()
+        assert sorted(ring.order) == list(range(n))
+        hops = [m.path_type(a, ring.order[(k + 1) % n]) for k, a in enumerate(ring.order)]
+        assert hops == ["NVL"] * n, (ring.order, hops)
+    # at 8 GPUs a cycle of double links exists (0-3-2-1-5-6-7-4): the thinnest hop has 2 links
+    order = m.ring().order
+    widths = [m.graph.get_edge_data(m.gpu_nodes[a], m.gpu_nodes[order[(k + 1) % 8]])["capacity"]
+              for k, a in enumerate(order)]
+    assert min(widths) == 2 * hardware.NVLINK_PER_LINK["volta"]
