@@ -11,6 +11,7 @@ Always exits 0: it reports, the tests hold the tolerances.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from simulator.topology import Machine
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ROOT / "validation" / "measurements.yaml"
 VALIDATION_TOPOLOGIES = ROOT / "validation" / "topologies"
+WORKLOADS = ROOT / "workloads"
 
 # Which machine file models each collective dataset (a preset name or a validation YAML).
 COLLECTIVE_MACHINES = {
@@ -131,7 +133,73 @@ TRAINING_RUNS: dict[str, dict[str, Any]] = {
         "workload": "mpt-7b", "strategy": "fsdp", "overlap": True,
         "machines": {None: "8xa100-nvswitch"}, "models": {"mpt-7b"},
     },
+
+
+    "v100-ddp-bucket-size": {
+        # fp32, SGD with momentum, batch 32 (benchmark.py); 1 GPU "no ddp" runs plain
+        "workload": str(WORKLOADS / "resnet50.yaml"), "strategy": "ddp", "overlap": True,
+        "machines": {None: str(VALIDATION_TOPOLOGIES / "dgx1-v100.yaml")},
+    },
+    "lambda-bert-large-scaling": {
+        "workload": str(WORKLOADS / "bert-large-squad.yaml"), "strategy": "ddp", "overlap": True,
+        # hardware -> (machine, batch per GPU from pytorch-train-bs-fp16.csv: 112 on the 80 GB
+        # cards, 28 on the RTX 3090; the H100 SXM5 row is absent there, taken as the 80 GB 112)
+        "hardware": {"A100 80GB SXM4": ("8xa100-nvswitch", 112),
+                     "H100 80GB SXM5": ("8xh100-nvswitch", 112),
+                     "2x RTX 3090": (str(VALIDATION_TOPOLOGIES / "2x3090-pcie.yaml"), 28)},
+    },
 }
+
+
+def _bucket_slowdown(note: str) -> float | None:
+    """"bucket_cap_mb=1 is 2.6% slower than the default 25" -> 0.026."""
+    match = re.search(r"bucket_cap_mb=1 is ([\d.]+)% slower", note)
+    return float(match.group(1)) / 100 if match else None
+
+
+def _scaling_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
+    """Throughput at each GPU count of one machine, and the scaling efficiency at the largest."""
+    from simulator.commands.run import RunSpec, execute
+
+    rows: list[Row] = []
+    for result in entry["results"]:
+        topology, batch = setup["hardware"][result["hardware"]]
+        simulated: dict[int, float] = {}
+        for gpus, measured in zip(result["gpus"], result["seq_per_s"], strict=True):
+            spec = RunSpec(topology, setup["workload"], setup["strategy"], gpus=gpus,
+                           micro_batch=batch, overlap=setup["overlap"])
+            simulated[gpus] = execute(spec, baseline=False).report["samples_per_s"]
+            rows.append(Row(entry["id"], result["hardware"][:13], gpus, None, "seq/s",
+                            measured, simulated[gpus]))
+        n = max(result["gpus"])
+        measured_eff = result["seq_per_s"][-1] / (n * result["seq_per_s"][0])
+        rows.append(Row(entry["id"], result["hardware"][:13], n, None, "scaling eff",
+                        measured_eff, simulated[n] / (n * simulated[min(simulated)])))
+    return rows
+
+
+def _bucket_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
+    """sec/iter per GPU count, and the bucket_cap_mb=1 throughput loss against 25 MB."""
+    from simulator.commands.run import RunSpec, execute
+
+    machine = setup["machines"][None]
+
+    def step(gpus: int, bucket_mb: float | None = None) -> float:
+        spec = RunSpec(machine, setup["workload"], setup["strategy"], gpus=gpus,
+                       bucket_mb=bucket_mb, overlap=setup["overlap"])
+        return float(execute(spec, baseline=False).report["step_time_s"])
+
+    rows: list[Row] = []
+    for result in entry["results"]:
+        gpus = int(result["gpus"])
+        if "sec_per_iter" in result:
+            rows.append(Row(entry["id"], "resnet50", gpus, None, "sec/iter",
+                            result["sec_per_iter"], step(gpus)))
+        slowdown = _bucket_slowdown(result.get("note", ""))
+        if slowdown is not None:  # the source's diff is in ex/sec: 1 - throughput ratio
+            rows.append(Row(entry["id"], "bucket 1 v 25", gpus, None, "tput loss",
+                            slowdown, 1 - step(gpus, 25) / step(gpus, 1)))
+    return rows
 
 
 def training_rows(data: dict[str, Any]) -> list[Row]:
@@ -143,6 +211,12 @@ def training_rows(data: dict[str, Any]) -> list[Row]:
         setup = TRAINING_RUNS.get(entry["id"])
         if setup is None:
             continue  # no machine or workload file models this dataset yet
+        if "hardware" in setup:
+            rows += _scaling_rows(entry, setup)
+            continue
+        if entry["id"] == "v100-ddp-bucket-size":
+            rows += _bucket_rows(entry, setup)
+            continue
         for result in entry["results"]:
             if "models" in setup and result.get("model") not in setup["models"]:
                 continue

@@ -62,3 +62,30 @@ def test_script_prints_table_and_summary(capsys):
 def test_training_section_runs(capsys):
     assert validate.main(["--section", "training"]) == 0
     assert "== training ==" in capsys.readouterr().out
+
+
+def test_new_workloads_match_their_cited_parameter_counts():
+    from simulator.config import load_workload
+    from simulator.workload import Job
+
+    resnet = Job.from_config(load_workload(str(ROOT / "workloads" / "resnet50.yaml")))
+    assert sum(p.numel for p in resnet.params) == 25_557_032  # torchvision resnet50
+    assert len(resnet.params) == 161  # torchvision registers 161 parameter tensors
+    bert = Job.from_config(load_workload(str(ROOT / "workloads" / "bert-large-squad.yaml")))
+    assert sum(p.numel for p in bert.params) == 334_094_338  # HF BertForQuestionAnswering
+    assert len(bert.params) == 5 + 24 * 16 + 2
+
+
+def test_new_training_datasets_are_simulated_and_printed(capsys):
+    rows = validate.training_rows(validate.load_measurements())
+    ids = {r.id for r in rows}
+    assert {"v100-ddp-bucket-size", "lambda-bert-large-scaling"} <= ids
+    bert = [r for r in rows if r.id == "lambda-bert-large-scaling"]
+    assert len([r for r in bert if r.quantity == "seq/s"]) == 4 + 4 + 2
+    assert len([r for r in bert if r.quantity == "scaling eff"]) == 3
+    v100 = [r for r in rows if r.id == "v100-ddp-bucket-size"]
+    assert [r.quantity for r in v100] == ["sec/iter", "sec/iter", "tput loss"]
+    assert all(r.simulated == r.simulated and r.simulated != 0 for r in rows)  # no NaN or zero
+    assert validate.main(["--section", "training"]) == 0
+    out = capsys.readouterr().out
+    assert "lambda-bert-large-scaling" in out and "v100-ddp-bucket-size" in out
