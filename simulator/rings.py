@@ -62,6 +62,8 @@ def nvlink_cycle(machine: Machine, ranks: tuple[int, ...]) -> tuple[int, ...] | 
             data = machine.graph.get_edge_data(nodes[a], nodes[b])
             if a != b and data is not None and data["kind"] == "nvlink":
                 width[(a, b)] = data["capacity"]
+    if any(sum(1 for (a, _) in width if a == r) < 2 for r in ranks):
+        return None  # a GPU with fewer than two NVLink peers cannot sit on an NVLink cycle
     first, *rest = sorted(ranks)
     best: tuple[tuple[float, float], tuple[int, ...]] | None = None
     for perm in itertools.permutations(rest):
