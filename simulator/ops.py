@@ -37,6 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
+from simulator.workload import QA_LABELS
+
 if TYPE_CHECKING:
     from simulator.schema import GenericLayer
     from simulator.workload import Job, Module
@@ -96,6 +98,15 @@ _ROLE = {
 }
 _BLOCK_OPS = ("attn_norm", "qkv", "attention", "attn_out", "mlp_norm", "mlp_in", "mlp_act",
               "mlp_out")
+# BERT is post-LN: each sub-layer's LayerNorm follows its residual add (modeling_bert.py
+# BertSelfOutput / BertOutput: LayerNorm(dropout(dense(x)) + input)).
+_POST_LN_BLOCK_OPS = ("qkv", "attention", "attn_out", "attn_norm", "mlp_in", "mlp_act",
+                      "mlp_out", "mlp_norm")
+# BERT module paths inside a layer -> op (checked in order: "attention.output.dense" before
+# "output.dense").
+_BERT_ROLE = (("attention.self.", "qkv"), ("attention.output.dense", "attn_out"),
+              ("attention.output.LayerNorm", "attn_norm"), ("intermediate.dense", "mlp_in"),
+              ("output.dense", "mlp_out"), ("output.LayerNorm", "mlp_norm"))
 
 
 def _role(mod: Module, n_layers: int) -> str:
@@ -103,8 +114,14 @@ def _role(mod: Module, n_layers: int) -> str:
         return "embedding"
     if mod.path == "lm_head":
         return "lm_head"
+    if mod.path == "qa_outputs":
+        return "qa_head"
+    if mod.kind == "norm" and mod.block == -1:  # BERT's embedding LayerNorm
+        return "embedding_norm"
     if mod.block == n_layers:
         return "final_norm"
+    if ".encoder.layer." in mod.path:
+        return next(role for part, role in _BERT_ROLE if part in mod.path)
     if mod.leaf == "c_proj":
         return "attn_out" if ".attn." in mod.path else "mlp_out"
     return _ROLE[mod.leaf]
@@ -133,8 +150,12 @@ class _Builder:
         for mod in job.modules:
             key = (mod.block, _role(mod, self.arch.layers))
             self.by_op.setdefault(key, []).append(mod)
-        if self.arch.tied:  # the head GEMM uses the embedding's weight
+        if self.arch.tied and not self.arch.encoder:  # the head GEMM uses the embedding's weight
             self.by_op.setdefault((self.arch.layers, "lm_head"), [])
+        self.block_ops = _POST_LN_BLOCK_OPS if self.arch.encoder else _BLOCK_OPS
+        # BERT drops the hidden states too (embeddings, after each sub-layer's dense), at the
+        # attention-dropout rate: BertConfig hidden_dropout_prob = attention_probs_dropout_prob
+        self.hidden_dropout = self.arch.encoder and job.training.dropout > 0
 
     # --- linear layers ----------------------------------------------------------------------
     def _linear_fwd(self, mod: Module) -> list[Kernel]:
@@ -177,11 +198,14 @@ class _Builder:
         mods = self.by_op.get((block, op), [])
         if op in ("attn_norm", "mlp_norm", "final_norm"):
             return [memory(2 * T * h * a, 5.0 * T * h)]
+        if op == "embedding_norm":  # BertEmbeddings: LayerNorm, then dropout
+            return [memory(2 * T * h * a, 5.0 * T * h)] + self._dropout(T * h)
         if op == "attention":
             if self.job.training.attention == "eager":
                 return self._eager_attention(backward=False)
             b, s = self.job.micro_batch, self.job.seq_len
-            flops = 4.0 * b * s * s * h / 2  # causal: flash-attention skips masked tiles
+            # causal: flash-attention skips masked tiles; an encoder attends to all s keys
+            flops = 4.0 * b * s * s * h / (1 if A.encoder else 2)
             return [Kernel("attention_fwd", flops, (2 * T * h + 2 * T * kvd) * a)]
         if op == "mlp_act":  # SwiGLU reads gate and up, GELU reads one input
             reads = 2 if A.mlp == "swiglu" else 1
@@ -190,15 +214,21 @@ class _Builder:
             n_tables = len(mods)
             return [memory((2 * n_tables + 3 * (n_tables - 1)) * T * h * a)]
         if op == "loss":  # logits upcast to fp32, log-softmax, NLL (HF: logits.float())
-            return [memory(T * A.vocab * (a + 4 + 8), 5.0 * T * A.vocab)]
+            width = QA_LABELS if A.encoder else A.vocab  # QA: start and end logit per token
+            return [memory(T * width * (a + 4 + 8), 5.0 * T * width)]
         if op == "lm_head" and A.tied:
             return [gemm(T, A.vocab, h, a)]
         kernels = [k for mod in mods for k in self._linear_fwd(mod)]
         if op == "qkv" and A.positions == "rotary":
             kernels.append(memory(2 * T * (h + kvd) * a))
-        if op in ("attn_out", "mlp_out"):  # residual add
-            kernels.append(memory(3 * T * h * a))
+        if op in ("attn_out", "mlp_out"):  # (BERT: dropout, then) the residual add
+            kernels += self._dropout(T * h) + [memory(3 * T * h * a)]
         return kernels
+
+    def _dropout(self, elements: int) -> list[Kernel]:
+        """Hidden-state dropout: read x, write the output and a 1-byte mask (none if off).
+        Its backward reads the gradient and the mask and writes the gradient: the same bytes."""
+        return [memory(elements * (2 * self.a + 1))] if self.hidden_dropout else []
 
     def backward(self, block: int, op: str) -> list[Kernel]:
         A, T, a = self.arch, self.T, self.a
@@ -224,6 +254,8 @@ class _Builder:
             kernels = [k for mod in reversed(mods) for k in self._linear_bwd(mod)]
             if op == "qkv" and A.positions == "rotary":
                 kernels.append(memory(2 * T * (h + kvd) * a))
+            if op in ("attn_out", "mlp_out"):
+                kernels = self._dropout(T * h) + kernels
             return kernels
         return [Kernel(k.kind, 2 * k.flops, 2 * k.bytes, k.shape, k.element_bytes)
                 for k in self.forward(block, op)]
@@ -255,10 +287,12 @@ class _Builder:
 
     def sequence(self) -> list[tuple[int, str]]:
         L = self.arch.layers
-        seq = [(-1, "embedding")]
-        seq += [(b, op) for b in range(L) for op in _BLOCK_OPS]
-        seq += [(L, "final_norm"), (L, "lm_head"), (L, "loss")]
-        return seq
+        if self.arch.encoder:  # post-LN: no final norm; the QA head replaces the LM head
+            head = [(-1, "embedding"), (-1, "embedding_norm")]
+            tail = [(L, "qa_head"), (L, "loss")]
+        else:
+            head, tail = [(-1, "embedding")], [(L, "final_norm"), (L, "lm_head"), (L, "loss")]
+        return head + [(b, op) for b in range(L) for op in self.block_ops] + tail
 
 
 def _label(block: int, op: str) -> str:
@@ -274,13 +308,14 @@ def build(job: Job, phase: Phase) -> list[Op]:
     seq = bld.sequence()
     if phase == "forward":
         return [Op.of(_label(b, op), b, "forward", bld.forward(b, op)) for b, op in seq]
-    recompute = {"none": (), "selective": ("attention",), "full": _BLOCK_OPS}[job.checkpointing]
+    recompute = {"none": (), "selective": ("attention",),
+                 "full": bld.block_ops}[job.checkpointing]
     out: list[Op] = []
     current: int | None = None
     for b, op in reversed(seq):
         if b != current and 0 <= b < job.n_blocks:  # entering a block's backward
             current = b
-            for rop in (x for x in _BLOCK_OPS if x in recompute):
+            for rop in (x for x in bld.block_ops if x in recompute):
                 out.append(Op.of(_label(b, rop), b, "recompute", bld.forward(b, rop)))
         if phase == "backward":
             out.append(Op.of(_label(b, op), b, "backward", bld.backward(b, op), bld.grads(b, op)))
@@ -311,6 +346,7 @@ def model_flops_per_micro_batch(job: Job) -> float:
     6 FLOPs per token per trainable GEMM weight, 4 per frozen one (no weight gradient), plus
     attention 12*b*s^2*h per layer (3 x 4bs^2h); the LM head counts even when tied. For a
     standard GPT this is exactly 72*B*s*L*h^2*(1 + s/6h + V/12Lh) (Narayanan et al. 2021).
+    An encoder (BERT) counts the same full attention and its task head, and has no LM head.
     """
     T = job.tokens_per_micro_batch
     if job.arch is None:
@@ -323,7 +359,7 @@ def model_flops_per_micro_batch(job: Job) -> float:
             total += weight_factor * T * mod.in_features * mod.out_features
             if mod.lora:
                 total += 6.0 * T * job.lora_rank * (mod.in_features + mod.out_features)
-    if A.tied:
+    if A.tied and not A.encoder:
         total += weight_factor * T * A.hidden * A.vocab
     total += 12.0 * job.micro_batch * job.seq_len ** 2 * A.hidden * A.layers
     return total
@@ -346,13 +382,20 @@ def _build_generic(job: Job, phase: Phase) -> list[Op]:
         if phase == "recompute":
             continue
         grads = tuple(reversed(job.block_params(i)))
+        # 2x the forward: the dense part has an input- and a weight-gradient pass; the
+        # memory-bound part reads the output gradient and the saved input and writes the input
+        # gradient (BatchNorm backward also re-reads its input for the statistics' gradients),
+        # the elementwise convention of the module docstring
         ops.append(Op.of(x.name, i, "backward",
-                         [Kernel("dense", 2 * k.flops, 2 * k.bytes, None, a) for k in fwd],
-                         grads))
+                         [replace(k, flops=2 * k.flops, bytes=2 * k.bytes) for k in fwd], grads))
     return ops
 
 
 def _generic_fwd(layer: GenericLayer, a: int, mb: int) -> list[Kernel]:
-    # reads its weights, writes the activations it keeps for backward
-    return [Kernel("dense", layer.forward_flops_per_sample * mb,
-                   layer.params * a + layer.activation_bytes_per_sample * mb, None, a)]
+    # the dense part reads its weights and writes the activations it keeps for backward; the
+    # memory-bound part (norms, activations, residual adds) streams its given bytes
+    dense = Kernel("dense", layer.forward_flops_per_sample * mb,
+                   layer.params * a + layer.activation_bytes_per_sample * mb, None, a)
+    if not layer.memory_bytes_per_sample:
+        return [dense]
+    return [dense, memory(layer.memory_bytes_per_sample * mb)]

@@ -113,7 +113,7 @@ class TopologyConfig(Frozen):
         return errors
 
 
-Family = Literal["llama", "gpt2", "mpt", "generic"]
+Family = Literal["llama", "gpt2", "mpt", "bert", "generic"]
 
 
 class ModelConfig(Frozen):
@@ -141,6 +141,9 @@ class GenericLayer(Frozen):
     forward_flops_per_sample: float = Field(ge=0)
     activation_bytes_per_sample: float = Field(ge=0)
     tensors: PositiveInt = 1  # parameter tensors the layer registers (for DDP buckets)
+    # forward HBM traffic of the layer's memory-bound work (normalisation, activation, residual
+    # adds), one sample; timed as a bandwidth-bound kernel next to the layer's compute
+    memory_bytes_per_sample: float = Field(default=0.0, ge=0)
 
 
 class LoraConfig(Frozen):
@@ -165,7 +168,9 @@ class TrainingConfig(Frozen):
     # flash: FlashAttention kernels (default); eager: scores materialised in HBM (Megatron-LM
     # before flash-attn support, HF "eager"), with dropout on the probabilities if dropout > 0
     attention: Literal["flash", "eager"] = "flash"
-    dropout: float = Field(default=0.0, ge=0, lt=1)  # attention-probability dropout
+    # attention-probability dropout; bert also drops the hidden states at this rate (its
+    # BertConfig has hidden_dropout_prob = attention_probs_dropout_prob = 0.1)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
 
 
 class WorkloadConfig(Frozen):
@@ -197,7 +202,8 @@ class WorkloadConfig(Frozen):
             m = self.model
             if m.family == "generic":
                 errors.append((("model", "family"),
-                               "family `generic` is the `layers:` form; give llama, gpt2 or mpt"))
+                               "family `generic` is the `layers:` form; "
+                               "give llama, gpt2, mpt or bert"))
             if m.hidden % m.heads:
                 errors.append((("model", "heads"),
                                f"hidden {m.hidden} is not divisible by heads {m.heads}"))

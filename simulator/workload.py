@@ -1,9 +1,10 @@
 """The training job: a model's parameters in Hugging Face registration order, and its ops.
 
-`Job.from_config(workload)` lays out a decoder-only transformer the way Hugging Face builds it
-(LlamaForCausalLM, GPT2LMHeadModel, MPTForCausalLM; Qwen2 is the Llama layout with q/k/v biases)
-and lists its parameters exactly in ``model.parameters()`` order, because PyTorch DDP buckets
-follow that order. With LoRA / QLoRA the names and order are PEFT's (``get_peft_model``).
+`Job.from_config(workload)` lays out a transformer the way Hugging Face builds it
+(LlamaForCausalLM, GPT2LMHeadModel, MPTForCausalLM; Qwen2 is the Llama layout with q/k/v biases;
+the encoder BertForQuestionAnswering) and lists its parameters exactly in
+``model.parameters()`` order, because PyTorch DDP buckets follow that order. With LoRA /
+QLoRA the names and order are PEFT's (``get_peft_model``).
 A generic workload (``layers:``) is a list of layers with given parameters and FLOPs.
 
 The ops of one micro-batch (forward, backward, recompute, optimizer) are built in
@@ -16,10 +17,15 @@ q/k/v/o_proj; LlamaMLP gate/up/down_proj; ``models/gpt2/modeling_gpt2.py``: GPT2
 h, ln_f; GPT2Block ln_1, attn (c_attn, c_proj), ln_2, mlp (c_fc, c_proj); Conv1D registers
 weight (in, out) then bias; ``models/mpt/modeling_mpt.py`` and mosaicml llm-foundry
 ``blocks.py``: wte, blocks (norm_1, attn.Wqkv, attn.out_proj, norm_2, ffn.up_proj,
-ffn.down_proj), norm_f). A tied lm_head is the embedding's tensor and
-``parameters()`` yields it once, so it is not listed. PEFT (``peft/tuners/lora/layer.py``,
-LoraLayer.__init__) keeps the wrapped layer as ``base_layer`` and registers ``lora_A`` then
-``lora_B`` after it; ``get_peft_model`` prefixes every name with ``base_model.model.``.
+ffn.down_proj), norm_f; ``models/bert/modeling_bert.py``: BertEmbeddings word_embeddings,
+position_embeddings, token_type_embeddings, LayerNorm; BertLayer attention.self (query, key,
+value), attention.output (dense, LayerNorm), intermediate.dense, output (dense, LayerNorm);
+BertForQuestionAnswering builds ``BertModel(config, add_pooling_layer=False)`` then
+``qa_outputs = nn.Linear(hidden, num_labels=2)``, so no pooler). A tied lm_head is the
+embedding's tensor and ``parameters()`` yields it once, so it is not listed. PEFT
+(``peft/tuners/lora/layer.py``, LoraLayer.__init__) keeps the wrapped layer as ``base_layer``
+and registers ``lora_A`` then ``lora_B`` after it; ``get_peft_model`` prefixes every name with
+``base_model.model.``.
 """
 
 from __future__ import annotations
@@ -87,12 +93,19 @@ _FAMILY_DEFAULTS: dict[str, dict[str, object]] = {
     "mpt": {"norm": "layernorm", "mlp": "gelu", "bias": False, "positions": "alibi",
             "tie": True},
 }
-_ALLOWED_POSITIONS = {"llama": {"rotary"}, "gpt2": {"learned"}, "mpt": {"alibi", "learned"}}
+_FAMILY_DEFAULTS["bert"] = {"norm": "layernorm", "mlp": "gelu", "bias": True,  # BertConfig
+                            "positions": "learned", "tie": False}  # QA head: no LM head to tie
+_ALLOWED_POSITIONS = {"llama": {"rotary"}, "gpt2": {"learned"}, "mpt": {"alibi", "learned"},
+                      "bert": {"learned"}}
+ENCODERS = ("bert",)  # bidirectional attention, a task head instead of the LM head
+BERT_TYPE_VOCAB = 2  # BertConfig.type_vocab_size default (segments A and B)
+QA_LABELS = 2  # BertForQuestionAnswering num_labels: start and end logits per token
 # Linear layers LoRA can target, per family (names as in the HF modules above).
 LORA_TARGETS = {
     "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
     "gpt2": ("c_attn", "c_proj", "c_fc"),
     "mpt": ("Wqkv", "out_proj", "up_proj", "down_proj"),
+    "bert": ("query", "key", "value", "dense"),  # PEFT suffix match: "dense" is all three
 }
 
 
@@ -116,6 +129,11 @@ class Arch:
     tied: bool
 
     @property
+    def encoder(self) -> bool:
+        """Bidirectional (no causal mask) with a task head, not a decoder with an LM head."""
+        return self.family in ENCODERS
+
+    @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
@@ -127,7 +145,8 @@ class Arch:
     def from_model(m: ModelConfig) -> Arch:
         d = _FAMILY_DEFAULTS.get(m.family)
         if d is None:
-            raise InputError(f"unknown model family {m.family!r}; known: llama, gpt2, mpt",
+            raise InputError(f"unknown model family {m.family!r}; known: "
+                             f"{', '.join(_FAMILY_DEFAULTS)}",
                              key="model.family")
         positions = m.positions or str(d["positions"])
         if positions not in _ALLOWED_POSITIONS[m.family]:
@@ -145,7 +164,9 @@ class Arch:
 
 
 def transformer_modules(a: Arch) -> list[Module]:
-    """The parameter-owning modules of a decoder-only transformer, in registration order."""
+    """The parameter-owning modules of a transformer, in registration order."""
+    if a.family == "bert":
+        return bert_modules(a)
     h, f, qkv_out = a.hidden, a.ffn_hidden, a.hidden + 2 * a.kv_dim
     L = a.layers
     norm_bias = a.norm == "layernorm" and (a.bias or a.family == "gpt2")
@@ -195,6 +216,29 @@ def transformer_modules(a: Arch) -> list[Module]:
         add("transformer.norm_f", "norm", h, h, norm_bias, L)
     if not a.tied:
         add("lm_head", "linear", h, a.vocab, False, L)
+    return mods
+
+
+def bert_modules(a: Arch) -> list[Module]:
+    """BertForQuestionAnswering: embeddings (three tables, LayerNorm), post-LN encoder layers
+    with biases everywhere, the QA head; block -1 embeddings, 0..L-1 layers, L the head."""
+    h, f, L = a.hidden, a.ffn_hidden, a.layers
+    mods = [Module("bert.embeddings.word_embeddings", "embedding", a.vocab, h, False, -1),
+            Module("bert.embeddings.position_embeddings", "embedding", a.max_positions, h,
+                   False, -1),
+            Module("bert.embeddings.token_type_embeddings", "embedding", BERT_TYPE_VOCAB, h,
+                   False, -1),
+            Module("bert.embeddings.LayerNorm", "norm", h, h, True, -1)]
+    for b in range(L):
+        p = f"bert.encoder.layer.{b}"
+        mods += [Module(f"{p}.attention.self.{x}", "linear", h, h, a.qkv_bias, b)
+                 for x in ("query", "key", "value")]
+        mods += [Module(f"{p}.attention.output.dense", "linear", h, h, a.bias, b),
+                 Module(f"{p}.attention.output.LayerNorm", "norm", h, h, True, b),
+                 Module(f"{p}.intermediate.dense", "linear", h, f, a.bias, b),
+                 Module(f"{p}.output.dense", "linear", f, h, a.bias, b),
+                 Module(f"{p}.output.LayerNorm", "norm", h, h, True, b)]
+    mods.append(Module("qa_outputs", "linear", h, QA_LABELS, True, L))
     return mods
 
 

@@ -115,3 +115,24 @@ def test_fp32_workload_builds_fp32_kernels() -> None:
         kernels = [k for op in job.forward_ops() + job.backward_ops() for k in op.kernels
                    if k.kind == "gemm"]
         assert kernels and all(k.element_bytes == size for k in kernels)
+
+
+def test_generic_layer_memory_traffic_is_bound_by_bandwidth() -> None:
+    """A conv stage with BatchNorm/ReLU traffic takes longer on a GPU with less bandwidth; the
+    same stage without it does not care."""
+    from simulator.schema import GenericLayer, TrainingConfig, WorkloadConfig
+
+    def stage(memory_bytes: float) -> Job:
+        layer = GenericLayer(name="stage", params=1000, forward_flops_per_sample=1e9,
+                             activation_bytes_per_sample=1e6,
+                             memory_bytes_per_sample=memory_bytes)
+        return Job.from_config(WorkloadConfig(name="x", layers=[layer], training=TrainingConfig(
+            seq_len=1, micro_batch=32, precision="fp32", optimizer="sgd")))
+
+    slow = replace(A100, memory_bandwidth=A100.memory_bandwidth / 4)
+    with_traffic, without = stage(50e6), stage(0.0)
+    assert compute.step_compute_time(with_traffic, slow) > \
+        compute.step_compute_time(with_traffic, A100)
+    assert compute.step_compute_time(with_traffic, A100) > compute.step_compute_time(without, A100)
+    bwd = [k for op in with_traffic.backward_ops() for k in op.kernels if k.kind == "memory"]
+    assert [k.bytes for k in bwd] == [2 * 50e6 * 32]

@@ -180,7 +180,7 @@ TRAIN = "training: {seq_len: 128}\n"
 @pytest.mark.parametrize(("text", "key"), [
     ("name: x\nmodel: {family: llama, layers: -2, hidden: 64, heads: 4, vocab: 10}\n" + TRAIN,
      "model.layers"),
-    ("name: x\nmodel: {family: bert, layers: 2, hidden: 64, heads: 4, vocab: 10}\n" + TRAIN,
+    ("name: x\nmodel: {family: t5, layers: 2, hidden: 64, heads: 4, vocab: 10}\n" + TRAIN,
      "model.family"),
     ("name: x\nlayers: [{name: conv, params: 10, forward_flops_per_sample: 1,"
      " activation_bytes_per_sample: 1}]\ntraining: {seq_len: 1, finetune: lora}\n",
@@ -217,3 +217,62 @@ def test_generic_layers() -> None:
     bwd = job.backward_ops()
     assert bwd[0].grads == (3, 2) and bwd[0].flops == pytest.approx(2 * 4 * 4.1e6)
     assert job.model_flops_per_step() == pytest.approx(3 * 4 * (2.36e8 + 4.1e6))
+
+
+def bert_large(**training: object) -> Job:
+    cfg = load_workload("bert-large-squad")
+    return Job.from_config(cfg.with_training(**training) if training else cfg)
+
+
+def test_bert_matches_hf_bert_for_question_answering() -> None:
+    job = bert_large()
+    # 31,782,912 embeddings + 24 x 12,596,224 layers + 2,050 QA head (shapes in the YAML source)
+    assert job.n_params == 334_094_338
+    names = [p.name for p in job.params]
+    assert names[:5] == ["bert.embeddings.word_embeddings.weight",
+                         "bert.embeddings.position_embeddings.weight",
+                         "bert.embeddings.token_type_embeddings.weight",
+                         "bert.embeddings.LayerNorm.weight", "bert.embeddings.LayerNorm.bias"]
+    layer = [n.removeprefix("bert.encoder.layer.0.") for n in names[5:21]]
+    assert layer == [f"{m}.{w}" for m in (
+        "attention.self.query", "attention.self.key", "attention.self.value",
+        "attention.output.dense", "attention.output.LayerNorm", "intermediate.dense",
+        "output.dense", "output.LayerNorm") for w in ("weight", "bias")]
+    assert names[-2:] == ["qa_outputs.weight", "qa_outputs.bias"]
+    assert not any("pooler" in n or "lm_head" in n for n in names)
+    assert len(names) == 5 + 24 * 16 + 2
+
+
+def test_bert_is_post_ln_with_a_qa_head() -> None:
+    ops = [op.name for op in bert_large().forward_ops()]
+    assert ops[:2] == ["embedding", "embedding_norm"]
+    assert ops[2:10] == [f"layers.0.{x}" for x in (
+        "qkv", "attention", "attn_out", "attn_norm", "mlp_in", "mlp_act", "mlp_out", "mlp_norm")]
+    assert ops[-2:] == ["qa_head", "loss"]
+
+
+def test_bert_backward_completes_every_gradient_once() -> None:
+    job = bert_large()
+    done = [i for op in job.backward_ops() for i in op.grads]
+    assert sorted(done) == list(range(len(job.params)))
+    assert done[:2] == [len(job.params) - 1, len(job.params) - 2]  # qa_outputs bias, weight
+
+
+@pytest.mark.parametrize("attention", ["eager", "flash"])
+def test_encoder_flops_match_the_closed_form(attention: str) -> None:
+    """6 N T + 12 b s^2 h L: N the non-embedding parameters, attention not halved (no mask)."""
+    job = bert_large(attention=attention)
+    A, b, s = job.arch, job.micro_batch, job.seq_len
+    assert A is not None
+    embeddings = sum(p.numel for p in job.params if p.block == -1)
+    n = job.n_params - embeddings
+    closed = 6 * n * b * s + 12 * b * s * s * A.hidden * A.layers
+    assert job.model_flops_per_step() == pytest.approx(closed, rel=0.02)
+    attention_fwd = sum(op.flops for op in job.forward_ops() if op.name.endswith(".attention"))
+    assert attention_fwd == pytest.approx(4 * b * s * s * A.hidden * A.layers, rel=0.01)
+
+
+def test_bert_hidden_dropout_follows_the_dropout_rate() -> None:
+    with_dropout = sum(op.bytes for op in bert_large().forward_ops())
+    without = sum(op.bytes for op in bert_large(dropout=0.0).forward_ops())
+    assert with_dropout > without
