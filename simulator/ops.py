@@ -262,14 +262,22 @@ class _Builder:
 
     def _eager_attention(self, *, backward: bool) -> list[Kernel]:
         """Attention with the b*heads*s*s scores in HBM (Megatron-LM CoreAttention: batched
-        GEMM, fused scale-mask-softmax, dropout, batched GEMM); the full s*s is computed."""
+        GEMM, fused scale-mask-softmax, dropout, batched GEMM); the full s*s is computed.
+        BERT's eager attention scales and masks the scores in two kernels of their own before
+        the softmax (HF modeling_bert.py and NVIDIA DeepLearningExamples modeling.py
+        BertSelfAttention: ``scores / sqrt(d)``, ``+ attention_mask``, ``softmax``)."""
         A, a = self.arch, self.a
         b, s, d, heads = self.job.micro_batch, self.job.seq_len, A.head_dim, A.heads
         scores = b * heads * s * s  # elements
         p = self.job.training.dropout
+        # unfused scale and mask add: each reads and writes the scores (the b*s mask is small);
+        # backward: the scale's gradient is one more pass, the mask add's is the identity
+        unfused = 2 * scores * a if A.encoder else 0.0
         if not backward:
-            out = [gemm(b * heads * s, s, d, a),  # Q K^T
-                   memory(2 * scores * a)]  # softmax: read scores, write probabilities
+            out = [gemm(b * heads * s, s, d, a)]  # Q K^T
+            if unfused:
+                out += [memory(unfused), memory(unfused)]
+            out.append(memory(2 * scores * a))  # softmax: read scores, write probabilities
             if p > 0:  # read probabilities, write dropped ones and a 1-byte mask
                 out.append(memory(scores * (2 * a + 1)))
             out.append(gemm(b * heads * s, d, s, a))  # P V
@@ -277,8 +285,10 @@ class _Builder:
         out = [gemm(b * heads * s, s, d, a), gemm(b * heads * s, d, s, a)]  # dP, dV
         if p > 0:
             out.append(memory(scores * (2 * a + 1)))
-        out += [memory(3 * scores * a),  # softmax backward: read P and dP, write dS
-                gemm(b * heads * s, d, s, a), gemm(b * heads * s, d, s, a)]  # dQ, dK
+        out.append(memory(3 * scores * a))  # softmax backward: read P and dP, write dS
+        if unfused:
+            out.append(memory(unfused))
+        out += [gemm(b * heads * s, d, s, a), gemm(b * heads * s, d, s, a)]  # dQ, dK
         return out
 
     def grads(self, block: int, op: str) -> tuple[int, ...]:

@@ -276,3 +276,12 @@ def test_bert_hidden_dropout_follows_the_dropout_rate() -> None:
     with_dropout = sum(op.bytes for op in bert_large().forward_ops())
     without = sum(op.bytes for op in bert_large(dropout=0.0).forward_ops())
     assert with_dropout > without
+
+
+def test_bert_eager_attention_scales_and_masks_in_kernels_of_their_own() -> None:
+    """modeling_bert.py: QK^T, / sqrt(d), + mask, softmax, dropout, PV: six forward kernels."""
+    (attn,) = [op for op in bert_large().forward_ops() if op.name == "layers.0.attention"]
+    assert [k.kind for k in attn.kernels] == ["gemm"] + ["memory"] * 4 + ["gemm"]
+    (no_dropout,) = [op for op in bert_large(dropout=0.0).forward_ops()
+                     if op.name == "layers.0.attention"]
+    assert len(no_dropout.kernels) == 5
