@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from simulator.errors import InputError
 from simulator.hardware import GPU
 from simulator.units import GiB, MiB
-from simulator.workload import Job
+from simulator.workload import QA_LABELS, Job
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "tp")
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "other")
@@ -56,8 +56,15 @@ FRAGMENTATION = 0.05
 # DeepSpeed ZeRO-1/2 gradient reduce bucket: reduce_bucket_size default 5e8 elements (config.py).
 ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000
 # Hidden-state dropout in training (HF configs: GPT2Config resid_pdrop/embd_pdrop 0.1; Llama has
-# no dropout modules; MPT-7B config resid_pdrop 0). Dropout masks are 1 byte per element.
+# no dropout modules; MPT-7B config resid_pdrop 0; BertConfig hidden_dropout_prob equals its
+# attention dropout, the workload's `dropout`). Dropout masks are 1 byte per element.
 HIDDEN_DROPOUT = {"gpt2": True, "llama": False, "mpt": False}
+
+
+def _hidden_dropout(job: Job) -> bool:
+    a = job.arch
+    assert a is not None
+    return job.training.dropout > 0 if a.encoder else HIDDEN_DROPOUT.get(a.family, False)
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,28 @@ class Line:
     category: str  # one of CATEGORIES
     label: str  # what this memory is, in words
     bytes: float
-    phase: str = "both"  # "both", "backward" (activations alive) or "step" (optimizer step)
+    # when it is alive: "both" (always), "backward" (from the start of backward: activations,
+    # units in flight), "grads" (allocated during backward, all alive at its end and at the
+    # step), "step" (the optimizer step only) or "only:<moment>" (one moment of MOMENTS)
+    phase: str = "both"
+
+
+# The moments a peak can fall on. Backward frees each layer's activations as it creates that
+# layer's gradients, so with layers alike the sum of the two is largest at one end or the other.
+MOMENTS = {"backward": "start of backward", "backward_end": "end of backward",
+           "step": "optimizer step"}
+
+
+def alive(line: Line, moment: str) -> bool:
+    """Whether ``line`` holds memory at ``moment`` (one of MOMENTS)."""
+    if line.phase.startswith("only:"):
+        return line.phase == f"only:{moment}"
+    if line.phase in ("both", moment):
+        return True
+    if moment == "backward_end":
+        return line.phase == "grads" or (line.phase == "backward"
+                                         and line.category != "activations")
+    return moment == "step" and line.phase == "grads"
 
 
 @dataclass(frozen=True)
@@ -83,12 +111,12 @@ class MemoryReport:
     lines: tuple[Line, ...]
     notes: tuple[str, ...] = field(default=())
 
-    def phase_total(self, phase: str) -> float:
-        return sum(x.bytes for x in self.lines if x.phase in ("both", phase))
+    def phase_total(self, moment: str) -> float:
+        return sum(x.bytes for x in self.lines if alive(x, moment))
 
     @property
     def peak_phase(self) -> str:
-        return max(("backward", "step"), key=self.phase_total)
+        return max(MOMENTS, key=self.phase_total)
 
     @property
     def peak_bytes(self) -> int:
@@ -98,14 +126,19 @@ class MemoryReport:
     def breakdown_bytes(self) -> dict[str, int]:
         out = dict.fromkeys(CATEGORIES, 0.0)
         for x in self.lines:
-            if x.phase in ("both", self.peak_phase):
+            if alive(x, self.peak_phase):
                 out[x.category] += x.bytes
         return {k: int(v) for k, v in out.items()}
 
     @property
     def model_state_bytes(self) -> int:
-        b = self.breakdown_bytes
-        return b["weights"] + b["gradients"] + b["optimizer"]
+        """Weights, gradients and optimizer states, all of them (the ZeRO paper's sum)."""
+        return int(sum(x.bytes for x in self.lines
+                       if x.category in ("weights", "gradients", "optimizer")))
+
+    def category_bytes(self, category: str) -> int:
+        """Every line of one category, whenever it is alive."""
+        return int(sum(x.bytes for x in self.lines if x.category == category))
 
     @property
     def fits(self) -> bool:
@@ -181,7 +214,7 @@ def _check(job: Job, strategy: str, world: int, tp: int) -> None:
 
 
 def activations_per_token(job: Job, *, tp: int = 1, sequence_parallel: bool = False,
-                          flash_attention: bool = True, checkpointing: str | None = None,
+                          flash_attention: bool | None = None, checkpointing: str | None = None,
                           seq_len: int | None = None) -> tuple[float, float]:
     """Activation bytes per token of one transformer layer: (stored, working set).
 
@@ -203,11 +236,14 @@ def activations_per_token(job: Job, *, tp: int = 1, sequence_parallel: bool = Fa
     mode = checkpointing or job.checkpointing
     s = seq_len or job.seq_len
     e = job.activation_bytes
-    h, dropout = a.hidden, HIDDEN_DROPOUT.get(a.family, False)
-    replicated = 4 * h * e + (2 * h if dropout else 0)
+    h = a.hidden
+    replicated = 4 * h * e + (2 * h if _hidden_dropout(job) else 0)
     mlp = (4 if a.mlp == "swiglu" else 2) * a.ffn_hidden * e
     # with flash attention: the fp32 log-sum-exp per head; without: softmax (+ mask, dropout)
-    eager = a.heads * s * (e + (1 + e if dropout else 0))
+    attention_dropout = job.training.dropout > 0
+    eager = a.heads * s * (e + (1 + e if attention_dropout else 0))
+    if flash_attention is None:  # the workload says which attention kernels it runs
+        flash_attention = job.training.attention == "flash"
     scores = 4 * a.heads if flash_attention else eager
     split = (h + 2 * a.kv_dim) * e + h * e + mlp + scores
     per_rank = (replicated + split) / tp if sequence_parallel else replicated + split / tp
@@ -219,7 +255,7 @@ def activations_per_token(job: Job, *, tp: int = 1, sequence_parallel: bool = Fa
     return per_rank, 0.0
 
 
-def _activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool) -> list[Line]:
+def _activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool | None) -> list[Line]:
     if job.arch is None:  # generic layer list: the given per-sample bytes
         total = sum(layer.activation_bytes_per_sample for layer in job.generic_layers) * b
         return [Line("activations", f"activations of {job.n_blocks} layers (as given, "
@@ -228,6 +264,8 @@ def _activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool) -> list[
     tokens = b * s
     stored, working = activations_per_token(job, tp=tp, sequence_parallel=sp,
                                             flash_attention=flash)
+    if flash is None:
+        flash = job.training.attention == "flash"
     attn = "flash attention" if flash else "eager attention (s x s scores)"
     lines = [Line("activations", f"{a.layers} layers, checkpointing {mode}, {attn}, "
                   f"{tokens} tokens", stored * tokens * a.layers, "backward")]
@@ -239,9 +277,14 @@ def _activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool) -> list[
     # cross_entropy after the upcast (HF ForCausalLMLoss does logits.float(); Megatron's
     # vocab-parallel cross-entropy also works in fp32), and its fp32 gradient at the start of
     # backward: (e + 4 + 4) bytes per vocabulary entry, split over TP ranks (vocab-parallel).
-    logits = a.vocab * (e + 8) / tp
-    lines.append(Line("activations", f"final norm, lm_head input and fp32 logits/loss "
-                      f"(vocab {a.vocab})", (head + logits) * tokens, "backward"))
+    logits: float
+    if a.encoder:  # a task head (QA: start and end logits per token), no vocabulary projection
+        logits = QA_LABELS * (e + 8)
+        what = f"task head input and fp32 logits/loss ({QA_LABELS} per token)"
+    else:
+        logits = a.vocab * (e + 8) / tp
+        what = f"final norm, lm_head input and fp32 logits/loss (vocab {a.vocab})"
+    lines.append(Line("activations", what, (head + logits) * tokens, "backward"))
     return lines
 
 
@@ -280,8 +323,12 @@ def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int) -> tuple[
         lines.append(Line("weights", f"NF4 4-bit base + double-quant constants, "
                           f"{NF4_BITS_PER_PARAM:.3f} bits/param (QLoRA)"
                           f"{shard if r.shard_weights else ''}", quant))
+    # PyTorch optimizers free gradients between steps (zero_grad set_to_none=True, the default
+    # since 2.0), so DDP/FSDP gradients appear during backward; DeepSpeed keeps its gradient
+    # partitions in persistent buffers, so ZeRO's are always counted
     lines.append(Line("gradients", f"gradients, {r.grad:g} B/param"
-                      f"{shard if r.shard_grads else ''}", g))
+                      f"{shard if r.shard_grads else ''}", g,
+                      "both" if strategy.startswith("zero") else "grads"))
     lines.append(Line("optimizer", f"optimizer states, {r.optimizer:g} B/param"
                       f"{shard if r.shard_optimizer else ''}", o))
     blocks = [unit.get(i, 0.0) for i in range(job.n_blocks)] if job.arch else list(unit.values())
@@ -367,7 +414,7 @@ def _reserve_lines(dp: int, tp: int, nccl_channels: int) -> list[Line]:
 
 def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
              micro_batch: int | None = None, sequence_parallel: bool = False,
-             flash_attention: bool = True, gradient_as_bucket_view: bool = False,
+             flash_attention: bool | None = None, gradient_as_bucket_view: bool = False,
              reshard_after_forward: bool = True, zero_overlap_comm: bool = False,
              nccl_channels: int = NCCL_DEFAULT_CHANNELS) -> MemoryReport:
     """Memory of one rank. ``strategy`` is the data-parallel scheme over world / tp ranks
@@ -384,14 +431,17 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                            gradient_as_bucket_view=gradient_as_bucket_view,
                            reshard_after_forward=reshard_after_forward,
                            zero_overlap_comm=zero_overlap_comm)
-    for phase in ("backward", "step"):
-        tensors = sum(x.bytes for x in lines if x.phase in ("both", phase))
+    for moment in MOMENTS:
+        tensors = sum(x.bytes for x in lines if alive(x, moment))
         lines.append(Line("other", f"allocator rounding and fragmentation ({FRAGMENTATION:.0%} "
-                          "of tensor bytes, assumed)", FRAGMENTATION * tensors, phase))
+                          "of tensor bytes, assumed)", FRAGMENTATION * tensors, f"only:{moment}"))
     lines += _reserve_lines(dp, tp, nccl_channels)
     notes = [f"recipe: {r.description}",
-             "peak = start of backward: all activations alive and all gradients resident "
-             "(an upper bound when gradients are freed between steps)"]
+             "peak = the largest of the start of backward (every activation alive), the end "
+             "of backward (every gradient) and the optimizer step"]
+    if any(x.phase == "grads" for x in lines):
+        notes.append("gradients are created during backward: optimizer.zero_grad() sets them "
+                     "to None by default (PyTorch >= 2.0)")
     if strategy in ("ddp", "tp") and dp == 1:
         notes.append("one data-parallel rank: no DDP wrapper, no bucket buffers")
     return MemoryReport(strategy=strategy, world=world, tp=tp, dp=dp, micro_batch=b,

@@ -26,8 +26,7 @@ def job(name: str, **kw: int) -> Job:
 
 
 def states(report: memory.MemoryReport) -> int:
-    b = report.breakdown_bytes
-    return b["weights"] + b["gradients"] + b["optimizer"]
+    return report.model_state_bytes
 
 
 # --- ZeRO paper, figure 1: model states per GPU with mixed-precision Adam (K = 12) ----------
@@ -88,9 +87,30 @@ def test_tensor_parallel_activations_match_korthikanti(t: int) -> None:
 def test_flash_attention_drops_the_score_term() -> None:
     j = gpt_job()
     h, a = j.hidden, j.heads
-    flash, _ = memory.activations_per_token(j)
+    flash, _ = memory.activations_per_token(j, flash_attention=True)
     assert flash == pytest.approx(34 * h + 4 * a)  # only the fp32 log-sum-exp per head remains
-    assert memory.activations_per_token(j, checkpointing="selective")[0] == pytest.approx(34 * h)
+    assert memory.activations_per_token(j, flash_attention=True, checkpointing="selective")[0] \
+        == pytest.approx(34 * h)
+
+
+def test_the_workload_says_which_attention_it_runs() -> None:
+    eager = gpt_job()  # gpt2-medium: unfused attention, as the Megatron release it models
+    assert eager.training.attention == "eager"
+    assert memory.activations_per_token(eager)[0] == pytest.approx(
+        memory.activations_per_token(eager, flash_attention=False)[0])
+
+
+def test_peak_is_the_larger_end_of_backward_not_the_sum() -> None:
+    # PyTorch frees gradients between steps: at the start of backward every activation is alive
+    # and no gradient; at its end every gradient and (almost) no activation
+    r = memory.estimate(job("llama2-7b"), gpu("rtx5090"), "ddp", world=8)
+    start, end = r.phase_total("backward"), r.phase_total("backward_end")
+    grads, acts = r.category_bytes("gradients"), r.category_bytes("activations")
+    assert r.peak_bytes == pytest.approx(max(start, end, r.phase_total("step")))
+    assert start - end == pytest.approx((acts - grads) * (1 + memory.FRAGMENTATION), rel=1e-6)
+    zero = memory.estimate(job("llama2-7b"), gpu("rtx5090"), "zero2", world=8)
+    # DeepSpeed keeps its gradient partitions: counted at the start of backward too
+    assert zero.breakdown_bytes["gradients"] > 0
 
 
 def test_swiglu_and_gqa_are_counted_per_saved_tensor() -> None:
@@ -104,8 +124,8 @@ def test_activations_and_logits_grow_with_the_micro_batch() -> None:
     j = job("llama2-7b")
     one = memory.estimate(j, RTX5090, "fsdp", world=8, micro_batch=1)
     two = memory.estimate(j, RTX5090, "fsdp", world=8, micro_batch=2)
-    assert two.breakdown_bytes["activations"] == pytest.approx(
-        2 * one.breakdown_bytes["activations"], rel=1e-9)
+    assert two.category_bytes("activations") == pytest.approx(
+        2 * one.category_bytes("activations"), rel=1e-9)
     logits = next(x for x in one.lines if "logits" in x.label)
     assert logits.bytes >= j.seq_len * j.vocab * 4  # the fp32 loss input alone
 
@@ -186,7 +206,7 @@ def test_tensor_parallel_splits_states_and_activations() -> None:
     tp2 = memory.estimate(j, RTX5090, "tp", world=2)
     assert (tp2.tp, tp2.dp) == (2, 1)
     assert states(tp2) == pytest.approx(states(one) / 2, rel=1e-3)
-    assert tp2.breakdown_bytes["activations"] < one.breakdown_bytes["activations"]
+    assert tp2.category_bytes("activations") < one.category_bytes("activations")
 
 
 # --- CLI ------------------------------------------------------------------------------------------
@@ -241,7 +261,7 @@ def test_generic_layer_list_uses_the_given_activation_bytes(tmp_path) -> None:  
         "training: {seq_len: 1, micro_batch: 4}\n")
     j = Job.from_config(load_workload(str(path)))
     r = memory.estimate(j, RTX5090, "ddp", world=2)
-    assert r.breakdown_bytes["activations"] == pytest.approx(4 * 4e6)
+    assert r.category_bytes("activations") == pytest.approx(4 * 4e6)
     assert states(r) == pytest.approx(16 * 4e6)
     with pytest.raises(InputError, match="transformer"):
         memory.estimate(j, RTX5090, "tp", world=2)

@@ -135,14 +135,13 @@ def render(report: memory.MemoryReport, out: dict[str, Any], hints: list[str]) -
             f"{'per GPU':<12}{'GiB':>8}  what"]
     phase = r.peak_phase
     for line in r.lines:
-        if line.phase in ("both", phase):
+        if memory.alive(line, phase):
             rows.append(f"{line.category:<12}{_gib(line.bytes)}  {line.label}")
-    where = "start of backward" if phase == "backward" else "optimizer step"
-    rows.append(f"{'peak':<12}{_gib(r.peak_bytes)}  at the {where}; capacity "
+    rows.append(f"{'peak':<12}{_gib(r.peak_bytes)}  at the {memory.MOMENTS[phase]}; capacity "
                 f"{r.capacity_bytes / GiB:.1f} GiB")
-    other = "step" if phase == "backward" else "backward"
-    rows.append(f"{'':<12}{_gib(r.phase_total(other))}  at the "
-                f"{'optimizer step' if other == 'step' else 'start of backward'}")
+    for other, words in memory.MOMENTS.items():
+        if other != phase:
+            rows.append(f"{'':<12}{_gib(r.phase_total(other))}  at the {words}")
     rows += ["", *(f"note: {n}" for n in r.notes)]
     if "largest_micro_batch" in out:
         best = out["largest_micro_batch"]
