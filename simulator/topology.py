@@ -278,6 +278,28 @@ class Machine:
             return float("inf")
         return min(self.links[lid].capacity / w for lid, w in route)
 
+    def describe(self, link_id: str) -> str:
+        """A link in words, for reports: ``cpu0->sw0`` is "sw0's uplink to cpu0, down"."""
+        link = self.links.get(link_id)
+        if link is None:
+            return link_id
+        if link.kind == "memory":
+            return f"host memory of {link.src} (every staged byte is written and read)"
+        kinds = {n: d["kind"] for n, d in self.graph.nodes(data=True)}
+        src, dst = kinds.get(link.src), kinds.get(link.dst)
+        way = "up" if dst == "cpu" or (dst == "pcie_switch" and src == "gpu") else "down"
+        if link.kind in ("upi", "xgmi"):
+            return f"the socket link {link.src} to {link.dst}"
+        if link.kind == "nvlink":
+            return f"NVLink {link.src} to {link.dst}"
+        if {src, dst} == {"pcie_switch", "cpu"}:
+            switch = link.src if src == "pcie_switch" else link.dst
+            return f"the uplink of PCIe switch {switch}, {way}"
+        if "gpu" in (src, dst):
+            gpu = link.src if src == "gpu" else link.dst
+            return f"{gpu}'s own PCIe link, {way}"
+        return f"{link.kind} link {link.src} to {link.dst}"
+
     def is_intel_cpu(self, node: str) -> bool:
         data = self.graph.nodes[node]
         if data["kind"] != "cpu":

@@ -274,3 +274,12 @@ def test_dgx1_ring_stays_on_nvlink_where_a_cycle_exists() -> None:
     widths = [m.graph.get_edge_data(m.gpu_nodes[a], m.gpu_nodes[order[(k + 1) % 8]])["capacity"]
               for k, a in enumerate(order)]
     assert min(widths) == 2 * hardware.NVLINK_PER_LINK["volta"]
+
+
+def test_links_are_described_in_words() -> None:
+    m = machine("8x5090-switch")
+    assert m.describe("cpu0->sw0") == "the uplink of PCIe switch sw0, down"
+    assert m.describe("sw0->cpu0") == "the uplink of PCIe switch sw0, up"
+    assert m.describe("gpu3->sw0") == "gpu3's own PCIe link, up"
+    assert m.describe("mem:cpu0").startswith("host memory of cpu0")
+    assert machine("8x5090-dual-socket").describe("cpu0->cpu1").startswith("the socket link")

@@ -98,7 +98,8 @@ def render(machine: Machine, op: str, results: list[collectives.Result]) -> str:
     last = results[-1]
     if last.bottleneck_link is not None:
         lines.append(f"# transport {last.transport}; bottleneck at {_size(last.bytes)}: "
-                     f"{last.bottleneck_link} ({last.bottleneck_utilization:.0%} utilised)")
+                     f"{last.bottleneck_link} ({last.bottleneck_utilization:.0%} utilised): "
+                     f"{machine.describe(last.bottleneck_link)}")
     else:
         lines.append(f"# transport {last.transport}; no link is used")
     return "\n".join(lines)

@@ -240,6 +240,8 @@ def execute(spec: RunSpec, *, baseline: bool = True) -> RunResult:
                "gpu": machine.gpu.name, "tokens_per_step": tokens,
                "overlap": spec.overlap, "recipe": recipe(spec)},
     )
+    link = metrics["bottleneck"]["link"]
+    metrics["bottleneck"]["description"] = machine.describe(link) if link else None
     return RunResult(spec, machine, job, program, timeline, mem, metrics)
 
 
@@ -271,7 +273,8 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         ("scaling efficiency", "n/a (one GPU cannot hold it)" if eff is None else f"{eff:.1%}"),
         ("memory per GPU", memory_verdict(r["memory"])),
         ("bottleneck link", "none" if bn["link"] is None else
-         f"{bn['link']} {bn['utilization']:.0%} of the step, "
+         f"{bn['link']} ({bn.get('description') or bn['link']}): "
+         f"{bn['utilization']:.0%} of the step, "
          f"{bn['utilization_during_comm']:.0%} while communicating"),
     ]
     if r.get("usd_per_million_tokens") is not None:
