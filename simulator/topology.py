@@ -284,7 +284,7 @@ class Machine:
         if link is None:
             return link_id
         if link.kind == "memory":
-            return f"host memory of {link.src} (every staged byte is written and read)"
+            return f"host memory of {link.src}, where SHM stages every byte"
         kinds = {n: d["kind"] for n, d in self.graph.nodes(data=True)}
         src, dst = kinds.get(link.src), kinds.get(link.dst)
         way = "up" if dst == "cpu" or (dst == "pcie_switch" and src == "gpu") else "down"
