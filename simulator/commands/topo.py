@@ -152,7 +152,11 @@ def draw(machine: Machine, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * graph.number_of_nodes()), 5.0))
     try:
         colours = [_COLOURS[d["kind"]] for _, d in graph.nodes(data=True)]
-        nx.draw_networkx(graph, pos, ax=ax, node_color=colours, node_size=900, font_size=8)
+        # a socket's label carries its host-memory bandwidth: SHM traffic is staged there
+        names = {n: (f"{n}\nmem {machine.links[f'mem:{n}'].capacity / GB:.0f}"
+                     if f"mem:{n}" in machine.links else n) for n in graph.nodes}
+        nx.draw_networkx(graph, pos, ax=ax, node_color=colours, node_size=1400, font_size=8,
+                         labels=names)
         labels = {(u, v): f"{d['kind']} {d['capacity'] / GB:.0f}"
                   for u, v, d in graph.edges(data=True)}
         nx.draw_networkx_edge_labels(graph, pos, edge_labels=labels, ax=ax, font_size=7)
