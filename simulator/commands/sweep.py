@@ -134,15 +134,16 @@ def print_table(reports: list[dict[str, Any]], labels: list[str], base: RunSpec)
     first = reports[0]
     table = Table(title=f"{first['workload']} on {first['topology']}, {base.strategy}",
                   title_justify="left")
-    for name in ("point", "step", "tokens/s", "per GPU", "MFU", "comm", "exposed comm",
-                 "buckets", "memory"):
+    for name in ("point", "step", "tokens/s", "per GPU", "scaling", "MFU", "comm",
+                 "exposed comm", "buckets", "memory"):
         table.add_column(name, justify="left" if name in ("point", "memory") else "right")
     for label, r in zip(labels, reports, strict=True):
-        buckets = r.get("buckets")
+        buckets, eff = r.get("buckets"), r.get("scaling_efficiency")
         table.add_row(
             label, f"{r['step_time_s'] * 1e3:.1f} ms", f"{r['tokens_per_s']:,.0f}",
-            f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['mfu']:.1%}",
+            f"{r['tokens_per_s_per_gpu']:,.0f}", "-" if eff is None else f"{eff:.0%}",
+            f"{r['mfu']:.1%}",
             f"{r['comm_time_s'] * 1e3:.1f} ms", f"{r['exposed_comm_s'] * 1e3:.1f} ms",
             "-" if buckets is None else str(len(buckets)),
             memory_verdict(r["memory"]).split(":")[0])
-    Console(file=sys.stdout, highlight=False, width=130).print(table)
+    Console(file=sys.stdout, highlight=False, width=140).print(table)
