@@ -17,32 +17,33 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from simulator.cli import main as stepsim
+
+
+def _json_of(argv: list[str]) -> Any:
+    """Run `stepsim ARGV --json` in this process and return what it printed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = stepsim(argv)
+    if code != 0:
+        raise SystemExit(f"stepsim {' '.join(argv)} exited {code}")
+    return json.loads(out.getvalue())
 
 
 def collective_sweep() -> tuple[float, str]:
     """31-size all-reduce sweep (8 B .. 8 GiB) on 8x5090-dual-socket, through the CLI."""
     argv = ["collective", "-t", "8x5090-dual-socket", "--op", "allreduce",
             "-b", "8", "-e", "8G", "-f", "2", "--json"]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = stepsim(argv)
-    if code != 0:
-        raise SystemExit(f"stepsim {' '.join(argv)} exited {code}")
-    results = json.loads(out.getvalue())
+    results = _json_of(argv)
     simulated = sum(r["time_us"] for r in results) * 1e-6
     return simulated, f"stepsim {' '.join(argv)}  ({len(results)} sizes)"
 
 
 def _run_step(argv: list[str]) -> tuple[float, str]:
     """One `stepsim run --json` through the CLI; simulated seconds = the step time."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = stepsim(argv)
-    if code != 0:
-        raise SystemExit(f"stepsim {' '.join(argv)} exited {code}")
-    report = json.loads(out.getvalue())
+    report = _json_of(argv)
     tasks = len(report.get("buckets") or [])
     extra = f"  ({tasks} buckets)" if tasks else ""
     return report["step_time_s"], f"stepsim {' '.join(argv)}{extra}"

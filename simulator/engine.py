@@ -72,7 +72,6 @@ class _Run:
         self.sms = _Sms(self.env, machine.gpu.sms, slowdown)
         self.done = {task.id: self.env.event() for task in program.tasks}
         self.spans: list[tuple[int, Span]] = []
-        self._plans: dict[tuple[str, int, tuple[int, ...]], Any] = {}
 
     def stream(self, tasks: list[Task]) -> Generator[simpy.Event, Any, None]:
         for task in tasks:
@@ -107,14 +106,10 @@ class _Run:
                 yield changed
             remaining -= (self.env.now - began) * rate
 
-    def plan(self, op: str, nbytes: int, group: tuple[int, ...]) -> Any:
-        key = (op, nbytes, group)
-        if key not in self._plans:
-            self._plans[key] = collectives.plan(self.machine, op, nbytes, group)
-        return self._plans[key]
-
     def collective(self, work: Comm) -> Generator[simpy.Event, Any, dict[str, Any]]:
-        plans = [self.plan(work.op, work.nbytes, g) for g in work.groups if len(g) > 1]
+        # collectives.plan caches per machine: steps repeat the same sizes
+        plans = [collectives.plan(self.machine, work.op, work.nbytes, g)
+                 for g in work.groups if len(g) > 1]
         args: dict[str, Any] = {"bytes": work.nbytes, "ranks": len(work.groups[0]),
                                 "groups": len(work.groups), **work.args}
         if not plans:  # a group of one rank moves nothing
