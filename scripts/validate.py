@@ -21,9 +21,9 @@ from typing import Any
 
 import yaml
 
-from simulator import collectives
-from simulator.config import load_topology
-from simulator.topology import Machine
+from simulator.inputs.config import load_topology
+from simulator.machine import collectives
+from simulator.machine.topology import Machine
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ROOT / "validation" / "measurements.yaml"
@@ -39,8 +39,8 @@ COLLECTIVE_MACHINES = {
     "4x4090-epyc-p2p-patched": str(VALIDATION_TOPOLOGIES / "4x4090-epyc-p2p.yaml"),
     "a100-nvlink-pair-then-sys": str(VALIDATION_TOPOLOGIES / "a100-nvlink-pairs-dual-socket.yaml"),
 }
-# Points that fixed a constant (see the "Calibrated on" comments in simulator/collectives.py):
-# they show the fit, not a prediction. Every other row is a check.
+# Points that fixed a constant (see the "Calibrated on" comments in
+# simulator/machine/collectives.py): they show the fit, not a prediction. Every other row is a check.
 CALIBRATION = {
     ("2x2080ti-gen3-switch-shm", "allreduce", 8),  # SHM per-step latency: the latency floor
     ("2x2080ti-gen3-switch-shm", "allreduce", 1024),
@@ -159,7 +159,7 @@ def _bucket_slowdown(note: str) -> float | None:
 
 def _scaling_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
     """Throughput at each GPU count of one machine, and the scaling efficiency at the largest."""
-    from simulator.commands.run import RunSpec, execute
+    from simulator.api import RunSpec, simulate
 
     rows: list[Row] = []
     for result in entry["results"]:
@@ -168,7 +168,7 @@ def _scaling_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
         for gpus, measured in zip(result["gpus"], result["seq_per_s"], strict=True):
             spec = RunSpec(topology, setup["workload"], setup["strategy"], gpus=gpus,
                            micro_batch=batch, overlap=setup["overlap"])
-            simulated[gpus] = execute(spec, baseline=False).report["samples_per_s"]
+            simulated[gpus] = simulate(spec, baseline=False).report["samples_per_s"]
             rows.append(Row(entry["id"], result["hardware"][:13], gpus, None, "seq/s",
                             measured, simulated[gpus]))
         n = max(result["gpus"])
@@ -180,14 +180,14 @@ def _scaling_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
 
 def _bucket_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
     """sec/iter per GPU count, and the bucket_cap_mb=1 throughput loss against 25 MB."""
-    from simulator.commands.run import RunSpec, execute
+    from simulator.api import RunSpec, simulate
 
     machine = setup["machines"][None]
 
     def step(gpus: int, bucket_mb: float | None = None) -> float:
         spec = RunSpec(machine, setup["workload"], setup["strategy"], gpus=gpus,
                        bucket_mb=bucket_mb, overlap=setup["overlap"])
-        return float(execute(spec, baseline=False).report["step_time_s"])
+        return float(simulate(spec, baseline=False).report["step_time_s"])
 
     rows: list[Row] = []
     for result in entry["results"]:
@@ -204,7 +204,7 @@ def _bucket_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
 
 def training_rows(data: dict[str, Any]) -> list[Row]:
     """Training-step measurements: throughput, MFU and the all-reduce share of the step."""
-    from simulator.commands.run import RunSpec, execute
+    from simulator.api import RunSpec, simulate
 
     rows: list[Row] = []
     for entry in data.get("training", []):
@@ -225,7 +225,7 @@ def training_rows(data: dict[str, Any]) -> list[Row]:
             spec = RunSpec(topology, setup["workload"], setup["strategy"] if gpus > 1 else "ddp",
                            gpus=gpus, micro_batch=result.get("micro_batch"),
                            grad_accum=result.get("grad_accum"), overlap=setup["overlap"])
-            r = execute(spec, baseline=False).report
+            r = simulate(spec, baseline=False).report
             label = f"{entry['id']}"
             what = f"{result.get('link') or result.get('model') or ''}".split(",")[0][:13]
             if "samples_per_s" in result:

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from simulator.schema import WorkloadConfig
+from simulator.inputs.schema import WorkloadConfig
+from simulator.job.workload import Job
 from simulator.strategies import StrategyOptions
 from simulator.strategies.buckets import GradTensor, bucket_plan, initial_bucket_plan
 from simulator.strategies.ddp import plan_buckets
-from simulator.workload import Job
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")

@@ -9,11 +9,11 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import collectives, hardware
-from simulator import nccl_tuning as nt
 from simulator.cli import main
-from simulator.config import load_topology
-from simulator.topology import Machine
+from simulator.inputs.config import load_topology
+from simulator.machine import collectives, hardware
+from simulator.machine import nccl_tuning as nt
+from simulator.machine.topology import Machine
 from simulator.units import GB, US, GiB, MiB
 
 

@@ -4,11 +4,11 @@ from dataclasses import replace
 
 import pytest
 
-from simulator import compute
-from simulator.config import load_workload
-from simulator.hardware import GPU, gpu
-from simulator.ops import Kernel, Op, gemm, memory
-from simulator.workload import Job
+from simulator.inputs.config import load_workload
+from simulator.job import compute
+from simulator.job.ops import Kernel, Op, gemm, memory
+from simulator.job.workload import Job
+from simulator.machine.hardware import GPU, gpu
 
 A100 = gpu("a100-sxm4-80gb")
 
@@ -120,7 +120,7 @@ def test_fp32_workload_builds_fp32_kernels() -> None:
 def test_generic_layer_memory_traffic_is_bound_by_bandwidth() -> None:
     """A conv stage with BatchNorm/ReLU traffic takes longer on a GPU with less bandwidth; the
     same stage without it does not care."""
-    from simulator.schema import GenericLayer, TrainingConfig, WorkloadConfig
+    from simulator.inputs.schema import GenericLayer, TrainingConfig, WorkloadConfig
 
     def stage(memory_bytes: float) -> Job:
         layer = GenericLayer(name="stage", params=1000, forward_flops_per_sample=1e9,

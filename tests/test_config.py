@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
-from simulator.config import preset_names
+from simulator.inputs.config import preset_names
 
 GOOD = """\
 name: bad-input

@@ -9,14 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import engine
-from simulator.config import load_topology, load_workload
-from simulator.program import Comm, Compute, Program
-from simulator.schema import WorkloadConfig
+from simulator.engine.program import Comm, Compute, Program
+from simulator.inputs.config import load_topology, load_workload
+from simulator.inputs.schema import WorkloadConfig
+from simulator.job.workload import Job
+from simulator.machine.topology import Machine
 from simulator.strategies import StrategyOptions, build
 from simulator.strategies.buckets import MIB, bucket_plan, size_limits
 from simulator.strategies.ddp import plan_buckets
-from simulator.topology import Machine
-from simulator.workload import Job
 
 
 @cache

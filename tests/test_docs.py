@@ -5,7 +5,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from simulator import schema
+from simulator.inputs import schema
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "inputs.md").read_text()
 DOCUMENTED = set(re.findall(r"`(\w+)`", DOC))
@@ -23,7 +23,7 @@ def test_every_schema_key_is_documented():
 
 
 def test_the_documented_example_topology_loads(tmp_path):
-    from simulator.config import load_topology
+    from simulator.inputs.config import load_topology
 
     example = DOC.split("```yaml", 1)[1].split("```", 1)[0]
     path = tmp_path / "example.yaml"
@@ -33,7 +33,7 @@ def test_the_documented_example_topology_loads(tmp_path):
 
 
 def test_the_documented_example_workload_loads(tmp_path):
-    from simulator.config import load_workload
+    from simulator.inputs.config import load_workload
 
     example = DOC.split("```yaml", 2)[2].split("```", 1)[0]
     path = tmp_path / "example.yaml"

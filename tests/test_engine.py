@@ -14,9 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import engine
-from simulator.program import Comm, Compute, Program
-from simulator.report import time_split
-from simulator.topology import Link
+from simulator.engine import core as engine_core
+from simulator.engine.program import Comm, Compute, Program
+from simulator.machine.topology import Link
+from simulator.outputs.report import time_split
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def machine(bandwidth: float = 100.0, sms: int = 100):  # noqa: ANN201
 
 @pytest.fixture(autouse=True)
 def fake_collectives(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine, "collectives", FakeCollectives(channels=10))
+    monkeypatch.setattr(engine_core, "collectives", FakeCollectives(channels=10))
 
 
 def comm(name: str, nbytes: int) -> Comm:

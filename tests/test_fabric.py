@@ -7,7 +7,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.fabric import Fabric
+from simulator.engine.fabric import Fabric
 
 
 def run_flows(capacities, flows):

@@ -6,12 +6,12 @@ from __future__ import annotations
 from functools import cache
 
 from simulator import engine
-from simulator.config import load_topology
-from simulator.program import Comm, Program
-from simulator.schema import WorkloadConfig
+from simulator.engine.program import Comm, Program
+from simulator.inputs.config import load_topology
+from simulator.inputs.schema import WorkloadConfig
+from simulator.job.workload import Job
+from simulator.machine.topology import Machine
 from simulator.strategies import StrategyOptions, build
-from simulator.topology import Machine
-from simulator.workload import Job
 
 LAYERS = 6
 

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import memory, memory_search
 from simulator.cli import main
-from simulator.config import load_workload
 from simulator.errors import InputError
-from simulator.hardware import gpu
+from simulator.inputs.config import load_workload
+from simulator.job import memory, memory_search
+from simulator.job.workload import Job
+from simulator.machine.hardware import gpu
 from simulator.units import GiB
-from simulator.workload import Job
 
 RTX5090 = gpu("rtx5090")
 _SMALL = Job.from_config(load_workload("llama3.2-1b"))

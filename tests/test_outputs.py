@@ -6,7 +6,7 @@ import pytest
 
 from simulator.cli import main
 from simulator.errors import InputError
-from simulator.outputs import write_files
+from simulator.outputs.files import write_files
 
 RUN = ["run", "-t", "2x5090", "-w", "gpt2-medium", "--seq-len", "256"]
 

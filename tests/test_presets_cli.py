@@ -3,7 +3,7 @@
 import json
 
 from simulator.cli import main
-from simulator.config import preset_names
+from simulator.inputs.config import preset_names
 
 
 def test_presets_lists_every_bundled_file(capsys):

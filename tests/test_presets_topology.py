@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
-from simulator.config import load_topology, preset_names
-from simulator.topology import Machine
+from simulator.inputs.config import load_topology, preset_names
+from simulator.machine.topology import Machine
 
 REQUIRED = {"1x4090", "1x5090", "2x5090", "4x5090", "8x5090-switch", "8x5090-switch-p2p",
             "8x5090-dual-socket", "8x4090-dual-socket", "8xa100-nvswitch", "8xh100-nvswitch",

@@ -2,8 +2,8 @@
 
 import pytest
 
-from simulator.config import load_workload, preset_names
-from simulator.workload import Job
+from simulator.inputs.config import load_workload, preset_names
+from simulator.job.workload import Job
 
 # Published totals (model cards / `sum(p.numel() for p in model.parameters())` of the HF model).
 PUBLISHED = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator import report
-from simulator.timeline import LinkSample, Span, Timeline
+from simulator.engine.timeline import LinkSample, Span, Timeline
+from simulator.outputs import report
 
 MEMORY = {"peak_bytes": 10, "capacity_bytes": 20, "fits": True,
           "breakdown_bytes": {"weights": 1, "gradients": 2, "optimizer": 3, "activations": 4,

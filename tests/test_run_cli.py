@@ -13,11 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from simulator import report
-from simulator import trace as trace_module
+from simulator import api
 from simulator.cli import main
-from simulator.commands import run as run_cmd
-from simulator.program import Comm, Compute, Program
+from simulator.engine.program import Comm, Compute, Program
+from simulator.outputs import report
+from simulator.outputs import trace as trace_module
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,9 @@ def build(name, job, machine, options):  # noqa: ANN001, ANN201
 
 @pytest.fixture(autouse=True)
 def fake_strategies(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
-    run_cmd.single_gpu_tokens_per_s.cache_clear()
+    api.single_gpu_tokens_per_s.cache_clear()
     if "real" not in request.node.name:
-        monkeypatch.setattr(run_cmd, "strategies", SimpleNamespace(Options=Options, build=build))
+        monkeypatch.setattr(api, "strategies", SimpleNamespace(Options=Options, build=build))
 
 
 def test_run_json_has_every_contract_key(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,13 +6,13 @@ from dataclasses import replace
 from functools import cache
 
 from simulator import engine
-from simulator.config import load_topology
-from simulator.program import Comm, Compute, Program
-from simulator.schema import TopologyConfig, WorkloadConfig
+from simulator.engine.program import Comm, Compute, Program
+from simulator.inputs.config import load_topology
+from simulator.inputs.schema import TopologyConfig, WorkloadConfig
+from simulator.job.workload import Job
+from simulator.machine.topology import Machine
 from simulator.strategies import StrategyOptions, build
 from simulator.strategies.tensor import place_groups
-from simulator.topology import Machine
-from simulator.workload import Job
 
 LAYERS = 4
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import hardware
-from simulator.config import load_topology, preset_names
-from simulator.topology import Machine
+from simulator.inputs.config import load_topology, preset_names
+from simulator.machine import hardware
+from simulator.machine.topology import Machine
 from simulator.units import GB, US
 
 MACHINES: dict[str, Machine] = {}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from simulator import trace
-from simulator.timeline import LinkSample, Span, Timeline
+from simulator.engine.timeline import LinkSample, Span, Timeline
+from simulator.outputs import trace
 
 
 def timeline(world: int = 4) -> Timeline:

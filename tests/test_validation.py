@@ -65,8 +65,8 @@ def test_training_section_runs(capsys):
 
 
 def test_new_workloads_match_their_cited_parameter_counts():
-    from simulator.config import load_workload
-    from simulator.workload import Job
+    from simulator.inputs.config import load_workload
+    from simulator.job.workload import Job
 
     resnet = Job.from_config(load_workload(str(ROOT / "workloads" / "resnet50.yaml")))
     assert sum(p.numel for p in resnet.params) == 25_557_032  # torchvision resnet50

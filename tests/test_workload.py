@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from simulator.config import load_workload
 from simulator.errors import InputError
-from simulator.ops import Phase
-from simulator.schema import LoraConfig, ModelConfig, TrainingConfig, WorkloadConfig
-from simulator.workload import Job
+from simulator.inputs.config import load_workload
+from simulator.inputs.schema import LoraConfig, ModelConfig, TrainingConfig, WorkloadConfig
+from simulator.job.ops import Phase
+from simulator.job.workload import Job
 
 
 def llama7b(**training: object) -> Job:

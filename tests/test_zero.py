@@ -8,12 +8,12 @@ from functools import cache
 import pytest
 
 from simulator import engine
-from simulator.config import load_topology, load_workload
-from simulator.program import Comm, Program
+from simulator.engine.program import Comm, Program
+from simulator.inputs.config import load_topology, load_workload
+from simulator.job.workload import Job
+from simulator.machine.topology import Machine
 from simulator.strategies import StrategyOptions, build
 from simulator.strategies.zero import REDUCE_BUCKET_ELEMENTS
-from simulator.topology import Machine
-from simulator.workload import Job
 
 
 @cache

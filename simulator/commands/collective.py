@@ -12,10 +12,10 @@ import argparse
 import json
 from typing import Any
 
-from simulator import collectives
-from simulator.config import load_topology
 from simulator.errors import InputError
-from simulator.topology import Machine
+from simulator.inputs.config import load_topology
+from simulator.machine import collectives
+from simulator.machine.topology import Machine
 from simulator.units import parse_size
 
 # nccl-tests prints the element type and reduction; stepsim moves bytes, so it reports them as

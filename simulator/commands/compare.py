@@ -16,7 +16,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from simulator.commands.run import add_job_arguments, execute, spec_from_args, summary_rows
+from simulator import api
+from simulator.commands.run import add_job_arguments, spec_from_args, summary_rows
 
 
 def add_parser(subparsers: Any) -> None:
@@ -38,7 +39,7 @@ def _label(report: dict[str, Any], varying: set[str]) -> str:
 def run(args: argparse.Namespace) -> int:
     combos = list(itertools.product(args.topology, args.workload, args.strategy or ["ddp"]))
     specs = [spec_from_args(args, t, w, s) for t, w, s in combos]
-    reports = [execute(spec).report for spec in specs]
+    reports = [api.simulate(spec).report for spec in specs]
     if args.json:
         print(json.dumps(reports, indent=2, default=str))
         return 0

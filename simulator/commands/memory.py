@@ -12,13 +12,14 @@ import argparse
 import json
 from typing import Any
 
-from simulator import collectives, memory, memory_search
-from simulator.config import load_topology, load_workload
 from simulator.errors import InputError
-from simulator.schema import CHECKPOINTING_MODES, WorkloadConfig
-from simulator.topology import Machine
+from simulator.inputs.config import load_topology, load_workload
+from simulator.inputs.schema import CHECKPOINTING_MODES, WorkloadConfig
+from simulator.job import memory, memory_search
+from simulator.job.workload import Job
+from simulator.machine import collectives
+from simulator.machine.topology import Machine
 from simulator.units import GiB, positive_int
-from simulator.workload import Job
 
 
 def add_parser(subparsers: Any) -> None:

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from simulator.config import load_topology, load_workload, preset_names
+from simulator.inputs.config import load_topology, load_workload, preset_names
 
 
 def add_parser(subparsers: Any) -> None:

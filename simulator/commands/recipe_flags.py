@@ -1,9 +1,9 @@
 """The training-recipe flags of `run`, `compare` and `sweep`, named after the frameworks' options.
 
-Each flag maps to one field of ``RunSpec`` (simulator/commands/run.py), which passes it on to
+Each flag maps to one field of ``RunSpec`` (simulator/api.py), which passes it on to
 ``strategies.StrategyOptions`` and to ``memory.estimate`` so the time and the memory verdict
-describe the same recipe. ``check`` rejects a flag the chosen strategy has no use for (one
-line, exit 2), e.g. a DDP comm hook under FSDP.
+describe the same recipe. ``strategies.recipe.check_recipe`` rejects a flag the chosen
+strategy has no use for (one line, exit 2), e.g. a DDP comm hook under FSDP.
 """
 
 from __future__ import annotations
@@ -12,12 +12,8 @@ import argparse
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.schema import CHECKPOINTING_MODES
+from simulator.inputs.schema import CHECKPOINTING_MODES
 
-DDP_STRATEGIES = ("ddp", "tp", "tp+ddp")  # the ones that wrap the model in torch DDP
-TP_STRATEGIES = ("tp", "tp+ddp", "tp+fsdp")
-FSDP_STRATEGIES = ("fsdp", "tp+fsdp")
-ZERO_STRATEGIES = ("zero1", "zero2")
 COMM_HOOKS = ("none", "bf16")
 
 
@@ -45,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """RunSpec fields from the parsed flags (format checks only; see ``check``)."""
+    """RunSpec fields from the parsed flags (format checks only; see ``check_recipe``)."""
     mode = args.checkpointing
     if mode is not None and mode not in CHECKPOINTING_MODES:
         raise InputError(f"--checkpointing: expected one of {', '.join(CHECKPOINTING_MODES)}, "
@@ -58,33 +54,6 @@ def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "sequence_parallel": args.sequence_parallel,
             "reshard_after_forward": not args.no_reshard_after_forward,
             "zero_overlap_comm": True if args.overlap_comm else None}
-
-
-def check(strategy: str, *, tp: int, overlap: bool, grad_compression: str,
-          gradient_as_bucket_view: bool, sequence_parallel: bool, reshard_after_forward: bool,
-          zero_overlap_comm: bool | None) -> None:
-    """Reject a recipe flag the strategy does not use: one line naming flag and strategy."""
-    def refuse(flag: str, wants: tuple[str, ...], why: str) -> None:
-        raise InputError(f"{flag} does not apply to -s {strategy}: {why} "
-                         f"(use it with {', '.join(wants)})")
-
-    if grad_compression != "none" and strategy not in DDP_STRATEGIES:
-        refuse("--comm-hook", DDP_STRATEGIES, "it is a torch DDP communication hook")
-    if gradient_as_bucket_view and strategy not in DDP_STRATEGIES:
-        refuse("--gradient-as-bucket-view", DDP_STRATEGIES, "it is a torch DDP option")
-    if not overlap and (grad_compression != "none" or gradient_as_bucket_view):
-        flag = "--comm-hook" if grad_compression != "none" else "--gradient-as-bucket-view"
-        raise InputError(f"{flag} does not apply with --no-overlap: that models Megatron's "
-                         "local DDP, not torch DDP")
-    if sequence_parallel and strategy not in TP_STRATEGIES:
-        refuse("--sequence-parallel", TP_STRATEGIES, "it splits activations over a TP group")
-    if sequence_parallel and tp < 2:
-        raise InputError("--sequence-parallel needs a tensor-parallel degree of at least 2, "
-                         f"got --tp {tp}")
-    if not reshard_after_forward and strategy not in FSDP_STRATEGIES:
-        refuse("--no-reshard-after-forward", FSDP_STRATEGIES, "it is an FSDP option")
-    if zero_overlap_comm and strategy not in ZERO_STRATEGIES:
-        refuse("--overlap-comm", ZERO_STRATEGIES, "it is a DeepSpeed ZeRO-1/2 option")
 
 
 def words(rec: dict[str, Any]) -> list[str]:

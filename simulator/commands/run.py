@@ -2,7 +2,8 @@
 
 Prints a compact table (or `--json`, design.md's `run` contract) and optionally writes the
 Chrome trace, the Gantt PNG and the memory curve. A job that does not fit still runs; its
-memory verdict comes first. `execute()` is the whole pipeline, shared by `compare` and `sweep`.
+memory verdict comes first. The pipeline itself is `simulator.api.simulate`, which every
+command shares.
 """
 
 from __future__ import annotations
@@ -10,60 +11,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from simulator import collectives, engine, memory, report, strategies, trace
+from simulator import api
+from simulator.api import RunResult, RunSpec
 from simulator.commands import recipe_flags
-from simulator.config import load_topology, load_workload
 from simulator.errors import InputError
-from simulator.outputs import Writer, write_files
-from simulator.program import Program
+from simulator.outputs import trace
+from simulator.outputs.files import Writer, write_files
 from simulator.strategies import STRATEGIES
-from simulator.timeline import Timeline
-from simulator.topology import Machine
 from simulator.units import GiB, positive_float, positive_int
-from simulator.workload import Job
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything that names one simulated step (hashable: sweeps cache on it)."""
-
-    topology: str
-    workload: str
-    strategy: str = "ddp"
-    gpus: int | None = None
-    bucket_mb: float | None = None
-    tp: int | None = None
-    micro_batch: int | None = None
-    grad_accum: int | None = None
-    seq_len: int | None = None
-    overlap: bool = True
-    compute_slowdown: float | None = None
-    # the recipe flags (recipe_flags.py); defaults are the frameworks' own
-    checkpointing: str | None = None  # None: the workload's training.activation_checkpointing
-    grad_compression: str = "none"  # DDP comm hook
-    gradient_as_bucket_view: bool = False
-    sequence_parallel: bool = False
-    reshard_after_forward: bool = True
-    zero_overlap_comm: bool | None = None
-
-
-@dataclass
-class RunResult:
-    spec: RunSpec
-    machine: Machine
-    job: Job
-    program: Program
-    timeline: Timeline
-    memory: dict[str, Any]
-    report: dict[str, Any]
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, *, many: bool = False) -> None:
@@ -128,121 +89,6 @@ def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
         seq_len=positive_int(args.seq_len, "--seq-len"),
         overlap=not args.no_overlap, compute_slowdown=slowdown,
         **recipe_flags.fields_from_args(args))
-
-
-@lru_cache(maxsize=32)
-def _machine(topology: str, gpus: int | None) -> Machine:
-    machine = Machine.from_config(load_topology(topology))
-    if gpus is not None:
-        if gpus > machine.n_gpus:
-            raise InputError(f"--gpus {gpus}: the machine has only {machine.n_gpus} GPUs")
-        machine = machine.subset(gpus)
-    return machine
-
-
-@lru_cache(maxsize=32)
-def _job(workload: str, micro_batch: int | None, seq_len: int | None,
-         grad_accum: int | None, checkpointing: str | None = None) -> Job:
-    cfg = load_workload(workload)
-    if checkpointing is not None:  # as `stepsim memory --checkpointing` overrides it
-        cfg = cfg.with_training(activation_checkpointing=checkpointing)
-    return Job.from_config(cfg, micro_batch=micro_batch, seq_len=seq_len, grad_accum=grad_accum)
-
-
-def _spec_job(spec: RunSpec) -> Job:
-    return _job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum,
-                spec.checkpointing)
-
-
-def _tp_degree(spec: RunSpec, machine: Machine) -> int:
-    """The TP degree the strategies use: all GPUs for tp, 2 for tp+ddp/tp+fsdp, unless --tp."""
-    if not spec.strategy.startswith("tp"):
-        return 1
-    if spec.tp is not None:
-        return spec.tp
-    return machine.n_gpus if spec.strategy == "tp" else min(2, machine.n_gpus)
-
-
-def _options(spec: RunSpec) -> strategies.Options:
-    return strategies.Options(
-        bucket_mb=spec.bucket_mb, tp=spec.tp, overlap=spec.overlap,
-        grad_compression=spec.grad_compression,  # type: ignore[arg-type]  # checked on parse
-        gradient_as_bucket_view=spec.gradient_as_bucket_view,
-        sequence_parallel=spec.sequence_parallel,
-        reshard_after_forward=spec.reshard_after_forward,
-        zero_overlap_comm=spec.zero_overlap_comm)
-
-
-def _memory(job: Job, machine: Machine, spec: RunSpec) -> dict[str, Any]:
-    """memory.py's verdict; it names TP x DP as "tp" (DDP over the rest) and TP x FSDP "fsdp"."""
-    name = {"tp+ddp": "tp", "tp+fsdp": "fsdp"}.get(spec.strategy, spec.strategy)
-    return memory.estimate(job, machine.gpu, name, world=machine.n_gpus,
-                           tp=_tp_degree(spec, machine),
-                           sequence_parallel=spec.sequence_parallel,
-                           gradient_as_bucket_view=spec.gradient_as_bucket_view,
-                           reshard_after_forward=spec.reshard_after_forward,
-                           zero_overlap_comm=bool(spec.zero_overlap_comm),
-                           nccl_channels=collectives.machine_channels(machine)).to_json()
-
-
-def recipe(spec: RunSpec) -> dict[str, Any]:
-    """The recipe flags as the report lists them (framework option names)."""
-    return {"activation_checkpointing": spec.checkpointing, "comm_hook": spec.grad_compression,
-            "gradient_as_bucket_view": spec.gradient_as_bucket_view,
-            "sequence_parallel": spec.sequence_parallel,
-            "reshard_after_forward": spec.reshard_after_forward,
-            "overlap_comm": bool(spec.zero_overlap_comm)}
-
-
-@lru_cache(maxsize=32)
-def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
-    """Tokens/s of one GPU of the same machine with the same per-GPU batch (None: won't fit)."""
-    # same per-GPU recipe (checkpointing kept); the parallelism-only flags do not apply
-    one = replace(spec, strategy="ddp", gpus=1, tp=None, grad_compression="none",
-                  gradient_as_bucket_view=False, sequence_parallel=False,
-                  reshard_after_forward=True, zero_overlap_comm=None)
-    machine = _machine(one.topology, 1)
-    job = _spec_job(one)
-    if not _memory(job, machine, one)["fits"]:
-        return None
-    program = strategies.build("ddp", job, machine, _options(one))
-    timeline = engine.simulate(program, machine, compute_slowdown=one.compute_slowdown)
-    tokens = job.tokens_per_micro_batch * job.grad_accum
-    return tokens / timeline.step_time if timeline.step_time > 0 else None
-
-
-def execute(spec: RunSpec, *, baseline: bool = True) -> RunResult:
-    """Build the program, simulate it, and measure it: the whole `run` pipeline."""
-    machine = _machine(spec.topology, spec.gpus)
-    recipe_flags.check(spec.strategy, tp=_tp_degree(spec, machine), overlap=spec.overlap,
-                       grad_compression=spec.grad_compression,
-                       gradient_as_bucket_view=spec.gradient_as_bucket_view,
-                       sequence_parallel=spec.sequence_parallel,
-                       reshard_after_forward=spec.reshard_after_forward,
-                       zero_overlap_comm=spec.zero_overlap_comm)
-    job = _spec_job(spec)
-    program = strategies.build(spec.strategy, job, machine, _options(spec))
-    timeline = engine.simulate(program, machine, compute_slowdown=spec.compute_slowdown)
-    mem = _memory(job, machine, spec)
-    dp = int(program.meta.get("dp", program.world))  # replicas that each take a batch
-    tokens = job.tokens_per_micro_batch * job.grad_accum * dp
-    metrics = report.step_report(
-        timeline,
-        tokens_per_step=tokens,
-        samples_per_step=job.micro_batch * job.grad_accum * dp,
-        model_flops_per_step=job.model_flops_per_step() * dp,
-        peak_flops=machine.gpu.matmul_flops,
-        memory=mem,
-        baseline_tokens_per_s=single_gpu_tokens_per_s(spec) if baseline else None,
-        price_usd_per_hour=machine.config.price_usd_per_hour,
-        gpu_price_usd=machine.gpu.price_usd,
-        extra={"topology": machine.name, "workload": job.name, "strategy": spec.strategy,
-               "gpu": machine.gpu.name, "tokens_per_step": tokens,
-               "overlap": spec.overlap, "recipe": recipe(spec)},
-    )
-    link = metrics["bottleneck"]["link"]
-    metrics["bottleneck"]["description"] = machine.describe(link) if link else None
-    return RunResult(spec, machine, job, program, timeline, mem, metrics)
 
 
 def memory_verdict(mem: dict[str, Any]) -> str:
@@ -324,7 +170,7 @@ def write_outputs(result: RunResult, args: argparse.Namespace) -> None:
         writers[args.trace] = lambda p: p.write_text(trace.dumps(result.timeline),
                                                      encoding="utf-8")
     if args.gantt or args.memory_png:
-        from simulator import plots  # matplotlib only when a picture is asked for
+        from simulator.outputs import plots  # matplotlib only when a picture is asked for
 
         mem = result.memory
         if args.gantt:
@@ -340,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gantt_per_gpu and not args.gantt:
         raise InputError("--gantt-per-gpu changes the Gantt chart: give --gantt FILE.png too")
     spec = spec_from_args(args, args.topology, args.workload, args.strategy)
-    result = execute(spec)
+    result = api.simulate(spec)
     write_outputs(result, args)
     if args.json:
         print(json.dumps(result.report, indent=2, default=str))

@@ -24,16 +24,12 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from simulator import api
+from simulator.api import RunSpec
 from simulator.commands import recipe_flags
-from simulator.commands.run import (
-    RunSpec,
-    add_job_arguments,
-    check_strategy,
-    execute,
-    memory_verdict,
-)
+from simulator.commands.run import add_job_arguments, check_strategy, memory_verdict
 from simulator.errors import InputError
-from simulator.outputs import write_atomically
+from simulator.outputs.files import write_atomically
 from simulator.units import positive_float, positive_int
 
 # option name -> (RunSpec field, parser of one value)
@@ -79,7 +75,7 @@ def points(args: argparse.Namespace) -> tuple[list[str], list[dict[str, Any]]]:
 
 
 def _run_point(spec: RunSpec) -> dict[str, Any]:
-    return execute(spec).report
+    return api.simulate(spec).report
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
                   "exposed communication (ms)": [r["exposed_comm_s"] * 1e3 for r in reports],
                   "communication (ms)": [r["comm_time_s"] * 1e3 for r in reports]}
         title = f"{reports[0]['workload']} on {reports[0]['topology']}, {base.strategy}"
-        from simulator import plots  # matplotlib only when a picture is asked for
+        from simulator.outputs import plots  # matplotlib only when a picture is asked for
 
         write_atomically(args.png, lambda p: plots.sweep_chart(
             labels, series, " x ".join(swept) or "point", "milliseconds", p, title=title))

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from simulator.config import load_topology
-from simulator.outputs import write_atomically
-from simulator.topology import Machine
+from simulator.inputs.config import load_topology
+from simulator.machine.topology import Machine
+from simulator.outputs.files import write_atomically
 from simulator.units import GB
 
 

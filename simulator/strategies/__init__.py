@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Literal
 from simulator.errors import InputError
 
 if TYPE_CHECKING:
-    from simulator.program import Program
-    from simulator.topology import Machine
-    from simulator.workload import Job
+    from simulator.engine.program import Program
+    from simulator.job.workload import Job
+    from simulator.machine.topology import Machine
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "tp", "tp+ddp", "tp+fsdp")
 

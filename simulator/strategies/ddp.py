@@ -13,7 +13,7 @@ What the program says (domain-model section 3; torch/csrc/distributed/c10d/reduc
   copies the averaged bucket back into ``.grad``; both are HBM passes on the compute stream.
   Gradients are pre-divided by the world size (``div_``) either way.
 - Gradient dtype: fp32 under AMP (the weights are fp32, so is ``.grad``: 4 bytes, as
-  simulator/memory.py counts them); ``bf16_compress_hook`` halves the bytes on the wire.
+  simulator/job/memory.py counts them); ``bf16_compress_hook`` halves the bytes on the wire.
 - Gradient accumulation with ``no_sync()``: the first A-1 micro-steps run forward and backward
   only; the last one reduces. The optimizer step follows the last all-reduce.
 - ``no_overlap`` is Megatron-LM's "local" DDP (NGC 22.07, ``megatron/model/distributed.py``,
@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simulator.program import Comm, Program
+from simulator.engine.program import Comm, Program
+from simulator.job.workload import Job, ParamTensor
 from simulator.strategies.buckets import Bucket, GradTensor, assign_by_size, bucket_plan
 from simulator.strategies.steps import (
     Emit,
@@ -37,13 +38,12 @@ from simulator.strategies.steps import (
     ready_order,
     trainable_indices,
 )
-from simulator.workload import Job, ParamTensor
 
 if TYPE_CHECKING:
-    from simulator.hardware import GPU
-    from simulator.ops import Op
+    from simulator.job.ops import Op
+    from simulator.machine.hardware import GPU
+    from simulator.machine.topology import Machine
     from simulator.strategies import StrategyOptions
-    from simulator.topology import Machine
 
 GRAD_BYTES = 4  # fp32 .grad under AMP and fp32 training (PyTorch AMP keeps fp32 weights)
 WIRE_BYTES = {"none": GRAD_BYTES, "bf16": 2}  # ddp_comm_hooks/default_hooks.bf16_compress_hook

@@ -16,7 +16,7 @@ head), from torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py (domain-mod
 - The optimizer steps the local 1/N shard.
 
 Bytes: all-gathers in ``param_dtype`` (2 bytes under bf16/fp16, 4 under fp32), reduce-scatters
-in ``reduce_dtype`` fp32 (4 bytes), consistent with simulator/memory.py's FSDP recipe; frozen
+in ``reduce_dtype`` fp32 (4 bytes), consistent with simulator/job/memory.py's FSDP recipe; frozen
 parameters (LoRA) are gathered but not reduced. Gradient accumulation repeats the whole
 micro-step (FSDP2 reduces every backward unless told not to).
 """
@@ -26,14 +26,14 @@ from __future__ import annotations
 from itertools import groupby
 from typing import TYPE_CHECKING
 
-from simulator.program import Comm, Compute, Program
+from simulator.engine.program import Comm, Compute, Program
+from simulator.job.workload import Job
 from simulator.strategies.steps import Emit, add_ops, as_compute, compute_only
-from simulator.workload import Job
 
 if TYPE_CHECKING:
-    from simulator.ops import Op
+    from simulator.job.ops import Op
+    from simulator.machine.topology import Machine
     from simulator.strategies import StrategyOptions
-    from simulator.topology import Machine
 
 # reduce_dtype fp32 with bf16 params: torchtitan ships mixed_precision_reduce "float32" and
 # llm-foundry (Composer DEFAULT) reduces in fp32; memory.py assumes the same recipe

@@ -1,6 +1,6 @@
 """Pieces every strategy's program is made of: compute tasks for a job's ops, DP groups.
 
-Inside: turning ``Job`` ops into ``Compute`` work (durations from simulator/compute.py),
+Inside: turning ``Job`` ops into ``Compute`` work (durations from simulator/job/compute.py),
 adding a phase's ops to the compute stream, the gradient-ready order of backward, and the
 memory-bound copies data-parallel wrappers add. Assumes the job's ops are one GPU's share
 (strategies that split a layer, like tensor parallelism, pass their own op list).
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from simulator import compute
-from simulator.hardware import GPU
-from simulator.ops import Op
-from simulator.program import Compute, ComputeKind, Program
-from simulator.workload import Job
+from simulator.engine.program import Compute, ComputeKind, Program
+from simulator.job import compute
+from simulator.job.ops import Op
+from simulator.job.workload import Job
+from simulator.machine.hardware import GPU
 
 _KIND: dict[str, ComputeKind] = {"forward": "forward", "backward": "backward",
                                  "recompute": "recompute", "optimizer": "optimizer"}

@@ -33,17 +33,17 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from simulator.engine.program import Comm, Program
 from simulator.errors import InputError
-from simulator.ops import Kernel, Op
-from simulator.program import Comm, Program
+from simulator.job.ops import Kernel, Op
+from simulator.job.workload import Job
+from simulator.machine.topology import PATH_RANK
 from simulator.strategies import ddp, fsdp
 from simulator.strategies.steps import Emit, as_compute
-from simulator.topology import PATH_RANK
-from simulator.workload import Job
 
 if TYPE_CHECKING:
+    from simulator.machine.topology import Machine
     from simulator.strategies import StrategyOptions
-    from simulator.topology import Machine
 
 REPLICATED = ("attn_norm", "mlp_norm", "final_norm")  # LayerNorm/RMSNorm: whole hidden
 ROW_OUTPUT = ("attn_out", "mlp_out")  # RowParallelLinear: g after forward

@@ -4,7 +4,7 @@ From microsoft/DeepSpeed ``deepspeed/runtime/zero/stage_1_and_2.py`` and ``confi
 (domain-model 4.3):
 
 - Gradients are 16-bit (bf16/fp16 training keeps 16-bit weights and gradients, fp32 master
-  weights in the optimizer; simulator/memory.py's ZeRO recipe).
+  weights in the optimizer; simulator/job/memory.py's ZeRO recipe).
 - Stage 2 partitions gradients, so gradient hooks reduce them during backward: ready
   gradients fill an IPG bucket; when the next gradient would push it past
   ``reduce_bucket_size`` (5e8 elements) the bucket is reduced (``reduce_ipg_grads``), and the
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simulator.program import Comm, Program
+from simulator.engine.program import Comm, Program
+from simulator.job.workload import Job
 from simulator.strategies.steps import (
     add_ops,
     as_compute,
@@ -30,11 +31,10 @@ from simulator.strategies.steps import (
     ready_order,
     trainable_indices,
 )
-from simulator.workload import Job
 
 if TYPE_CHECKING:
+    from simulator.machine.topology import Machine
     from simulator.strategies import StrategyOptions
-    from simulator.topology import Machine
 
 REDUCE_BUCKET_ELEMENTS = 500_000_000  # config.py reduce_bucket_size default (elements)
 ALLGATHER_BUCKET_ELEMENTS = 500_000_000  # config.py allgather_bucket_size default (elements)

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from simulator import collectives
-from simulator.fabric import Fabric
-from simulator.program import Comm, Compute, Program, Task
-from simulator.timeline import LinkSample, Span, Timeline
+from simulator.engine.fabric import Fabric
+from simulator.engine.program import Comm, Compute, Program, Task
+from simulator.engine.timeline import LinkSample, Span, Timeline
+from simulator.machine import collectives
 
 if TYPE_CHECKING:
-    from simulator.topology import Machine
+    from simulator.machine.topology import Machine
 
 _EPS = 1e-15  # seconds of remaining work treated as done (float round-off)
 

@@ -1,6 +1,6 @@
 """How long an op takes on one GPU: a roofline per kernel plus a launch overhead; and MFU.
 
-Each kernel of an op (simulator/ops.py) takes
+Each kernel of an op (simulator/job/ops.py) takes
     max(flops / achievable compute rate, bytes / achievable memory bandwidth) + launch overhead
 and an op takes the sum over its kernels (kernels of one stream run one after another).
 GEMM-like kernels (``gemm``, ``dense``) with 4-byte operands (fp32 training) run at the FP32
@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from statistics import median
 
-from simulator.hardware import GPU, GPUS
-from simulator.ops import Kernel, Op
+from simulator.job.ops import Kernel, Op
+from simulator.job.workload import Job
+from simulator.machine.hardware import GPU, GPUS
 from simulator.units import US
-from simulator.workload import Job
 
 # Per-kernel launch overhead: CUDA kernel launch latency is a few microseconds (NVIDIA,
 # "Getting Started with CUDA Graphs", 2019: ~3-4 us per back-to-back launched kernel);

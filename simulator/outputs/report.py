@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from simulator.timeline import Timeline, subtract_length, union_length
+from simulator.engine.timeline import Timeline, subtract_length, union_length
 
 CONTRACT_KEYS = (
     "step_time_s", "compute_time_s", "comm_time_s", "exposed_comm_s", "tokens_per_s",

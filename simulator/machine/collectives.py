@@ -2,10 +2,10 @@
 
 ``plan`` reproduces what NCCL decides for one call (ring order and channels from
 ``Machine.ring``; algorithm and protocol from NCCL's cost model in nccl_tuning.py; channels
-dropped for small messages). ``start`` puts the call on a :class:`~simulator.fabric.Fabric` as
-one flow: the ring's hops advance together, so the flow's usage is the sum over hops of the
-machine's routes, and its progress is the bytes each rank sends (``bus_bytes``). How fast that
-flow really goes is physics, not NCCL's belief:
+dropped for small messages). ``start`` puts the call on a
+:class:`~simulator.engine.fabric.Fabric` as one flow: the ring's hops advance together, so the
+flow's usage is the sum over hops of the machine's routes, and its progress is the bytes each
+rank sends (``bus_bytes``). How fast that flow really goes is physics, not NCCL's belief:
 
 - link occupancy per payload byte = route weight x protocol wire overhead (LL sends a 4-byte
   flag with every 4 data bytes, LL128 8 in 128) / link efficiency of the transport;
@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from simulator import nccl_tuning as nt
+from simulator.engine.fabric import Fabric
 from simulator.errors import InputError
-from simulator.fabric import Fabric
+from simulator.machine import nccl_tuning as nt
 from simulator.units import GB, US
 
 if TYPE_CHECKING:
-    from simulator.topology import Machine
+    from simulator.machine.topology import Machine
 
 OPS = ("allreduce", "allgather", "reducescatter", "broadcast")
 

@@ -2,7 +2,7 @@
 
 Inside: ``Link`` (one direction of a physical link, or a host-memory resource), ``Machine``
 (the networkx graph, directed links, NCCL path types, P2P vs SHM transport, routes) and the
-ring and channel choice in ``Machine.ring`` (its rules live in simulator/rings.py).
+ring and channel choice in ``Machine.ring`` (its rules live in simulator/machine/rings.py).
 
 Assumptions: a path between two GPUs never passes through a third GPU (NCCL's NVB paths,
 NVLink relayed by an intermediate GPU, are not modelled); a GPU's socket is the CPU it reaches
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from simulator import hardware
 from simulator.errors import InputError
-from simulator.schema import LinkConfig, NodeConfig, TopologyConfig
+from simulator.inputs.schema import LinkConfig, NodeConfig, TopologyConfig
+from simulator.machine import hardware
 from simulator.units import GB, US
 
 # Path types in NCCL's order (src/include/graph.h PATH_LOC .. PATH_NET); lower is closer.
@@ -318,7 +318,7 @@ class Machine:
 
     def ring(self, ranks: tuple[int, ...] | list[int] | None = None) -> Ring:
         """NCCL's ring over ``ranks`` (default all): order, channels, per-channel speed."""
-        from simulator.rings import search_ring  # rings.py builds on Machine
+        from simulator.machine.rings import search_ring  # rings.py builds on Machine
 
         key = tuple(range(self.n_gpus)) if ranks is None else tuple(ranks)
         if key not in self._rings:

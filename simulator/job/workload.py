@@ -8,7 +8,7 @@ QLoRA the names and order are PEFT's (``get_peft_model``).
 A generic workload (``layers:``) is a list of layers with given parameters and FLOPs.
 
 The ops of one micro-batch (forward, backward, recompute, optimizer) are built in
-simulator/ops.py; their time on a GPU in simulator/compute.py.
+simulator/job/ops.py; their time on a GPU in simulator/job/compute.py.
 
 Registration order, from the Hugging Face sources (transformers
 ``models/llama/modeling_llama.py``: LlamaModel.__init__ registers embed_tokens, layers, norm;
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from simulator.errors import InputError
-from simulator.schema import (
+from simulator.inputs.schema import (
     GenericLayer,
     LoraConfig,
     ModelConfig,
@@ -44,7 +44,7 @@ from simulator.schema import (
 )
 
 if TYPE_CHECKING:
-    from simulator.ops import Op, Phase
+    from simulator.job.ops import Op, Phase
 
 ModuleKind = Literal["linear", "conv1d", "norm", "embedding", "generic"]
 PEFT_PREFIX = "base_model.model."
@@ -415,9 +415,9 @@ class Job:
         """Bytes per element of activations and 16-bit weights: 2 under bf16/fp16, 4 under fp32."""
         return 4 if self.precision == "fp32" else 2
 
-    # --- ops (simulator/ops.py) ----------------------------------------------------------------
+    # --- ops (simulator/job/ops.py) ------------------------------------------------------------
     def ops(self, phase: Phase) -> list[Op]:
-        from simulator import ops
+        from simulator.job import ops
 
         return ops.build(self, phase)
 
@@ -433,7 +433,7 @@ class Job:
 
     def model_flops_per_step(self) -> float:
         """Model FLOPs of one optimizer step on this GPU (all micro-batches), for MFU."""
-        from simulator import ops
+        from simulator.job import ops
 
         return ops.model_flops_per_micro_batch(self) * self.grad_accum
 

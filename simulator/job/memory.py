@@ -2,7 +2,7 @@
 
 Inside: ``estimate(job, gpu, strategy, world=...)`` -> ``MemoryReport`` (itemised lines in five
 categories: weights, gradients, optimizer, activations, other) and ``activations_per_token``.
-The searches built on it (largest micro-batch, largest model) are in simulator/memory_search.py.
+The searches built on it (largest micro-batch, largest model) are in simulator/job/memory_search.py.
 
 The training recipe per strategy (all cost 16 bytes per trainable parameter with mixed-precision
 Adam, as in the ZeRO paper, Rajbhandari et al. 2019, arXiv:1910.02054 section 3.1; the split
@@ -27,9 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simulator.errors import InputError
-from simulator.hardware import GPU
+from simulator.job.workload import QA_LABELS, Job
+from simulator.machine.hardware import GPU
 from simulator.units import GiB, MiB
-from simulator.workload import QA_LABELS, Job
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "tp")
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "other")

@@ -2,7 +2,7 @@
 
 An `Op` is a few kernels of one block (the attention projections, the attention core, the MLP,
 a norm). Each `Kernel` is a GEMM (with its shape, for tile efficiency), a flash-attention kernel,
-or a memory-bound elementwise kernel; simulator/compute.py times each kernel by a roofline.
+or a memory-bound elementwise kernel; simulator/job/compute.py times each kernel by a roofline.
 
 Conventions (each with its source or reason):
 - FLOPs per GEMM 2*m*n*k; forward per layer 24*b*s*h^2 + 4*b*s^2*h for a standard GPT
@@ -37,11 +37,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from simulator.workload import QA_LABELS
+from simulator.job.workload import QA_LABELS
 
 if TYPE_CHECKING:
-    from simulator.schema import GenericLayer
-    from simulator.workload import Job, Module
+    from simulator.inputs.schema import GenericLayer
+    from simulator.job.workload import Job, Module
 
 Phase = Literal["forward", "backward", "recompute", "optimizer"]
 KernelKind = Literal["gemm", "attention_fwd", "attention_bwd", "memory", "dense"]

@@ -1,7 +1,7 @@
 """The typed, frozen models of the two input files (topology and workload YAML).
 
 Units are in the key names (``bandwidth_gb_per_s``, ``latency_us``). Everything here is
-checked at load; see simulator/config.py for how errors are reported (file:line:key).
+checked at load; see simulator/inputs/config.py for how errors are reported (file:line:key).
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ class TopologyConfig(Frozen):
         return errors + self._catalog_errors()
 
     def _catalog_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
-        """Names that must exist in simulator/hardware.py, and link shapes the model needs."""
-        from simulator import hardware
+        """Names that must exist in machine/hardware.py, and link shapes the model needs."""
+        from simulator.machine import hardware
 
         def known(name: str, catalog: dict[str, object]) -> str:
             return f"unknown {name!r}; known: {', '.join(sorted(catalog))}"

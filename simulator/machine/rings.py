@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from simulator.units import GB
 
 if TYPE_CHECKING:
-    from simulator.topology import Machine, Ring
+    from simulator.machine.topology import Machine, Ring
 
 # search.cc speed tables, GB/s, per compute capability (intra-node search).
 SPEEDS_SM_BELOW_90 = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
@@ -111,7 +111,7 @@ def channel_loads(machine: Machine, order: tuple[int, ...]) -> dict[str, float]:
 
 
 def search_ring(machine: Machine, ranks: tuple[int, ...]) -> Ring:
-    from simulator.topology import Ring
+    from simulator.machine.topology import Ring
 
     if len(set(ranks)) != len(ranks) or not ranks:
         raise ValueError(f"ring ranks must be distinct and non-empty, got {ranks}")

@@ -11,10 +11,10 @@ import math
 from dataclasses import dataclass
 
 from simulator.errors import InputError
-from simulator.hardware import GPU
-from simulator.memory import MemoryReport, estimate
-from simulator.schema import WorkloadConfig
-from simulator.workload import Job
+from simulator.inputs.schema import WorkloadConfig
+from simulator.job.memory import MemoryReport, estimate
+from simulator.job.workload import Job
+from simulator.machine.hardware import GPU
 
 
 def largest_micro_batch(job: Job, gpu: GPU, strategy: str, *, limit: int = 4096,

@@ -15,11 +15,11 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from simulator.errors import InputError
-from simulator.schema import TopologyConfig, WorkloadConfig
+from simulator.inputs.schema import TopologyConfig, WorkloadConfig
 
 M = TypeVar("M", bound=BaseModel)
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # simulator/
 _PRESET_ROOTS = (_PACKAGE_DIR / "_presets", _PACKAGE_DIR.parent)  # wheel, then source tree
 
 

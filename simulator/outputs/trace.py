@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from simulator.timeline import Timeline
+from simulator.engine.timeline import Timeline
 
 _US = 1e6  # seconds -> microseconds
 _ROUND = 3  # decimals of a microsecond kept (nanoseconds): stable output, no overlap from noise

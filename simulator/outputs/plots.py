@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from simulator.timeline import Timeline, merge  # noqa: E402
+from simulator.engine.timeline import Timeline, merge  # noqa: E402
 
 COLOURS = {
     "forward": "#4C72B0", "backward": "#55A868", "recompute": "#8C8C8C",

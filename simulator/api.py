@@ -1,0 +1,183 @@
+"""The Python entry point to stepsim: specs in, results out. Every command calls it.
+
+``simulate(RunSpec(...)) -> RunResult`` runs one training step (the `stepsim run` pipeline:
+machine and job from their YAML or preset names, the strategy's program, the engine, the
+report). Machines and jobs are cached per process, so sweeps and comparisons build each once.
+
+>>> from simulator import api
+>>> r = api.simulate(api.RunSpec("8x5090-switch", "llama2-7b-lora", "ddp"))  # doctest: +SKIP
+>>> round(r.report["step_time_s"], 3)  # doctest: +SKIP
+1.347
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any
+
+from simulator import engine, strategies
+from simulator.engine.program import Program
+from simulator.engine.timeline import Timeline
+from simulator.errors import InputError
+from simulator.inputs.config import load_topology, load_workload
+from simulator.job import memory
+from simulator.job.workload import Job
+from simulator.machine import collectives
+from simulator.machine.topology import Machine
+from simulator.outputs import report
+from simulator.strategies.recipe import check_recipe
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that names one simulated step (hashable: sweeps cache on it)."""
+
+    topology: str
+    workload: str
+    strategy: str = "ddp"
+    gpus: int | None = None
+    bucket_mb: float | None = None
+    tp: int | None = None
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    seq_len: int | None = None
+    overlap: bool = True
+    compute_slowdown: float | None = None
+    # the recipe flags (recipe_flags.py); defaults are the frameworks' own
+    checkpointing: str | None = None  # None: the workload's training.activation_checkpointing
+    grad_compression: str = "none"  # DDP comm hook
+    gradient_as_bucket_view: bool = False
+    sequence_parallel: bool = False
+    reshard_after_forward: bool = True
+    zero_overlap_comm: bool | None = None
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    machine: Machine
+    job: Job
+    program: Program
+    timeline: Timeline
+    memory: dict[str, Any]
+    report: dict[str, Any]
+
+
+@lru_cache(maxsize=32)
+def load_machine(topology: str, gpus: int | None = None) -> Machine:
+    """The machine of a topology YAML or preset, cut to its first ``gpus`` GPUs (cached)."""
+    built = Machine.from_config(load_topology(topology))
+    if gpus is not None:
+        if gpus > built.n_gpus:
+            raise InputError(f"--gpus {gpus}: the machine has only {built.n_gpus} GPUs")
+        built = built.subset(gpus)
+    return built
+
+
+@lru_cache(maxsize=32)
+def load_job(workload: str, micro_batch: int | None, seq_len: int | None,
+         grad_accum: int | None, checkpointing: str | None = None) -> Job:
+    cfg = load_workload(workload)
+    if checkpointing is not None:  # as `stepsim memory --checkpointing` overrides it
+        cfg = cfg.with_training(activation_checkpointing=checkpointing)
+    return Job.from_config(cfg, micro_batch=micro_batch, seq_len=seq_len, grad_accum=grad_accum)
+
+
+def job_of(spec: RunSpec) -> Job:
+    """The job a spec names, with its batch, sequence and checkpointing overrides."""
+    return load_job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum,
+                spec.checkpointing)
+
+
+def _tp_degree(spec: RunSpec, machine: Machine) -> int:
+    """The TP degree the strategies use: all GPUs for tp, 2 for tp+ddp/tp+fsdp, unless --tp."""
+    if not spec.strategy.startswith("tp"):
+        return 1
+    if spec.tp is not None:
+        return spec.tp
+    return machine.n_gpus if spec.strategy == "tp" else min(2, machine.n_gpus)
+
+
+def _options(spec: RunSpec) -> strategies.Options:
+    return strategies.Options(
+        bucket_mb=spec.bucket_mb, tp=spec.tp, overlap=spec.overlap,
+        grad_compression=spec.grad_compression,  # type: ignore[arg-type]  # checked on parse
+        gradient_as_bucket_view=spec.gradient_as_bucket_view,
+        sequence_parallel=spec.sequence_parallel,
+        reshard_after_forward=spec.reshard_after_forward,
+        zero_overlap_comm=spec.zero_overlap_comm)
+
+
+def _memory(job: Job, machine: Machine, spec: RunSpec) -> dict[str, Any]:
+    """memory.py's verdict; it names TP x DP as "tp" (DDP over the rest) and TP x FSDP "fsdp"."""
+    name = {"tp+ddp": "tp", "tp+fsdp": "fsdp"}.get(spec.strategy, spec.strategy)
+    return memory.estimate(job, machine.gpu, name, world=machine.n_gpus,
+                           tp=_tp_degree(spec, machine),
+                           sequence_parallel=spec.sequence_parallel,
+                           gradient_as_bucket_view=spec.gradient_as_bucket_view,
+                           reshard_after_forward=spec.reshard_after_forward,
+                           zero_overlap_comm=bool(spec.zero_overlap_comm),
+                           nccl_channels=collectives.machine_channels(machine)).to_json()
+
+
+def recipe(spec: RunSpec) -> dict[str, Any]:
+    """The recipe flags as the report lists them (framework option names)."""
+    return {"activation_checkpointing": spec.checkpointing, "comm_hook": spec.grad_compression,
+            "gradient_as_bucket_view": spec.gradient_as_bucket_view,
+            "sequence_parallel": spec.sequence_parallel,
+            "reshard_after_forward": spec.reshard_after_forward,
+            "overlap_comm": bool(spec.zero_overlap_comm)}
+
+
+@lru_cache(maxsize=32)
+def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
+    """Tokens/s of one GPU of the same machine with the same per-GPU batch (None: won't fit)."""
+    # same per-GPU recipe (checkpointing kept); the parallelism-only flags do not apply
+    one = replace(spec, strategy="ddp", gpus=1, tp=None, grad_compression="none",
+                  gradient_as_bucket_view=False, sequence_parallel=False,
+                  reshard_after_forward=True, zero_overlap_comm=None)
+    one_gpu = load_machine(one.topology, 1)
+    job = job_of(one)
+    if not _memory(job, one_gpu, one)["fits"]:
+        return None
+    program = strategies.build("ddp", job, one_gpu, _options(one))
+    timeline = engine.simulate(program, one_gpu, compute_slowdown=one.compute_slowdown)
+    tokens = job.tokens_per_micro_batch * job.grad_accum
+    return tokens / timeline.step_time if timeline.step_time > 0 else None
+
+
+def simulate(spec: RunSpec, *, baseline: bool = True) -> RunResult:
+    """Build the program, simulate it, and measure it: the whole `run` pipeline."""
+    machine = load_machine(spec.topology, spec.gpus)
+    check_recipe(spec.strategy, tp=_tp_degree(spec, machine), overlap=spec.overlap,
+                       grad_compression=spec.grad_compression,
+                       gradient_as_bucket_view=spec.gradient_as_bucket_view,
+                       sequence_parallel=spec.sequence_parallel,
+                       reshard_after_forward=spec.reshard_after_forward,
+                       zero_overlap_comm=spec.zero_overlap_comm)
+    job = job_of(spec)
+    program = strategies.build(spec.strategy, job, machine, _options(spec))
+    timeline = engine.simulate(program, machine, compute_slowdown=spec.compute_slowdown)
+    mem = _memory(job, machine, spec)
+    dp = int(program.meta.get("dp", program.world))  # replicas that each take a batch
+    tokens = job.tokens_per_micro_batch * job.grad_accum * dp
+    metrics = report.step_report(
+        timeline,
+        tokens_per_step=tokens,
+        samples_per_step=job.micro_batch * job.grad_accum * dp,
+        model_flops_per_step=job.model_flops_per_step() * dp,
+        peak_flops=machine.gpu.matmul_flops,
+        memory=mem,
+        baseline_tokens_per_s=single_gpu_tokens_per_s(spec) if baseline else None,
+        price_usd_per_hour=machine.config.price_usd_per_hour,
+        gpu_price_usd=machine.gpu.price_usd,
+        extra={"topology": machine.name, "workload": job.name, "strategy": spec.strategy,
+               "gpu": machine.gpu.name, "tokens_per_step": tokens,
+               "overlap": spec.overlap, "recipe": recipe(spec)},
+    )
+    link = metrics["bottleneck"]["link"]
+    metrics["bottleneck"]["description"] = machine.describe(link) if link else None
+    return RunResult(spec, machine, job, program, timeline, mem, metrics)
+
+
