@@ -40,7 +40,8 @@ COLLECTIVE_MACHINES = {
     "a100-nvlink-pair-then-sys": str(VALIDATION_TOPOLOGIES / "a100-nvlink-pairs-dual-socket.yaml"),
 }
 # Points that fixed a constant (see the "Calibrated on" comments in
-# simulator/machine/collectives.py): they show the fit, not a prediction. Every other row is a check.
+# simulator/machine/collectives.py): they show the fit, not a prediction.
+# Every other row is a check.
 CALIBRATION = {
     ("2x2080ti-gen3-switch-shm", "allreduce", 8),  # SHM per-step latency: the latency floor
     ("2x2080ti-gen3-switch-shm", "allreduce", 1024),
