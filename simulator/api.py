@@ -17,13 +17,14 @@ from functools import lru_cache
 from typing import Any
 
 from simulator import engine, strategies
+from simulator.advice import cost, energy
 from simulator.engine.program import Program
 from simulator.engine.timeline import Timeline
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology, load_workload
 from simulator.job import memory
 from simulator.job.workload import Job
-from simulator.machine import collectives
+from simulator.machine import collectives, hardware
 from simulator.machine.topology import Machine
 from simulator.outputs import report
 from simulator.strategies.recipe import check_recipe
@@ -147,8 +148,12 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
     return tokens / timeline.step_time if timeline.step_time > 0 else None
 
 
-def simulate(spec: RunSpec, *, baseline: bool = True) -> RunResult:
-    """Build the program, simulate it, and measure it: the whole `run` pipeline."""
+def simulate(spec: RunSpec, *, baseline: bool = True,
+             prices: cost.Prices | None = None) -> RunResult:
+    """Build the program, simulate it, and measure it: the whole `run` pipeline.
+
+    ``prices``: the user's prices for the report's ``cost`` block (default: the topology's).
+    """
     machine = load_machine(spec.topology, spec.gpus)
     check_recipe(spec.strategy, tp=_tp_degree(spec, machine), overlap=spec.overlap,
                        grad_compression=spec.grad_compression,
@@ -162,6 +167,17 @@ def simulate(spec: RunSpec, *, baseline: bool = True) -> RunResult:
     mem = _memory(job, machine, spec)
     dp = int(program.meta.get("dp", program.world))  # replicas that each take a batch
     tokens = job.tokens_per_micro_batch * job.grad_accum * dp
+    machine_gpus = load_machine(spec.topology).n_gpus
+    power = energy.step_energy(timeline, machine, tokens,
+                               host_share=machine.n_gpus / machine_gpus)
+    step = timeline.step_time
+    costs, basis = cost.run_cost(
+        step_time_s=step, tokens_per_s=tokens / step if step > 0 else 0.0,
+        gpus=machine.n_gpus, machine_gpus=machine_gpus, prices=prices or cost.Prices(),
+        machine_usd_per_hour=machine.config.price_usd_per_hour,
+        card_price_usd=machine.gpu.price_usd,
+        card_price_source=hardware.PRICE_SOURCES.get(machine.gpu.name),
+        avg_power_w=power["avg_power_w"])
     metrics = report.step_report(
         timeline,
         tokens_per_step=tokens,
@@ -170,8 +186,8 @@ def simulate(spec: RunSpec, *, baseline: bool = True) -> RunResult:
         peak_flops=machine.gpu.matmul_flops,
         memory=mem,
         baseline_tokens_per_s=single_gpu_tokens_per_s(spec) if baseline else None,
-        price_usd_per_hour=machine.config.price_usd_per_hour,
         gpu_price_usd=machine.gpu.price_usd,
+        cost=costs, cost_basis=basis, energy=power,
         extra={"topology": machine.name, "workload": job.name, "strategy": spec.strategy,
                "gpu": machine.gpu.name, "tokens_per_step": tokens,
                "overlap": spec.overlap, "recipe": recipe(spec)},

@@ -2,6 +2,8 @@
 
 Sizes read as nccl-tests reads them: K, M, G are powers of two (`8`, `64K`, `25M`, `8G`).
 Bandwidth in files and JSON is GB/s = 1e9 bytes/s, as NCCL and nccl-tests print it.
+Counts of things (tokens to train on) read with decimal suffixes, as model cards and papers
+write them: ``500M``, ``1B``, ``2T``.
 """
 
 import re
@@ -26,6 +28,25 @@ def parse_size(text: str | int) -> int:
     if not m:
         raise InputError(f"expected a size like 8, 64K, 25M or 8G, got {text!r}")
     return int(float(m.group(1)) * _SCALE[m.group(2).upper()])
+
+
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d*)?(?:e\d+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
+# decimal, as "trained on 2T tokens" means (Llama 2 paper: 2.0T = 2e12); G is accepted for B
+_COUNT_SCALE = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+def parse_count(text: str | int | float, flag: str = "count") -> int:
+    """A decimal count with an optional suffix: ``parse_count("1B") == 10**9``, ``2T``, ``500M``."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        m = _COUNT.match(str(text))
+        if not m:
+            raise InputError(f"{flag}: expected a count like 500M, 1B or 2T, got {text!r}")
+        value = float(m.group(1)) * _COUNT_SCALE[m.group(2).upper()]
+    if value < 1:
+        raise InputError(f"{flag}: must be at least 1, got {text!r}")
+    return round(value)
 
 
 def format_size(nbytes: float) -> str:

@@ -78,7 +78,9 @@ def test_buckets_in_launch_order_with_their_spans() -> None:
     assert "buckets" not in make(step(buckets=False))
 
 
-def test_price_per_token_only_where_the_machine_has_a_price() -> None:
-    assert "usd_per_million_tokens" not in make(step())
-    r = make(step(), price_usd_per_hour=36.0)
-    assert r["usd_per_million_tokens"] == pytest.approx(36 / 3600 / (4000 / 0.011) * 1e6)
+def test_cost_and_energy_blocks_pass_through_where_given() -> None:
+    assert "cost" not in make(step()) and "energy" not in make(step())
+    r = make(step(), cost={"usd_per_hour": 1.0}, cost_basis={"utilization": 1.0},
+             energy={"joules_per_step": 5.0})
+    assert r["cost"] == {"usd_per_hour": 1.0} and r["energy"] == {"joules_per_step": 5.0}
+    assert r["cost_basis"] == {"utilization": 1.0}

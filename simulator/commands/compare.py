@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator import api
+from simulator.commands import price_flags
 from simulator.commands.run import add_job_arguments, spec_from_args, summary_rows
 
 
@@ -39,7 +40,10 @@ def _label(report: dict[str, Any], varying: set[str]) -> str:
 def run(args: argparse.Namespace) -> int:
     combos = list(itertools.product(args.topology, args.workload, args.strategy or ["ddp"]))
     specs = [spec_from_args(args, t, w, s) for t, w, s in combos]
-    reports = [api.simulate(spec).report for spec in specs]
+    machines = len(args.topology)
+    reports = [api.simulate(spec, prices=price_flags.prices(
+        args, args.topology.index(t), machines)).report
+        for spec, (t, _, _) in zip(specs, combos, strict=True)]
     if args.json:
         print(json.dumps(reports, indent=2, default=str))
         return 0

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from simulator import api
 from simulator.api import RunResult, RunSpec
-from simulator.commands import recipe_flags
+from simulator.commands import price_flags, recipe_flags
 from simulator.errors import InputError
 from simulator.outputs import trace
 from simulator.outputs.files import Writer, write_files
@@ -49,6 +49,7 @@ def add_job_arguments(parser: argparse.ArgumentParser, *, many: bool = False) ->
                         help="fixed share of compute speed lost while NCCL kernels run "
                         "(default: channels / SMs)")
     recipe_flags.add_arguments(parser)
+    price_flags.add_arguments(parser)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -123,11 +124,44 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
          f"{bn['utilization']:.0%} of the step, "
          f"{bn['utilization_during_comm']:.0%} while communicating"),
     ]
-    if r.get("usd_per_million_tokens") is not None:
-        rows.append(("price", f"${r['usd_per_million_tokens']:.3f} per million tokens"))
     if r.get("gpus_price_usd"):
         rows.append(("per GPU dollar", f"{r['tokens_per_s_per_kusd']:,.0f} tokens/s per $1k "
                                        f"(GPUs ${r['gpus_price_usd']:,.0f})"))
+    return rows + cost_rows(r)
+
+
+def duration(seconds: float) -> str:
+    """A run's length in the unit people plan in: minutes, hours or days."""
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def cost_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    """Price, whole-run, buy-versus-rent and energy rows (where the report has them)."""
+    rows: list[tuple[str, str]] = []
+    cost, basis = r.get("cost") or {}, r.get("cost_basis") or {}
+    if cost.get("usd_per_hour") is not None:
+        rows.append(("price", f"${cost['usd_per_million_tokens']:.3f} per million tokens "
+                              f"(${cost['usd_per_hour']:,.2f}/h: {basis['usd_per_hour_source']})"))
+    if cost.get("time_to_train_s") is not None:
+        money = ("" if cost["usd_to_train"] is None else f", ${cost['usd_to_train']:,.0f}")
+        rows.append(("whole run", f"{cost['train_tokens']:,} tokens in "
+                                  f"{duration(cost['time_to_train_s'])}{money}"))
+    if cost.get("breakeven_months") is not None:
+        rows.append(("buy or rent", f"buying (${basis['purchase_usd']:,.0f}) pays off after "
+                                    f"{cost['breakeven_months']:.1f} months at "
+                                    f"{basis['utilization']:.0%} use and "
+                                    f"${basis['usd_per_kwh']:g}/kWh"))
+    power = r.get("energy") or {}
+    if power.get("joules_per_step") is not None:
+        per_token = power["kwh_per_million_tokens"]
+        rows.append(("energy", f"{power['joules_per_step']:,.0f} J per step, "
+                               f"{power['avg_power_w'] / 1000:.2f} kW average"
+                               + ("" if per_token is None else
+                                  f", {per_token:.3f} kWh per million tokens")))
     return rows
 
 
@@ -186,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gantt_per_gpu and not args.gantt:
         raise InputError("--gantt-per-gpu changes the Gantt chart: give --gantt FILE.png too")
     spec = spec_from_args(args, args.topology, args.workload, args.strategy)
-    result = api.simulate(spec)
+    result = api.simulate(spec, prices=price_flags.prices(args))
     write_outputs(result, args)
     if args.json:
         print(json.dumps(result.report, indent=2, default=str))

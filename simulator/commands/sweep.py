@@ -25,8 +25,9 @@ from rich.progress import Progress
 from rich.table import Table
 
 from simulator import api
+from simulator.advice.cost import Prices
 from simulator.api import RunSpec
-from simulator.commands import recipe_flags
+from simulator.commands import price_flags, recipe_flags
 from simulator.commands.run import add_job_arguments, check_strategy, memory_verdict
 from simulator.errors import InputError
 from simulator.outputs.files import write_atomically
@@ -74,8 +75,9 @@ def points(args: argparse.Namespace) -> tuple[list[str], list[dict[str, Any]]]:
     return swept, combos
 
 
-def _run_point(spec: RunSpec) -> dict[str, Any]:
-    return api.simulate(spec).report
+def _run_point(point: tuple[RunSpec, Prices]) -> dict[str, Any]:
+    spec, prices = point
+    return api.simulate(spec, prices=prices).report
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,8 +91,9 @@ def run(args: argparse.Namespace) -> int:
     specs = [replace(base, **{LIST_OPTIONS[k][0]: v for k, v in combo.items()})
              for combo in combos]
     # the first point runs here, so bad input fails in this process with one clear line
-    reports: list[dict[str, Any]] = [_run_point(specs[0])]
-    rest = specs[1:]
+    prices = price_flags.prices(args)
+    reports: list[dict[str, Any]] = [_run_point((specs[0], prices))]
+    rest = [(spec, prices) for spec in specs[1:]]
     # A 7B step simulates in tens of milliseconds, less than a worker process takes to start
     # (about 0.5 s measured on 2 cores), so processes are used only when asked for.
     jobs = min(args.jobs or 1, max(1, len(rest)))
@@ -103,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
                     reports.append(report)
                     progress.advance(task)
         else:
-            for spec in rest:
-                reports.append(_run_point(spec))
+            for point in rest:
+                reports.append(_run_point(point))
                 progress.advance(task)
     for report, combo in zip(reports, combos, strict=True):
         report["point"] = combo
@@ -130,16 +133,22 @@ def print_table(reports: list[dict[str, Any]], labels: list[str], base: RunSpec)
     first = reports[0]
     table = Table(title=f"{first['workload']} on {first['topology']}, {base.strategy}",
                   title_justify="left")
+    priced = any(r["cost"]["usd_per_hour"] is not None for r in reports)
     for name in ("point", "step", "tokens/s", "per GPU", "scaling", "MFU", "comm",
-                 "exposed comm", "buckets", "memory"):
+                 "exposed comm", "buckets", "memory", *(["$/M tokens"] if priced else []),
+                 "kWh/M tokens"):
         table.add_column(name, justify="left" if name in ("point", "memory") else "right")
     for label, r in zip(labels, reports, strict=True):
         buckets, eff = r.get("buckets"), r.get("scaling_efficiency")
+        usd = r["cost"]["usd_per_million_tokens"]
+        kwh = r["energy"]["kwh_per_million_tokens"]
         table.add_row(
             label, f"{r['step_time_s'] * 1e3:.1f} ms", f"{r['tokens_per_s']:,.0f}",
             f"{r['tokens_per_s_per_gpu']:,.0f}", "-" if eff is None else f"{eff:.0%}",
             f"{r['mfu']:.1%}",
             f"{r['comm_time_s'] * 1e3:.1f} ms", f"{r['exposed_comm_s'] * 1e3:.1f} ms",
             "-" if buckets is None else str(len(buckets)),
-            memory_verdict(r["memory"]).split(":")[0])
+            memory_verdict(r["memory"]).split(":")[0],
+            *([("-" if usd is None else f"${usd:.3f}")] if priced else []),
+            "-" if kwh is None else f"{kwh:.3f}")
     Console(file=sys.stdout, highlight=False, width=140).print(table)

@@ -30,8 +30,8 @@ class GPU:
     nvlink_links: int  # NVLink links per GPU (0: none)
     pcie_gen: int
     source: str
-    # price per card for per-dollar comparisons: GeForce = NVIDIA's launch MSRP; data-centre
-    # parts have no public list price, so theirs are rough street prices (order of magnitude)
+    # price per card (USD) for per-dollar comparisons and buy-versus-rent; the date and source
+    # of each are in PRICE_SOURCES below
     price_usd: float | None = None
     plain_matmul_flops: float | None = None  # one large torch.matmul (mli/transformers-benchmarks)
     # GeForce cards boost above their spec clocks, data-centre parts run below (power caps),
@@ -89,6 +89,23 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
         32000,
         fp32_flops=67 * _T),  # H200 datasheet: FP32 67 TFLOPS
 )}
+
+
+# Where each card price comes from, and when. GeForce: NVIDIA's launch MSRP (Founders Edition
+# where it differed). Data-centre parts have no public list price: order-of-magnitude street
+# prices of the time, good to perhaps +-30%.
+PRICE_SOURCES: dict[str, str] = {
+    "rtx2080ti": "NVIDIA launch price, Founders Edition, 2018-09-20",
+    "rtx3090": "NVIDIA launch MSRP, 2020-09-24",
+    "rtx3090ti": "NVIDIA launch MSRP, 2022-03-29",
+    "rtx4090": "NVIDIA launch MSRP, 2022-10-12",
+    "rtx5090": "NVIDIA launch MSRP, 2025-01-30",
+    "a100-sxm4-80gb": "street price order of magnitude, 2023 (no public list price)",
+    "a100-pcie-80gb": "street price order of magnitude, 2023 (no public list price)",
+    "h100-sxm": "street price order of magnitude, 2024 (no public list price)",
+    "h100-pcie": "street price order of magnitude, 2024 (no public list price)",
+    "h200": "street price order of magnitude, 2024 (no public list price)",
+}
 
 
 def gpu(name: str) -> GPU:

@@ -11,7 +11,11 @@ gathers those. Definitions:
 - scaling_efficiency: tokens/s per GPU here / tokens/s of one GPU of the same machine with
   the same per-GPU batch (None where one GPU cannot hold the job);
 - bottleneck: the link with the highest utilisation = bytes carried / (capacity * step time);
-  ``utilization_during_comm`` divides by the time collectives run instead of the step.
+  ``utilization_during_comm`` divides by the time collectives run instead of the step;
+- cost: ``{usd_per_hour, usd_per_step, usd_per_million_tokens, train_tokens, time_to_train_s,
+  usd_to_train, breakeven_months}`` (simulator/advice/cost.py; null where unknown), with the
+  prices it used in ``cost_basis``; energy: ``{joules_per_step, avg_power_w,
+  kwh_per_million_tokens}`` (simulator/advice/energy.py).
 """
 
 from __future__ import annotations
@@ -84,8 +88,10 @@ def bucket_list(timeline: Timeline) -> list[dict[str, Any]]:
 def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step: float,
                 model_flops_per_step: float, peak_flops: float,
                 memory: Mapping[str, Any], baseline_tokens_per_s: float | None = None,
-                price_usd_per_hour: float | None = None,
                 gpu_price_usd: float | None = None,
+                cost: Mapping[str, Any] | None = None,
+                cost_basis: Mapping[str, Any] | None = None,
+                energy: Mapping[str, Any] | None = None,
                 extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Every key of the `run --json` contract (plus a few descriptive ones in `extra`)."""
     step = timeline.step_time
@@ -111,9 +117,11 @@ def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step:
     report["bottleneck"] = bottleneck(timeline)
     if "buckets" in timeline.meta:
         report["buckets"] = bucket_list(timeline)
-    if price_usd_per_hour:
-        report["usd_per_million_tokens"] = (price_usd_per_hour / 3600 / tokens_per_s * 1e6
-                                            if tokens_per_s > 0 else None)
+    if cost is not None:
+        report["cost"] = dict(cost)
+        report["cost_basis"] = dict(cost_basis or {})
+    if energy is not None:
+        report["energy"] = dict(energy)
     if gpu_price_usd:  # buying rather than renting: throughput per dollar of GPUs
         report["gpus_price_usd"] = gpu_price_usd * world
         report["tokens_per_s_per_kusd"] = tokens_per_s / (gpu_price_usd * world / 1000)
