@@ -1,11 +1,12 @@
-"""Run stepsim on every published measurement in validation/measurements.yaml.
+"""Run stepsim on every published measurement in validation/measurements.yaml and
+validation/frameworks.yaml.
 
 Prints one row per point (id, op, gpus, bytes, measured, simulated, error %) and then the
-median and worst |error|. Sections: ``collectives`` (nccl-tests numbers) and ``training``
-(step throughput); each section is one function returning rows, listed in SECTIONS.
-Always exits 0: it reports, the tests hold the tolerances.
+median and worst |error|. Sections: ``collectives`` (nccl-tests numbers), ``training`` (step
+throughput) and ``gemm`` (one large GEMM per GPU); each section is one function returning
+rows, listed in SECTIONS. Always exits 0: it reports, the tests hold the tolerances.
 
-    python scripts/validate.py [--section collectives|training|all]
+    python scripts/validate.py [--section collectives|training|gemm|all]
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from simulator.machine.topology import Machine
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ROOT / "validation" / "measurements.yaml"
+FRAMEWORKS = ROOT / "validation" / "frameworks.yaml"
 VALIDATION_TOPOLOGIES = ROOT / "validation" / "topologies"
 WORKLOADS = ROOT / "workloads"
 
@@ -53,6 +55,9 @@ CALIBRATION = {
     ("8xh200-nvswitch-ring", "allreduce", 17179869184),  # Simple-protocol efficiency, with
     ("8xh200-nvswitch-ring", "allgather", 17179869184),  # the all-gather and
     ("8xh200-nvswitch-ring", "reducescatter", 17179869184),  # reduce-scatter points
+    # each GPU's plain GEMM rate in simulator/machine/hardware.py is its gemm point
+    ("gemm-4090-8192", "gemm", None), ("gemm-5090-8192", "gemm", None),
+    ("gemm-h100sxm-8192", "gemm", None), ("gemm-a800pcie-8192", "gemm", None),
 }
 # Points published without a size are plateau numbers; run them at this size.
 PLATEAU_BYTES = 1 << 30
@@ -80,6 +85,27 @@ class Row:
 def load_measurements(path: Path = MEASUREMENTS) -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
         return dict(yaml.safe_load(f))
+
+
+def load_all() -> dict[str, Any]:
+    """Both measurement files as one mapping (frameworks.yaml adds `gemm` and its runs)."""
+    data = load_measurements()
+    frameworks = load_measurements(FRAMEWORKS)
+    data["gemm"] = frameworks["gemm"]
+    data["frameworks"] = frameworks["training"]
+    return data
+
+
+def gemm_rows(data: dict[str, Any]) -> list[Row]:
+    """One m = n = k = 8192 GEMM per GPU, TFLOP/s, as the catalog rates time it."""
+    from simulator.job import compute
+    from simulator.machine import hardware
+
+    rows = []
+    for point in data.get("gemm", []):
+        rate = compute.gemm_rate(8192, 8192, 8192, hardware.gpu(point["gpu"]))
+        rows.append(Row(point["id"], "gemm", 1, None, "TFLOP/s", point["tflops"], rate / 1e12))
+    return rows
 
 
 def collective_rows(data: dict[str, Any]) -> list[Row]:
@@ -247,6 +273,7 @@ def training_rows(data: dict[str, Any]) -> list[Row]:
 SECTIONS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "collectives": collective_rows,
     "training": training_rows,
+    "gemm": gemm_rows,
 }
 
 
@@ -274,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--section", choices=[*SECTIONS, "all"], default="all")
     args = parser.parse_args(argv)
-    data = load_measurements()
+    data = load_all()
     names = list(SECTIONS) if args.section == "all" else [args.section]
     for name in names:
         rows = SECTIONS[name](data)

@@ -89,3 +89,9 @@ def test_new_training_datasets_are_simulated_and_printed(capsys):
     assert validate.main(["--section", "training"]) == 0
     out = capsys.readouterr().out
     assert "lambda-bert-large-scaling" in out and "v100-ddp-bucket-size" in out
+
+
+def test_the_four_gemm_points_are_within_five_percent() -> None:
+    rows = validate.gemm_rows(validate.load_all())
+    assert len(rows) == 4
+    assert all(abs(r.error) <= 0.05 for r in rows), [(r.id, r.error) for r in rows]

@@ -19,6 +19,37 @@ class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class GpuSpec(Frozen):
+    """A GPU: a catalog name, or a catalog entry (``base``) with some numbers overridden.
+
+    ``gpu: h100-sxm`` and ``gpu: {base: h100-sxm}`` are the same card; simulator/machine/
+    hardware.py ``resolve_gpu`` turns either into the GPU the simulator times.
+    """
+
+    base: str = Field(min_length=1)  # catalog name (simulator/machine/hardware.py)
+    memory_gib: PositiveFloat | None = None
+    memory_bandwidth_gb_per_s: PositiveFloat | None = None
+    power_limit_w: PositiveFloat | None = None  # enforced board power limit (nvidia-smi -pl)
+    bf16_tflops: PositiveFloat | None = None  # spec dense 16-bit peak (FP32 accumulate)
+    matmul_tflops: PositiveFloat | None = None  # achieved rate of one large plain GEMM
+    sms: PositiveInt | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, data: Any) -> Any:
+        return {"base": data} if isinstance(data, str) else data
+
+    def overrides(self) -> dict[str, float]:
+        """The numbers this spec changes, by key."""
+        return {k: v for k, v in self.model_dump().items() if k != "base" and v is not None}
+
+    def __str__(self) -> str:
+        changed = self.overrides()
+        if not changed:
+            return self.base
+        return f"{self.base} ({', '.join(f'{k} {v:g}' for k, v in changed.items())})"
+
+
 class NodeConfig(Frozen):
     id: str = Field(min_length=1)
     kind: NodeKind
@@ -26,8 +57,8 @@ class NodeConfig(Frozen):
     memory_bandwidth_gb_per_s: PositiveFloat | None = None
     # cpu only: CPU generation, sets the socket-link default (see hardware.SOCKET_LINKS)
     model: str | None = None
-    # gpu only: catalog name when this GPU differs from the machine's default `gpu`
-    gpu: str | None = None
+    # gpu only: this GPU when it differs from the machine's default `gpu` (name or mapping)
+    gpu: GpuSpec | None = None
 
 
 class LinkConfig(Frozen):
@@ -46,7 +77,7 @@ class TopologyConfig(Frozen):
     name: str
     description: str = ""
     source: str = ""
-    gpu: str
+    gpu: GpuSpec  # a catalog name, or {base: NAME, ...overrides}
     p2p: bool = False
     # NCCL_P2P_LEVEL: P2P only where the path type is at most this (NCCL default PXB)
     p2p_level: PathLevel = "PXB"
@@ -79,12 +110,13 @@ class TopologyConfig(Frozen):
             return f"unknown {name!r}; known: {', '.join(sorted(catalog))}"
 
         errors: list[tuple[tuple[str | int, ...], str]] = []
-        if self.gpu not in hardware.GPUS:
-            errors.append((("gpu",), known(self.gpu, dict(hardware.GPUS))))
+        if self.gpu.base not in hardware.GPUS:
+            key: tuple[str, ...] = ("gpu", "base") if self.gpu.overrides() else ("gpu",)
+            errors.append((key, known(self.gpu.base, dict(hardware.GPUS))))
         kinds = {n.id: n.kind for n in self.nodes}
         for i, node in enumerate(self.nodes):
-            if node.gpu is not None and node.gpu not in hardware.GPUS:
-                errors.append((("nodes", i, "gpu"), known(node.gpu, dict(hardware.GPUS))))
+            if node.gpu is not None and node.gpu.base not in hardware.GPUS:
+                errors.append((("nodes", i, "gpu"), known(node.gpu.base, dict(hardware.GPUS))))
             if node.model is not None and node.model not in hardware.SOCKET_LINKS:
                 errors.append((("nodes", i, "model"),
                                known(node.model, dict(hardware.SOCKET_LINKS))))

@@ -15,6 +15,7 @@ from statistics import median
 
 from simulator.job.ops import Kernel, Op
 from simulator.job.workload import Job
+from simulator.machine import power
 from simulator.machine.hardware import GPU, GPUS
 from simulator.units import US
 
@@ -36,8 +37,18 @@ FLASH_BWD_EFFICIENCY = 0.50
 # GEMM tile for wave quantisation: cuBLAS / CUTLASS large-tile kernels on Ampere and later use
 # 128x128 (or larger) output tiles per thread block, one block per SM at a time for big tiles
 # (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tile and wave
-# quantisation). A GEMM whose tiles do not fill the last wave wastes the idle SMs.
+# quantisation). A GEMM whose tiles do not fill the last wave wastes the idle SMs; a dimension
+# that is not a multiple of the tile pads its last tile with work that is thrown away.
 GEMM_TILE = 128
+# Main-loop fill and drain of a multistage GEMM, in elements of k: CUTLASS's SM80 kernels keep
+# 3 stages of 64-wide k tiles in flight (cutlass/gemm/threadblock/default_mma.h,
+# kStages = 3), so (stages - 1) x 64 of k-work is spent before the first MMA and after the last.
+# A GEMM with a short k (a LoRA rank, a small head) loses that share. Assumption from the
+# kernel structure, not a measurement.
+GEMM_K_PIPELINE = 128
+# The shape the catalog's plain rates were measured on (validation/frameworks.yaml gemm points:
+# one torch.matmul with m = n = k = 8192): rates are per reference-shape efficiency.
+REFERENCE_GEMM = (8192, 8192, 8192)
 
 
 # Two kinds of published GEMM figure: MAMF (stas00), the best rate over a sweep of shapes, and
@@ -66,9 +77,11 @@ PLAIN_TO_SPEC = {line: _plain_to_spec(line) for line in {g.line for g in GPUS.va
 
 
 def matmul_rate(gpu: GPU) -> float:
-    """Achievable dense 16-bit GEMM FLOP/s: plain-matmul measured, else from MAMF, else spec x
-    the median ratio of its product line."""
-    return _derived_plain_rate(gpu) or gpu.matmul_flops * PLAIN_TO_SPEC[gpu.line]
+    """Achievable dense 16-bit FLOP/s of a large plain GEMM at the enforced power limit:
+    plain-matmul measured, else from MAMF, else spec x the median ratio of its product line;
+    slowed with the SM clock under a lower power limit (simulator/machine/power.py)."""
+    rate = _derived_plain_rate(gpu) or gpu.matmul_flops * PLAIN_TO_SPEC[gpu.line]
+    return rate * power.clock_share(gpu)
 
 
 def fp32_rate(gpu: GPU) -> float:
@@ -92,15 +105,29 @@ def wave_efficiency(m: int, n: int, sms: int) -> float:
     return tiles / (waves * sms)
 
 
+def gemm_efficiency(m: int, n: int, k: int, sms: int) -> float:
+    """Share of the tensor cores' time a GEMM of this shape spends on its own FLOPs: waves,
+    padding of partial tiles, and the k pipeline's fill and drain."""
+    tiles_m, tiles_n = math.ceil(m / GEMM_TILE), math.ceil(n / GEMM_TILE)
+    padding = m * n / (tiles_m * tiles_n * GEMM_TILE**2)
+    return wave_efficiency(m, n, sms) * padding * k / (k + GEMM_K_PIPELINE)
+
+
+def gemm_rate(m: int, n: int, k: int, gpu: GPU, element_bytes: int = 2) -> float:
+    """FLOP/s of one (m, n, k) GEMM: the large-GEMM rate scaled by its shape's efficiency
+    relative to the reference shape the rate was measured on."""
+    dense = fp32_rate(gpu) if element_bytes == 4 else matmul_rate(gpu)
+    return dense * gemm_efficiency(m, n, k, gpu.sms) / gemm_efficiency(*REFERENCE_GEMM, gpu.sms)
+
+
 def kernel_time(k: Kernel, gpu: GPU) -> float:
     dense_rate = fp32_rate(gpu) if k.element_bytes == 4 else matmul_rate(gpu)
     if k.kind == "gemm" and k.shape is not None:
-        m, n, _ = k.shape
-        rate = dense_rate * wave_efficiency(m, n, gpu.sms)
+        rate = gemm_rate(*k.shape, gpu, k.element_bytes)
     elif k.kind == "attention_fwd":
-        rate = gpu.matmul_flops * FLASH_FWD_EFFICIENCY
+        rate = gpu.matmul_flops * FLASH_FWD_EFFICIENCY * power.clock_share(gpu)
     elif k.kind == "attention_bwd":
-        rate = gpu.matmul_flops * FLASH_BWD_EFFICIENCY
+        rate = gpu.matmul_flops * FLASH_BWD_EFFICIENCY * power.clock_share(gpu)
     elif k.kind == "dense":
         rate = dense_rate
     else:  # memory-bound elementwise work: FLOPs on CUDA cores never bind here

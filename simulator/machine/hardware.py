@@ -9,10 +9,14 @@ Bandwidths are bytes/s (1 GB/s = 1e9 B/s), times are seconds, memory is bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from simulator.errors import InputError
 from simulator.units import GB, US
+
+if TYPE_CHECKING:
+    from simulator.inputs.schema import GpuSpec
 
 GiB = 1024**3
 
@@ -33,61 +37,101 @@ class GPU:
     # price per card (USD) for per-dollar comparisons and buy-versus-rent; the date and source
     # of each are in PRICE_SOURCES below
     price_usd: float | None = None
-    plain_matmul_flops: float | None = None  # one large torch.matmul (mli/transformers-benchmarks)
+    # one large torch.matmul, m = n = k = 8192, 16-bit inputs (validation/frameworks.yaml gemm
+    # points, mli/transformers-benchmarks): the achieved rate at the card's default power limit
+    plain_matmul_flops: float | None = None
     # GeForce cards boost above their spec clocks, data-centre parts run below (power caps),
     # so measured/spec ratios are taken within a product line (compute.py)
     line: str = "datacenter"
     # dense FP32 FLOP/s on the CUDA cores (no tensor cores, no TF32), spec sheet: what an
     # fp32 run's convolutions and GEMMs get on cards without TF32 (Volta, Turing)
     fp32_flops: float | None = None
+    tdp_w: float = 0.0  # default board power limit (spec sheet): the measured rates' condition
+    power_limit_w: float | None = None  # an enforced lower limit (nvidia-smi -pl); None = TDP
+
+    @property
+    def power_limit(self) -> float:
+        """The board power limit in force, W."""
+        return self.power_limit_w if self.power_limit_w is not None else self.tdp_w
 
 
 _T = 1e12
 
 GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("v100-sxm2", "volta", 70, 80, 32 * GiB, 900 * GB, 125 * _T, None, 6, 3,
-        "NVIDIA V100 datasheet (125 TFLOPS tensor, 900 GB/s, 6 NVLink2); plain matmul: "
+        "NVIDIA V100 datasheet (125 TFLOPS tensor, 900 GB/s, 6 NVLink2, 300 W); plain matmul: "
         "mli/transformers-benchmarks README, FP16 MatMul 95 TFLOPS", plain_matmul_flops=95 * _T,
-        fp32_flops=15.7 * _T),  # V100 datasheet: FP32 15.7 TFLOPS (SXM2)
+        fp32_flops=15.7 * _T, tdp_w=300),  # V100 datasheet: FP32 15.7 TFLOPS (SXM2)
     GPU("rtx2080ti", "turing", 75, 68, 11 * GiB, 616 * GB, 53.8 * _T, None, 2, 3,
-        "Turing whitepaper (FP16 tensor FP32-acc 53.8 TFLOPS, 616 GB/s)", 1199, line="geforce",
-        fp32_flops=13.4 * _T),  # Turing whitepaper: FP32 13.4 TFLOPS
+        "Turing whitepaper (FP16 tensor FP32-acc 53.8 TFLOPS, 616 GB/s, 250 W)", 1199,
+        line="geforce",
+        fp32_flops=13.4 * _T, tdp_w=250),  # Turing whitepaper: FP32 13.4 TFLOPS
     GPU("rtx3090", "ampere", 86, 82, 24 * GiB, 936 * GB, 71 * _T, None, 4, 4,
-        "GA102 whitepaper (FP16/BF16 tensor FP32-acc 71 TFLOPS dense, 936 GB/s)", 1499,
+        "GA102 whitepaper (FP16/BF16 tensor FP32-acc 71 TFLOPS dense, 936 GB/s, 350 W)", 1499,
         line="geforce",
-        fp32_flops=35.6 * _T),  # GA102 whitepaper: FP32 35.6 TFLOPS
+        fp32_flops=35.6 * _T, tdp_w=350),  # GA102 whitepaper: FP32 35.6 TFLOPS
     GPU("rtx3090ti", "ampere", 86, 84, 24 * GiB, 1008 * GB, 80 * _T, None, 4, 4,
-        "NVIDIA RTX 3090 Ti spec (FP32-acc tensor 80 TFLOPS dense = half of 160, 1008 GB/s); "
-        "plain matmul: mli/transformers-benchmarks README, FP16 MatMul 81 TFLOPS",
+        "NVIDIA RTX 3090 Ti spec (FP32-acc tensor 80 TFLOPS dense = half of 160, 1008 GB/s, "
+        "450 W); plain matmul: mli/transformers-benchmarks README, FP16 MatMul 81 TFLOPS",
         1999, plain_matmul_flops=81 * _T, line="geforce",
-        fp32_flops=40 * _T),  # RTX 3090 Ti spec: FP32 40 TFLOPS
+        fp32_flops=40 * _T, tdp_w=450),  # RTX 3090 Ti spec: FP32 40 TFLOPS
     GPU("rtx4090", "ada", 89, 128, 24 * GiB, 1008 * GB, 165.2 * _T, 167 * _T, 0, 4,
-        "Ada whitepaper (165.2 TFLOPS FP32-acc dense, 1008 GB/s); measured: stas00 MAMF", 1599,
-        line="geforce",
-        fp32_flops=82.6 * _T),  # Ada whitepaper: FP32 82.6 TFLOPS
+        "Ada whitepaper (165.2 TFLOPS FP32-acc dense, 1008 GB/s, 450 W); MAMF: stas00; plain "
+        "matmul: mli/transformers-benchmarks issue 4 (fp16, n = 8192: 158.6 TFLOPS)", 1599,
+        plain_matmul_flops=158.6 * _T, line="geforce",
+        fp32_flops=82.6 * _T, tdp_w=450),  # Ada whitepaper: FP32 82.6 TFLOPS
     GPU("rtx5090", "blackwell", 120, 170, 32 * GiB, 1792 * GB, 209.5 * _T, None, 0, 5,
-        "Blackwell GeForce whitepaper (1792 GB/s); 209.5 TFLOPS FP32-acc derived as half "
-        "the FP16-acc rate (measurements.yaml gpus)", 1999, line="geforce",
-        fp32_flops=104.8 * _T),  # Blackwell GeForce whitepaper: FP32 104.8 TFLOPS
+        "Blackwell GeForce whitepaper (1792 GB/s, 575 W); 209.5 TFLOPS FP32-acc derived as half "
+        "the FP16-acc rate (measurements.yaml gpus); plain matmul: zzc0721/torch-performance-"
+        "test-data PR 15 (bf16 8192, PyTorch 2.8: 236 TFLOPS, the card boosts above its spec "
+        "clock)", 1999, plain_matmul_flops=236 * _T, line="geforce",
+        fp32_flops=104.8 * _T, tdp_w=575),  # Blackwell GeForce whitepaper: FP32 104.8 TFLOPS
     GPU("a100-sxm4-80gb", "ampere", 80, 108, 80 * GiB, 2039 * GB, 312 * _T, 271.2 * _T, 12, 4,
-        "A100 datasheet (312 TFLOPS, 2039 GB/s, 12 NVLink3); MAMF: stas00; plain matmul: "
+        "A100 datasheet (312 TFLOPS, 2039 GB/s, 12 NVLink3, 400 W); MAMF: stas00; plain matmul: "
         "mli/transformers-benchmarks README, FP16 MatMul 230 TFLOPS", 15000,
         plain_matmul_flops=230 * _T,
-        fp32_flops=19.5 * _T),  # A100 datasheet: FP32 19.5 TFLOPS
+        fp32_flops=19.5 * _T, tdp_w=400),  # A100 datasheet: FP32 19.5 TFLOPS
     GPU("a100-pcie-80gb", "ampere", 80, 108, 80 * GiB, 1935 * GB, 312 * _T, 252.9 * _T, 12, 4,
-        "A100 datasheet (312 TFLOPS, 1935 GB/s); measured: stas00 MAMF", 15000,
-        fp32_flops=19.5 * _T),  # A100 datasheet: FP32 19.5 TFLOPS
+        "A100 datasheet (312 TFLOPS, 1935 GB/s, 300 W); MAMF: stas00; plain matmul: "
+        "mli/transformers-benchmarks issue 4 (A800 80GB PCIe, the same card with less NVLink: "
+        "fp16 n = 8192, 215.3 TFLOPS)", 15000, plain_matmul_flops=215.3 * _T,
+        fp32_flops=19.5 * _T, tdp_w=300),  # A100 datasheet: FP32 19.5 TFLOPS
     GPU("h100-sxm", "hopper", 90, 132, 80 * GiB, 3350 * GB, 989 * _T, 794.5 * _T, 18, 5,
-        "H100 datasheet (989 TFLOPS dense BF16, 3.35 TB/s, 18 NVLink4); measured: stas00 MAMF",
-        30000,
-        fp32_flops=67 * _T),  # H100 datasheet: FP32 67 TFLOPS
+        "H100 datasheet (989 TFLOPS dense BF16, 3.35 TB/s, 18 NVLink4, 700 W); MAMF: stas00; "
+        "plain matmul: zzc0721/torch-performance-test-data issue 79 (bf16 8192, PyTorch 2.7: "
+        "797.5 TFLOPS)", 30000, plain_matmul_flops=797.5 * _T,
+        fp32_flops=67 * _T, tdp_w=700),  # H100 datasheet: FP32 67 TFLOPS
     GPU("h100-pcie", "hopper", 90, 114, 80 * GiB, 2000 * GB, 756 * _T, None, 0, 5,
-        "H100 PCIe datasheet (756 TFLOPS dense BF16, 2.0 TB/s)", 25000,
-        fp32_flops=51 * _T),  # H100 PCIe datasheet: FP32 51 TFLOPS
+        "H100 PCIe datasheet (756 TFLOPS dense BF16, 2.0 TB/s, 350 W)", 25000,
+        fp32_flops=51 * _T, tdp_w=350),  # H100 PCIe datasheet: FP32 51 TFLOPS
+    GPU("h100-nvl", "hopper", 90, 132, 94 * GiB, 3900 * GB, 835 * _T, None, 12, 5,
+        "H100 NVL product brief (94 GB HBM3, 3.9 TB/s, 835 TFLOPS dense BF16 = half of 1671 "
+        "with sparsity, 350-400 W, NVLink bridge 600 GB/s = 12 links)", 30000,
+        fp32_flops=60 * _T, tdp_w=400),  # H100 NVL product brief: FP32 60 TFLOPS
     GPU("h200", "hopper", 90, 132, 141 * 10**9, 4800 * GB, 989 * _T, 794.5 * _T, 18, 5,
-        "H200 datasheet (141 GB, 4.8 TB/s, 989 TFLOPS dense BF16); matmul as H100 (same die)",
-        32000,
-        fp32_flops=67 * _T),  # H200 datasheet: FP32 67 TFLOPS
+        "H200 datasheet (141 GB, 4.8 TB/s, 989 TFLOPS dense BF16, 700 W); plain matmul as H100 "
+        "SXM (same die, clocks and power limit)", 32000, plain_matmul_flops=797.5 * _T,
+        fp32_flops=67 * _T, tdp_w=700),  # H200 datasheet: FP32 67 TFLOPS
+    GPU("b200", "blackwell", 100, 148, 180 * GiB, 8000 * GB, 2250 * _T, None, 18, 6,
+        "NVIDIA HGX B200 datasheet (180 GB HBM3e per GPU in DGX B200, 8 TB/s, FP16/BF16 "
+        "4.5 PFLOPS with sparsity = 2.25 dense, 1000 W, NVLink5 1.8 TB/s = 18 links)", 40000,
+        fp32_flops=80 * _T, tdp_w=1000),  # HGX B200 datasheet: FP32 80 TFLOPS
+    GPU("l40s", "ada", 89, 142, 48 * GiB, 864 * GB, 362.05 * _T, None, 0, 4,
+        "NVIDIA L40S datasheet (48 GB GDDR6, 864 GB/s, BF16 tensor 362.05 TFLOPS dense = half "
+        "of 733 with sparsity, 350 W, no NVLink)", 9000,
+        fp32_flops=91.6 * _T, tdp_w=350),  # L40S datasheet: FP32 91.6 TFLOPS
+    GPU("rtx6000-ada", "ada", 89, 142, 48 * GiB, 960 * GB, 364.2 * _T, None, 0, 4,
+        "NVIDIA RTX 6000 Ada datasheet (48 GB GDDR6, 960 GB/s, 1457 FP8 TFLOPS with sparsity "
+        "= 364.2 dense FP16, 300 W, no NVLink)", 6800,
+        fp32_flops=91.1 * _T, tdp_w=300),  # RTX 6000 Ada datasheet: FP32 91.1 TFLOPS
+    GPU("rtx-pro-6000", "blackwell", 120, 188, 96 * GiB, 1792 * GB, 503.8 * _T, None, 0, 5,
+        "NVIDIA RTX PRO 6000 Blackwell datasheet (96 GB GDDR7, 1792 GB/s, 4000 AI TOPS FP4 "
+        "with sparsity = 503.8 dense FP16, 600 W Workstation Edition, no NVLink)", 8500,
+        fp32_flops=125 * _T, tdp_w=600),  # RTX PRO 6000 datasheet: FP32 125 TFLOPS
+    GPU("rtx-a6000", "ampere", 86, 84, 48 * GiB, 768 * GB, 154.8 * _T, None, 4, 4,
+        "NVIDIA RTX A6000 datasheet (48 GB GDDR6, 768 GB/s, 309.7 tensor TFLOPS with sparsity "
+        "= 154.8 dense, 300 W, 2-way NVLink bridge 112.5 GB/s: link model ampere-ga102)", 4650,
+        fp32_flops=38.7 * _T, tdp_w=300),  # RTX A6000 datasheet: FP32 38.7 TFLOPS
 )}
 
 
@@ -113,6 +157,37 @@ def gpu(name: str) -> GPU:
         return GPUS[name]
     except KeyError:
         raise InputError(f"unknown GPU {name!r}; catalog: {', '.join(sorted(GPUS))}") from None
+
+
+def resolve_gpu(spec: GpuSpec | str) -> GPU:
+    """The GPU a topology's ``gpu`` key names: a catalog name, or a mapping that starts from a
+    catalog entry (``base``) and overrides some of its numbers. ``bf16_tflops`` alone scales
+    the achieved GEMM rate with the spec (the base card's achieved/spec share is kept);
+    ``matmul_tflops`` sets the achieved rate itself."""
+    if isinstance(spec, str):
+        return gpu(spec)
+    base = gpu(spec.base)
+    changes: dict[str, object] = {}
+    if spec.memory_gib is not None:
+        changes["memory_bytes"] = int(spec.memory_gib * GiB)
+    if spec.memory_bandwidth_gb_per_s is not None:
+        changes["memory_bandwidth"] = spec.memory_bandwidth_gb_per_s * GB
+    if spec.power_limit_w is not None:
+        changes["power_limit_w"] = float(spec.power_limit_w)
+    if spec.sms is not None:
+        changes["sms"] = spec.sms
+    if spec.bf16_tflops is not None:
+        changes["matmul_flops"] = spec.bf16_tflops * _T
+        scale = spec.bf16_tflops * _T / base.matmul_flops
+        for key in ("plain_matmul_flops", "measured_matmul_flops"):
+            if getattr(base, key) is not None:
+                changes[key] = getattr(base, key) * scale
+    if spec.matmul_tflops is not None:
+        changes["plain_matmul_flops"] = spec.matmul_tflops * _T
+    if not changes:
+        return base
+    return replace(base, name=str(spec), source=f"{base.source}; overridden by the topology",
+                   **changes)  # type: ignore[arg-type]
 
 
 # --- links -----------------------------------------------------------------------------------

@@ -122,7 +122,7 @@ class Machine:
 
     @classmethod
     def from_config(cls, config: TopologyConfig) -> Machine:
-        gpu = hardware.gpu(config.gpu)
+        gpu = hardware.resolve_gpu(config.gpu)
         graph = nx.Graph(name=config.name)
         for node in config.nodes:
             graph.add_node(node.id, kind=node.kind, config=node)
@@ -377,5 +377,5 @@ def _link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: hardware.GPU,
 
 
 def _node_gpu(node: NodeConfig, default: hardware.GPU) -> hardware.GPU:
-    return hardware.gpu(node.gpu) if node.gpu else default
+    return hardware.resolve_gpu(node.gpu) if node.gpu else default
 

@@ -1,0 +1,116 @@
+"""GPU catalog, GPUs a topology defines (a catalog entry with overrides), and power limits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simulator.errors import InputError
+from simulator.inputs.config import load_topology
+from simulator.inputs.schema import GpuSpec
+from simulator.job import compute
+from simulator.job.ops import gemm, memory
+from simulator.machine import hardware, power
+from simulator.machine.topology import Machine
+from simulator.units import GB, GiB
+
+
+@pytest.mark.parametrize("name", ["l40s", "rtx6000-ada", "rtx-pro-6000", "rtx-a6000",
+                                  "h100-nvl", "b200"])
+def test_new_catalog_gpus_have_sources_and_power_limits(name: str) -> None:
+    g = hardware.gpu(name)
+    assert "datasheet" in g.source or "brief" in g.source
+    assert g.tdp_w > 0 and g.memory_bytes > 32 * GiB and g.matmul_flops > 100e12
+
+
+def test_every_catalog_gpu_has_a_default_power_limit() -> None:
+    assert all(g.tdp_w > 0 for g in hardware.GPUS.values())
+
+
+def test_a_name_and_a_bare_mapping_are_the_same_card() -> None:
+    assert hardware.resolve_gpu(GpuSpec.model_validate("h100-sxm")) == hardware.gpu("h100-sxm")
+    assert hardware.resolve_gpu(GpuSpec(base="h100-sxm")) == hardware.gpu("h100-sxm")
+    assert hardware.resolve_gpu("h100-sxm") == hardware.gpu("h100-sxm")
+
+
+def test_overrides_replace_only_their_numbers() -> None:
+    base = hardware.gpu("h100-sxm")
+    spec = GpuSpec(base="h100-sxm", memory_gib=96, memory_bandwidth_gb_per_s=2400,
+                   power_limit_w=500, sms=128)
+    g = hardware.resolve_gpu(spec)
+    assert g.memory_bytes == 96 * GiB and g.memory_bandwidth == 2400 * GB
+    assert g.power_limit == 500 and g.tdp_w == base.tdp_w and g.sms == 128
+    assert g.matmul_flops == base.matmul_flops and g.plain_matmul_flops == base.plain_matmul_flops
+    assert g.name.startswith("h100-sxm (") and "power_limit_w 500" in g.name
+
+
+def test_spec_peak_alone_keeps_the_achieved_share_and_matmul_sets_the_rate() -> None:
+    base = hardware.gpu("rtx4090")
+    half = hardware.resolve_gpu(GpuSpec(base="rtx4090", bf16_tflops=base.matmul_flops / 2e12))
+    assert compute.matmul_rate(half) == pytest.approx(compute.matmul_rate(base) / 2)
+    set_rate = hardware.resolve_gpu(GpuSpec(base="rtx4090", matmul_tflops=100))
+    assert compute.matmul_rate(set_rate) == pytest.approx(100e12)
+
+
+def _topology(tmp_path: Path, gpu: str) -> Path:
+    path = tmp_path / "t.yaml"
+    path.write_text(f"name: t\ngpu: {gpu}\nnodes:\n  - {{id: sw, kind: nvswitch}}\n"
+                    "  - {id: g0, kind: gpu}\n  - {id: g1, kind: gpu}\n"
+                    "links:\n  - {a: g0, b: sw, kind: nvlink}\n  - {a: g1, b: sw, kind: nvlink}\n")
+    return path
+
+
+def test_topology_gpu_mapping_reaches_the_machine(tmp_path: Path) -> None:
+    path = _topology(tmp_path, "{base: h100-sxm, memory_gib: 96, memory_bandwidth_gb_per_s: "
+                               "2400, power_limit_w: 500}")
+    m = Machine.from_config(load_topology(str(path)))
+    assert m.gpu.memory_bytes == 96 * GiB and m.gpu.power_limit == 500
+    assert m.gpu.nvlink_links == 18  # the base card's NVLink count still sizes the links
+
+
+@pytest.mark.parametrize(("gpu", "key", "says"), [
+    ("{base: h100-sxm, memory_gb: 96}", "gpu.memory_gb", "unknown key"),
+    ("{base: h101, sms: 100}", "gpu.base", "unknown 'h101'"),
+    ("h101", "gpu", "unknown 'h101'"),
+    ("{memory_gib: 96}", "gpu.base", "required"),
+    ("{base: h100-sxm, power_limit_w: -5}", "gpu.power_limit_w", "greater than 0"),
+])
+def test_bad_gpu_specs_name_the_key(tmp_path: Path, gpu: str, key: str, says: str) -> None:
+    path = _topology(tmp_path, gpu)
+    with pytest.raises(InputError) as err:
+        load_topology(str(path))
+    assert err.value.key == key and says in str(err.value) and err.value.line == 2
+
+
+def test_power_limit_at_or_above_the_default_changes_nothing() -> None:
+    h100 = hardware.gpu("h100-sxm")
+    for limit in (700, 800):
+        g = hardware.resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=limit))
+        assert power.clock_share(g) == 1.0
+        assert compute.matmul_rate(g) == compute.matmul_rate(h100)
+
+
+def test_power_limit_follows_the_cubic_dvfs_model() -> None:
+    g = hardware.resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=500))
+    static = power.STATIC_SHARE * 700
+    assert power.clock_share(g) == pytest.approx(((500 - static) / (700 - static)) ** (1 / 3))
+    assert 0.8 < power.clock_share(g) < 0.9
+
+
+@given(st.floats(50, 1200), st.floats(50, 1200))
+def test_a_lower_power_limit_is_never_faster(a: float, b: float) -> None:
+    low, high = sorted((a, b))
+    slow = hardware.resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=low))
+    fast = hardware.resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=high))
+    for kernel in (gemm(8192, 4096, 4096, 2), memory(1e9),
+                   compute.Kernel("attention_fwd", 1e13, 1e8)):
+        assert compute.kernel_time(kernel, slow) >= compute.kernel_time(kernel, fast)
+
+
+def test_memory_bound_kernels_keep_their_bandwidth_under_a_power_limit() -> None:
+    capped = hardware.resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=400))
+    k = memory(1e9)
+    assert compute.kernel_time(k, capped) == compute.kernel_time(k, hardware.gpu("h100-sxm"))
