@@ -45,6 +45,13 @@ BOARD_POWER: dict[str, BoardPower] = {
     "h100-sxm": BoardPower(700, "NVIDIA H100 datasheet: up to 700 W (SXM5)"),
     "h100-pcie": BoardPower(350, "NVIDIA H100 PCIe datasheet: 300-350 W configurable"),
     "h200": BoardPower(700, "NVIDIA H200 datasheet: up to 700 W (SXM)"),
+    "h100-nvl": BoardPower(400, "NVIDIA H100 NVL product brief: 350-400 W configurable"),
+    "b200": BoardPower(1000, "NVIDIA HGX B200 datasheet: 1000 W per GPU"),
+    "l40s": BoardPower(350, "NVIDIA L40S datasheet: 350 W max power"),
+    "rtx6000-ada": BoardPower(300, "NVIDIA RTX 6000 Ada datasheet: 300 W max power"),
+    "rtx-pro-6000": BoardPower(600, "NVIDIA RTX PRO 6000 Blackwell datasheet: 600 W "
+                               "(Workstation Edition)"),
+    "rtx-a6000": BoardPower(300, "NVIDIA RTX A6000 datasheet: 300 W max power"),
 }
 # Assumption, no measurement in this repository: a waiting GPU (context alive, memory
 # powered, clocks up between kernels) draws a fifth of its board power.
@@ -61,8 +68,9 @@ ENERGY_KEYS = ("joules_per_step", "avg_power_w", "kwh_per_million_tokens")
 
 
 def power_limit(machine: Machine) -> float | None:
-    """The GPUs' power limit in watts: the topology's, else the board power (None: unknown)."""
-    limit = getattr(machine.config, "power_limit_w", None)
+    """The GPUs' power limit in watts: the topology's (``gpu: {power_limit_w: ...}``, resolved
+    in machine/hardware.py), else the board power (None: unknown)."""
+    limit = machine.gpu.power_limit
     if limit:
         return float(limit)
     board = BOARD_POWER.get(machine.gpu.name)
