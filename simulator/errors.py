@@ -6,7 +6,7 @@ class InputError(Exception):
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
                  key: str | None = None) -> None:
-        self.message = message
+        self.message = " ".join(message.splitlines())  # one line, whatever it quotes
         self.file = file
         self.line = line
         self.key = key

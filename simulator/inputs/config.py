@@ -11,30 +11,16 @@ import re
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from simulator.errors import InputError
+from simulator.inputs.loader import Loc, decode, load_yaml
 from simulator.inputs.schema import TopologyConfig, WorkloadConfig
 
 M = TypeVar("M", bound=BaseModel)
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # simulator/
 _PRESET_ROOTS = (_PACKAGE_DIR / "_presets", _PACKAGE_DIR.parent)  # wheel, then source tree
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that reads `1e9` as a number (YAML 1.1 would read it as a string)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:\d[\d_]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$"),
-    list("-+0123456789."),
-)
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:int", re.compile(r"^[-+]?\d[\d_]*$"), list("-+0123456789")
-)
 
 
 def preset_dir(kind: str) -> Path:
@@ -55,8 +41,10 @@ def resolve(name_or_path: str, kind: str) -> Path:
     if path.suffix in (".yaml", ".yml") or path.exists():
         if path.is_dir():
             raise InputError(f"{name_or_path} is a directory; expected a YAML file")
-        if not path.is_file():
+        if not path.exists():
             raise InputError(f"no such file: {name_or_path}")
+        if not path.is_file():  # a FIFO or a device would block or never end
+            raise InputError(f"{name_or_path} is not a regular file; expected a YAML file")
         return path
     candidate = preset_dir(kind) / f"{name_or_path}.yaml"
     if candidate.is_file():
@@ -76,44 +64,32 @@ def load_workload(name_or_path: str) -> WorkloadConfig:
 
 
 def _load(path: Path, model: type[M]) -> M:
-    text = path.read_text(encoding="utf-8")
+    file = str(path)
     try:
-        node = yaml.compose(text, Loader=_Loader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"invalid YAML: {problem}", file=str(path), line=line) from None
-    if node is None:
-        raise InputError("the file is empty", file=str(path))
-    lines: dict[tuple[Any, ...], int] = {}
-    data = _construct(node, (), lines)
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the file: {exc.strerror or exc}", file=file) from None
+    value, lines = load_yaml(decode(data, file), file)
+    return validate(value, lines, model, file)
+
+
+def validate(data: Any, lines: dict[Loc, int], model: type[M], file: str) -> M:
+    """``data`` as ``model``, or the first problem as one line naming file, line and key."""
+    if data is None:
+        raise InputError("the file is empty", file=file)
+    if not isinstance(data, dict):
+        raise InputError(f"expected keys (`name: ...`) at the top level, got "
+                         f"{type(data).__name__}", file=file, line=lines.get(()))
     try:
         obj = model.model_validate(data)
     except ValidationError as exc:
         err = _first_error(exc)
         loc = tuple(err["loc"])
-        raise InputError(_explain(err), file=str(path), line=_line_for(loc, lines),
+        raise InputError(_explain(err), file=file, line=_line_for(loc, lines),
                          key=_key(loc)) from None
     for loc, message in getattr(obj, "reference_errors", list)():
-        raise InputError(message, file=str(path), line=_line_for(loc, lines), key=_key(loc))
+        raise InputError(message, file=file, line=_line_for(loc, lines), key=_key(loc))
     return obj
-
-
-def _construct(node: yaml.Node, loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> Any:
-    """Build plain Python data from a YAML node, remembering the line of every key path."""
-    lines[loc] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = _Loader(" ").construct_object(key_node)  # type: ignore[no-untyped-call]
-            lines[loc + (key,)] = key_node.start_mark.line + 1
-            out[key] = _construct(value_node, loc + (key,), lines)
-            lines[loc + (key,)] = key_node.start_mark.line + 1
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_construct(item, loc + (i,), lines) for i, item in enumerate(node.value)]
-    return _Loader(" ").construct_object(node)  # type: ignore[no-untyped-call]
 
 
 def _first_error(exc: ValidationError) -> Any:
@@ -149,5 +125,12 @@ def _explain(err: Any) -> str:
     msg = str(err["msg"]).removeprefix("Value error, ")
     value = err.get("input")
     if kind != "value_error" and not isinstance(value, dict | list):
-        msg += f", got {value!r}"
+        text = repr(value)
+        msg += f", got {text if len(text) <= 60 else text[:57] + '...'}"
+        if isinstance(value, str) and _YAML11.fullmatch(value) and kind.startswith(
+                ("int", "float")):
+            msg += " (YAML 1.1 read this as a boolean or a base-60 number; here it is text)"
     return msg
+
+
+_YAML11 = re.compile(r"(?i:y|yes|n|no|on|off)|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")
