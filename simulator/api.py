@@ -59,7 +59,7 @@ class RunResult:
     spec: RunSpec
     machine: Machine
     job: Job
-    program: Program
+    programs: list[Program]  # one per group of identical ranks
     timeline: Timeline
     memory: dict[str, Any]
     report: dict[str, Any]
@@ -142,8 +142,8 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
     job = job_of(one)
     if not _memory(job, one_gpu, one)["fits"]:
         return None
-    program = strategies.build("ddp", job, one_gpu, _options(one))
-    timeline = engine.simulate(program, one_gpu, compute_slowdown=one.compute_slowdown)
+    programs = strategies.build("ddp", job, one_gpu, _options(one))
+    timeline = engine.simulate(programs, one_gpu, compute_slowdown=one.compute_slowdown)
     tokens = job.tokens_per_micro_batch * job.grad_accum
     return tokens / timeline.step_time if timeline.step_time > 0 else None
 
@@ -162,10 +162,11 @@ def simulate(spec: RunSpec, *, baseline: bool = True,
                        reshard_after_forward=spec.reshard_after_forward,
                        zero_overlap_comm=spec.zero_overlap_comm)
     job = job_of(spec)
-    program = strategies.build(spec.strategy, job, machine, _options(spec))
-    timeline = engine.simulate(program, machine, compute_slowdown=spec.compute_slowdown)
+    programs = strategies.build(spec.strategy, job, machine, _options(spec))
+    timeline = engine.simulate(programs, machine, compute_slowdown=spec.compute_slowdown)
     mem = _memory(job, machine, spec)
-    dp = int(program.meta.get("dp", program.world))  # replicas that each take a batch
+    meta = programs[0].meta
+    dp = int(meta.get("dp", machine.n_gpus))  # replicas that each take a batch
     tokens = job.tokens_per_micro_batch * job.grad_accum * dp
     machine_gpus = load_machine(spec.topology).n_gpus
     power = energy.step_energy(timeline, machine, tokens,
@@ -194,6 +195,6 @@ def simulate(spec: RunSpec, *, baseline: bool = True,
     )
     link = metrics["bottleneck"]["link"]
     metrics["bottleneck"]["description"] = machine.describe(link) if link else None
-    return RunResult(spec, machine, job, program, timeline, mem, metrics)
+    return RunResult(spec, machine, job, programs, timeline, mem, metrics)
 
 

@@ -9,14 +9,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import engine
-from simulator.engine.program import Comm, Compute, Program
+from simulator.engine.program import Comm, Compute, Program, Repeat
 from simulator.inputs.config import load_topology, load_workload
 from simulator.inputs.schema import WorkloadConfig
 from simulator.job.workload import Job
 from simulator.machine.topology import Machine
-from simulator.strategies import StrategyOptions, build
+from simulator.strategies import StrategyOptions
+from simulator.strategies import build as build_programs
 from simulator.strategies.buckets import MIB, bucket_plan, size_limits
 from simulator.strategies.ddp import plan_buckets
+
+
+def build(*args: object, **kwargs: object) -> Program:
+    """The one program of a symmetric strategy (every rank alike)."""
+    [program] = build_programs(*args, **kwargs)  # type: ignore[arg-type]
+    return program
 
 
 @cache
@@ -129,7 +136,14 @@ def test_no_sync_reduces_only_on_the_last_micro_step() -> None:
     four = build("ddp", job, machine(), StrategyOptions(bucket_mb=5, grad_accum=4))
     assert len(comms(four)) == len(comms(one))
     computes = [t for t in four.tasks if isinstance(t.work, Compute)]
-    assert sum(t.work.kind == "forward" for t in computes) == 4 * len(job.forward_ops())
+    # micro0 and micro3 are built; micro1 and micro2 replay micro0
+    assert sum(t.work.kind == "forward" for t in computes) == 2 * len(job.forward_ops())
+    [replay] = [t.work for t in four.tasks if isinstance(t.work, Repeat)]
+    assert replay.times == 2 and four.tasks[replay.first].work.name.startswith("micro0.")
+    spans = engine.simulate(four, machine()).spans
+    assert sum(s.kind == "forward" for s in spans) == 4 * len(job.forward_ops())
+    assert {s.name.split(".")[0] for s in spans if s.kind == "forward"} == \
+        {"micro0", "micro1", "micro2", "micro3"}
     last_forward = max(t.id for t in computes
                        if t.work.kind == "forward" and t.work.name.startswith("micro3."))
     assert all(tid > last_forward for tid, _ in comms(four))

@@ -47,7 +47,8 @@ class FakeCollectives:
 
 def machine(bandwidth: float = 100.0, sms: int = 100):  # noqa: ANN201
     link = Link("g0->g1", "g0", "g1", "pcie", bandwidth, 0.0)
-    return SimpleNamespace(links={link.id: link}, gpu=SimpleNamespace(sms=sms), n_gpus=2)
+    gpu = SimpleNamespace(sms=sms)
+    return SimpleNamespace(links={link.id: link}, gpu=gpu, gpu_of=lambda _rank: gpu, n_gpus=2)
 
 
 @pytest.fixture(autouse=True)

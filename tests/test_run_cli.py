@@ -33,6 +33,10 @@ class Options:
 
 
 def build(name, job, machine, options):  # noqa: ANN001, ANN201
+    return [build_one(name, job, machine, options)]
+
+
+def build_one(name, job, machine, options):  # noqa: ANN001, ANN201
     p = Program(world=machine.n_gpus, meta={"strategy": name, "buckets": []})
     for b in range(job.n_blocks):
         p.add("compute", Compute(f"layer {b} forward", "forward", 1e-3, 1e12, b))

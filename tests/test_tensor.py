@@ -11,10 +11,17 @@ from simulator.inputs.config import load_topology
 from simulator.inputs.schema import TopologyConfig, WorkloadConfig
 from simulator.job.workload import Job
 from simulator.machine.topology import Machine
-from simulator.strategies import StrategyOptions, build
+from simulator.strategies import StrategyOptions
+from simulator.strategies import build as build_programs
 from simulator.strategies.tensor import place_groups
 
 LAYERS = 4
+
+
+def build(*args: object, **kwargs: object) -> Program:
+    """The one program of a symmetric strategy (every rank alike)."""
+    [program] = build_programs(*args, **kwargs)  # type: ignore[arg-type]
+    return program
 
 
 @cache

@@ -82,3 +82,30 @@ def test_the_structural_check_passes_a_real_trace_and_catches_overlap() -> None:
     assert len(found) == 1 and "intruder" in found[0]
     doc["traceEvents"].append({**first, "tid": 99})
     assert any("no process/thread name" in p for p in trace.problems(doc))
+
+
+def test_groups_of_ranks_get_their_own_spans_in_the_trace() -> None:
+    spans = [Span(0, "compute", "stage 0 forward", "forward", 0.0, 0.001),
+             Span(2, "compute", "stage 1 forward", "forward", 0.001, 0.003)]
+    t = Timeline(spans=spans, world=4, step_time=0.003, link_bytes={}, link_capacity={},
+                 groups=((0, 1), (2, 3)))
+    events = [e for e in trace.chrome_trace(t)["traceEvents"] if e["ph"] == "X"]
+    assert [(e["pid"], e["name"], e["dur"]) for e in events] == [
+        (0, "stage 0 forward", 1000.0), (1, "stage 0 forward", 1000.0),
+        (2, "stage 1 forward", 2000.0), (3, "stage 1 forward", 2000.0)]
+
+
+def test_gantt_lanes_follow_the_groups() -> None:
+    from simulator.outputs import plots
+
+    spans = [Span(0, "compute", "f", "forward", 0.0, 0.001),
+             Span(0, "p2p", "send", "p2p", 0.001, 0.002),
+             Span(2, "compute", "f", "forward", 0.002, 0.003)]
+    t = Timeline(spans=spans, world=4, step_time=0.003, link_bytes={}, link_capacity={},
+                 groups=((0, 1), (2, 3)))
+    assert [label for label, _, _ in plots._lanes(t, collapse=True)] == [
+        "GPU 0-1 · compute", "GPU 0-1 · p2p", "GPU 2-3 · compute"]
+    assert [(label, rep) for label, rep, _ in plots._lanes(t, collapse=False)][-2:] == [
+        ("GPU 2 · compute", 2), ("GPU 3 · compute", 2)]
+    assert plots.exposed_intervals(t, 0) == [(0.001, 0.002)]
+    assert plots.exposed_intervals(t, 2) == []

@@ -12,8 +12,15 @@ from simulator.engine.program import Comm, Program
 from simulator.inputs.config import load_topology, load_workload
 from simulator.job.workload import Job
 from simulator.machine.topology import Machine
-from simulator.strategies import StrategyOptions, build
+from simulator.strategies import StrategyOptions
+from simulator.strategies import build as build_programs
 from simulator.strategies.zero import REDUCE_BUCKET_ELEMENTS
+
+
+def build(*args: object, **kwargs: object) -> Program:
+    """The one program of a symmetric strategy (every rank alike)."""
+    [program] = build_programs(*args, **kwargs)  # type: ignore[arg-type]
+    return program
 
 
 @cache

@@ -1,31 +1,44 @@
-"""Run a `Program` on a machine in SimPy and record what each stream did (a `Timeline`).
+"""Run per-rank `Program`s on a machine in SimPy and record what each stream did (a `Timeline`).
 
-What is inside: one SimPy process per stream, running that stream's tasks in issue order,
-each task starting once its dependencies are done. Collectives go onto ONE shared
-`fabric.Fabric` built from the machine's link capacities, so collectives that run at the same
-time (all groups of a TP collective, an FSDP all-gather beside a reduce-scatter) share links.
+What is inside: one SimPy process per stream of each program, running that stream's tasks in
+issue order, each task starting once its dependencies are done. A program stands for a group
+of identical ranks: it is simulated once and its spans stand for every rank of the group
+(symmetric data parallelism stays one program, as fast as one GPU). All traffic goes onto ONE
+shared `fabric.Fabric` built from the machine's link capacities, so whatever runs at the same
+time (all groups of a TP collective, an all-gather beside a reduce-scatter, offload copies
+beside SHM collectives) shares links.
+
+Programs meet at communication, matched by key (`program.py`): a collective starts once every
+program that takes part has launched it, so the slowest rank sets its pace (the others' NCCL
+kernels wait, holding their SMs, as NCCL's do); a point-to-point transfer moves once its
+sender's and its receiver's batch have both started. A `Repeat` replays a unit already
+simulated: the same idle-to-idle work takes the same time, so a long gradient accumulation
+costs one micro-step of simulation (its spans and link samples are copied, shifted, up to
+``MAX_REPLAYED_SPANS``; beyond that the repeat is one span and the links get its mean rates).
 
 Assumptions, stated:
-- Ranks are symmetric: one program describes every GPU; spans are recorded once (gpu 0).
 - A compute task is a fixed amount of work (its duration on an idle GPU). While NCCL kernels
   run on the GPU they hold one SM per channel (NCCL runs one thread block per channel,
   domain-model 2.2, `src/enqueue.cc`), so compute runs at rate ``1 - slowdown`` with
-  ``slowdown = channels of the running collectives / gpu.sms`` (capped at 1). Pass
+  ``slowdown = channels of the running NCCL kernels / gpu.sms`` (capped at 1). Pass
   ``compute_slowdown=x`` to use a fixed fraction ``x`` whenever any collective runs instead
-  (0 turns interference off). The remaining work is re-timed whenever a collective starts or
-  ends. Concurrent compute streams do not slow each other (strategies use one).
+  (0 turns interference off). The remaining work is re-timed whenever a kernel starts or
+  ends. Copies (`Move`) use copy engines or the CPU and take no SMs. Concurrent compute
+  streams do not slow each other (strategies use one).
 - No model physics here: durations come from the program, transfers from `collectives`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import simpy
 
-from simulator.engine.fabric import Fabric
-from simulator.engine.program import Comm, Compute, Program, Task
+from simulator.engine.fabric import Fabric, UsageSample
+from simulator.engine.program import Comm, Compute, Move, Program, Repeat, SendRecv, Task
 from simulator.engine.timeline import LinkSample, Span, Timeline
 from simulator.machine import collectives
 
@@ -33,17 +46,18 @@ if TYPE_CHECKING:
     from simulator.machine.topology import Machine
 
 _EPS = 1e-15  # seconds of remaining work treated as done (float round-off)
+MAX_REPLAYED_SPANS = 100_000  # a repeat copies at most this many spans; beyond, one span
 
 
 class _Sms:
-    """The representative GPU's SMs: how fast compute runs given the NCCL kernels beside it."""
+    """One program's GPU SMs: how fast compute runs given the NCCL kernels beside it."""
 
     def __init__(self, env: simpy.Environment, sms: int, fixed_slowdown: float | None) -> None:
         self.env = env
         self.sms = sms
         self.fixed = fixed_slowdown
         self.channels = 0  # NCCL channels (thread blocks, one SM each) running now
-        self.running = 0  # collectives running now
+        self.running = 0  # NCCL kernels running now
         self.changed = env.event()  # fires (and is replaced) whenever the rate changes
 
     def rate(self) -> float:
@@ -60,43 +74,142 @@ class _Sms:
         old.succeed()
 
 
-class _Run:
-    """One simulation: the environment, the fabric, and the spans recorded so far."""
+@dataclass
+class _Meet:
+    """Tasks of several programs that are one communication (or one repeat)."""
 
-    def __init__(self, program: Program, machine: Machine, slowdown: float | None) -> None:
-        self.program = program
+    expected: int
+    ready: simpy.Event
+    arrived: int = 0
+    work: Any = None  # the collective / transfer / repeat they share
+    plans: list[Any] = field(default_factory=list)
+    flows: simpy.Event | None = None  # fires when the communication is over
+    started: float = 0.0
+    snapshot: tuple[float, np.ndarray, int] | None = None  # repeat: (t0, link bytes, samples)
+    unit_tasks: int = 0  # repeat: tasks in the largest unit
+
+
+def _comm_keys(program: Program) -> list[tuple[Task, Comm, str]]:
+    """(task, collective, key) of each collective; the default key is its name and
+    occurrence."""
+    seen: dict[str, int] = {}
+    out = []
+    for task in program.tasks:
+        if isinstance(task.work, Comm):
+            name = task.work.name
+            seen[name] = seen.get(name, 0) + 1
+            out.append((task, task.work, task.work.key or f"{name}#{seen[name]}"))
+    return out
+
+
+class _Run:
+    """One simulation: the environment, the fabric, the meetings, and the spans so far."""
+
+    def __init__(self, programs: Sequence[Program], machine: Machine,
+                 slowdown: float | None) -> None:
+        self.programs = programs
         self.machine = machine
         self.env = simpy.Environment()
         self.capacity = {lid: link.capacity for lid, link in machine.links.items()}
         self.fabric = Fabric(self.env, self.capacity)
-        self.sms = _Sms(self.env, machine.gpu.sms, slowdown)
-        self.done = {task.id: self.env.event() for task in program.tasks}
-        self.spans: list[tuple[int, Span]] = []
+        self.sms = [_Sms(self.env, machine.gpu_of(p.members[0]).sms, slowdown)
+                    for p in programs]
+        self.done = [{task.id: self.env.event() for task in p.tasks} for p in programs]
+        self.spans: list[list[tuple[tuple[int, int, int], Span]]] = [[] for _ in programs]
+        self.extra_bytes = np.zeros(len(self.fabric.link_ids))
+        self.extra_samples: list[UsageSample] = []
+        self.meets: dict[tuple[str, str], _Meet] = {}
+        self.comm_key: list[dict[int, str]] = []
+        self.unit_first: list[dict[int, tuple[str, str]]] = []
+        self._index()
 
-    def stream(self, tasks: list[Task]) -> Generator[simpy.Event, Any, None]:
+    # --- matching tasks of different programs ------------------------------------------
+
+    def _meet(self, kind: str, key: str, work: Any) -> _Meet:
+        meet = self.meets.get((kind, key))
+        if meet is None:
+            meet = self.meets[(kind, key)] = _Meet(0, self.env.event(), work=work)
+        meet.expected += 1
+        return meet
+
+    def _index(self) -> None:
+        members: dict[tuple[str, str], set[int]] = {}
+        for p in self.programs:
+            keys = {}
+            for task, comm, key in _comm_keys(p):
+                meet = self._meet("comm", key, comm)
+                if (meet.work.op, meet.work.nbytes, meet.work.groups) != \
+                        (comm.op, comm.nbytes, comm.groups):
+                    raise ValueError(f"collective {key!r} differs between programs")
+                members.setdefault(("comm", key), set()).update(p.members)
+                keys[task.id] = key
+            self.comm_key.append(keys)
+            firsts = {}
+            for task in p.tasks:
+                if isinstance(task.work, SendRecv):
+                    for transfer in (*task.work.sends, *task.work.recvs):
+                        self._meet("p2p", transfer.key, transfer)
+                elif isinstance(task.work, Repeat):
+                    key = task.work.key or task.work.name
+                    meet = self._meet("repeat", key, task.work)
+                    if meet.work.times != task.work.times:
+                        raise ValueError(f"repeat {key!r} differs between programs")
+                    firsts[task.work.first] = ("repeat", key)
+                    meet.unit_tasks = max(meet.unit_tasks, task.id - task.work.first)
+            self.unit_first.append(firsts)
+        for (kind, key), meet in self.meets.items():
+            if kind == "p2p" and meet.expected != 2:
+                raise ValueError(f"transfer {key!r} is listed {meet.expected} time(s); a sender "
+                                 "and a receiver must list it once each")
+            if kind == "comm":
+                ranks = {r for g in meet.work.groups if len(g) > 1 for r in g}
+                missing = ranks - members[(kind, key)]
+                if missing:
+                    raise ValueError(f"collective {key!r}: ranks {sorted(missing)} have no "
+                                     "program that joins it")
+
+    # --- running ------------------------------------------------------------------------
+
+    def stream(self, p: int, tasks: list[Task]) -> Generator[simpy.Event, Any, None]:
+        gpu = self.programs[p].members[0]
+        done = self.done[p]
         for task in tasks:
-            deps = [self.done[d] for d in task.deps if not self.done[d].processed]
+            deps = [done[d] for d in task.deps if not done[d].processed]
             if deps:
                 yield self.env.all_of(deps)
+            if task.id in self.unit_first[p]:
+                self._unit_starts(self.meets[self.unit_first[p][task.id]])
             start = self.env.now
-            if isinstance(task.work, Compute):
-                yield from self.compute(task.work)
-                args: dict[str, Any] = {"flops": task.work.flops, "idle_s": task.work.duration}
-                if task.work.block is not None:
-                    args["block"] = task.work.block
-                kind: str = task.work.kind
+            work = task.work
+            if isinstance(work, Compute):
+                yield from self.compute(p, work)
+                args: dict[str, Any] = {"flops": work.flops, "idle_s": work.duration}
+                if work.block is not None:
+                    args["block"] = work.block
+                kind: str = work.kind
+            elif isinstance(work, Comm):
+                args = yield from self.collective(p, task.id, work)
+                kind = work.op
+            elif isinstance(work, SendRecv):
+                args = yield from self.sendrecv(p, work)
+                kind = "p2p"
+            elif isinstance(work, Move):
+                args = yield from self.move(work)
+                kind = work.kind
             else:
-                args = yield from self.collective(task.work)
-                kind = task.work.op
+                yield from self.repeat(p, task)
+                done[task.id].succeed()
+                continue
             args["task"] = task.id
-            span = Span(0, task.stream, task.work.name, kind, start, self.env.now, args)
-            self.spans.append((task.id, span))
-            self.done[task.id].succeed()
+            self.spans[p].append(((task.id, 0, 0), Span(gpu, task.stream, work.name, kind,
+                                                        start, self.env.now, args)))
+            done[task.id].succeed()
 
-    def compute(self, work: Compute) -> Generator[simpy.Event, Any, None]:
+    def compute(self, p: int, work: Compute) -> Generator[simpy.Event, Any, None]:
+        sms = self.sms[p]
         remaining = work.duration
         while remaining > _EPS:
-            rate, changed, began = self.sms.rate(), self.sms.changed, self.env.now
+            rate, changed, began = sms.rate(), sms.changed, self.env.now
             if rate > 0:
                 finish = self.env.timeout(remaining / rate)
                 yield finish | changed
@@ -106,10 +219,28 @@ class _Run:
                 yield changed
             remaining -= (self.env.now - began) * rate
 
-    def collective(self, work: Comm) -> Generator[simpy.Event, Any, dict[str, Any]]:
-        # collectives.plan caches per machine: steps repeat the same sizes
-        plans = [collectives.plan(self.machine, work.op, work.nbytes, g)
-                 for g in work.groups if len(g) > 1]
+    def _join(self, meet: _Meet, start: Any) -> None:
+        """Count one arrival; the last one starts the communication (``start()``)."""
+        meet.arrived += 1
+        if meet.arrived == meet.expected:
+            meet.started = self.env.now
+            meet.flows = start()
+            meet.ready.succeed()
+
+    def _wait(self, meet: _Meet) -> Generator[simpy.Event, Any, None]:
+        """Until every party has arrived and the communication is over."""
+        if meet.flows is None:
+            yield meet.ready
+        assert meet.flows is not None
+        yield meet.flows
+
+    def collective(self, p: int, task_id: int, work: Comm
+                   ) -> Generator[simpy.Event, Any, dict[str, Any]]:
+        meet = self.meets[("comm", self.comm_key[p][task_id])]
+        if not meet.plans:  # collectives.plan caches per machine: steps repeat the same sizes
+            meet.plans = [collectives.plan(self.machine, work.op, work.nbytes, g)
+                          for g in work.groups if len(g) > 1]
+        plans = meet.plans
         args: dict[str, Any] = {"bytes": work.nbytes, "ranks": len(work.groups[0]),
                                 "groups": len(work.groups), **work.args}
         if not plans:  # a group of one rank moves nothing
@@ -117,47 +248,153 @@ class _Run:
         first = plans[0]
         args.update(algorithm=first.algorithm, protocol=first.protocol,
                     transport=first.transport, channels=first.n_channels)
-        channels = max(p.n_channels for p in plans)
-        self.sms.comm(channels, +1)
-        yield self.env.all_of([collectives.start(self.env, self.fabric, p) for p in plans])
-        self.sms.comm(channels, -1)
+        channels = max(q.n_channels for q in plans)
+        launched = self.env.now
+        self.sms[p].comm(channels, +1)
+        self._join(meet, lambda: self.env.all_of(
+            [collectives.start(self.env, self.fabric, q) for q in plans]))
+        yield from self._wait(meet)
+        self.sms[p].comm(channels, -1)
+        if meet.started > launched:
+            args["wait_s"] = meet.started - launched
         return args
 
+    def sendrecv(self, p: int, work: SendRecv) -> Generator[simpy.Event, Any, dict[str, Any]]:
+        transfers = (*work.sends, *work.recvs)
+        meets = [self.meets[("p2p", t.key)] for t in transfers]
+        for meet, t in zip(meets, transfers, strict=True):
+            if not meet.plans:
+                meet.plans = [collectives.p2p_plan(self.machine, src, dst, t.nbytes)
+                              for src, dst in t.pairs if src != dst]
+        channels = max((q.n_channels for m in meets for q in m.plans), default=0)
+        self.sms[p].comm(channels, +1)
+        for meet in meets:  # a batch posts all its transfers at once (ncclGroupStart/End)
+            self._join(meet, lambda plans=meet.plans: self.env.all_of(
+                [collectives.start(self.env, self.fabric, q) for q in plans]))
+        for meet in meets:
+            yield from self._wait(meet)
+        self.sms[p].comm(channels, -1)
+        return {"bytes": sum(t.nbytes for t in transfers), "sends": len(work.sends),
+                "recvs": len(work.recvs), **work.args}
+
+    def move(self, work: Move) -> Generator[simpy.Event, Any, dict[str, Any]]:
+        yield self.env.all_of([self.fabric.transfer(dict(f.usage), f.nbytes, f.max_rate,
+                                                    f.latency) for f in work.flows])
+        return {"bytes": sum(f.nbytes for f in work.flows), **work.args}
+
+    # --- repeats -----------------------------------------------------------------------
+
+    def _unit_starts(self, meet: _Meet) -> None:
+        if meet.snapshot is None:
+            bytes_now = np.array(list(self.fabric.link_bytes.values()))
+            meet.snapshot = (self.env.now, bytes_now, len(self.fabric.history))
+
+    def repeat(self, p: int, task: Task) -> Generator[simpy.Event, Any, None]:
+        work = task.work
+        assert isinstance(work, Repeat)
+        meet = self.meets[("repeat", work.key or work.name)]
+        self._join(meet, lambda: self._replay(meet, work))
+        yield from self._wait(meet)
+        assert meet.snapshot is not None
+        period = meet.started - meet.snapshot[0]
+        gpu = self.programs[p].members[0]
+        if self._expand(meet):
+            unit = [s for key, s in self.spans[p] if work.first <= key[0] < task.id]
+            old = work.label.format(0) if work.label else ""
+            for k in range(1, work.times + 1):
+                new = work.label.format(k) if work.label else ""
+                for s in unit:
+                    name = new + s.name[len(old):] if old and s.name.startswith(old) else s.name
+                    copy = replace(s, name=name, start=s.start + k * period,
+                                   end=s.end + k * period, args={**s.args, "repeat": k})
+                    self.spans[p].append(((task.id, k, s.args["task"]), copy))
+            return
+        args = {"times": work.times, "period_s": period, "unit_tasks": [work.first, task.id - 1],
+                "task": task.id}
+        self.spans[p].append(((task.id, 0, 0), Span(gpu, task.stream, work.name, "repeat",
+                                                     meet.started, self.env.now, args)))
+
+    def _expand(self, meet: _Meet) -> bool:
+        """Whether the replayed iterations are copied span by span (else one span)."""
+        return meet.work.times * meet.unit_tasks <= MAX_REPLAYED_SPANS
+
+    def _replay(self, meet: _Meet, work: Repeat) -> simpy.Event:
+        """Account the unit's traffic ``times`` more, and wait as long as those iterations."""
+        if self.fabric.active_flows:
+            raise RuntimeError(f"repeat {work.name!r}: its unit still has transfers running "
+                               "when it ends; a repeated unit must end idle")
+        assert meet.snapshot is not None
+        t0, bytes0, first_sample = meet.snapshot
+        t1 = self.env.now
+        period = t1 - t0
+        bytes1 = np.array(list(self.fabric.link_bytes.values()))
+        self.extra_bytes += (bytes1 - bytes0) * work.times
+        history = self.fabric.history
+        inside = [s for s in history[first_sample:] if s.time < t1]
+        idle = [s for s in history if s.time <= t1][-1:]  # the links as the unit leaves them
+        if self._expand(meet):
+            for k in range(1, work.times + 1):
+                shift = k * period
+                self.extra_samples += [UsageSample(t0 + shift, s.rates) for s in idle]
+                self.extra_samples += [UsageSample(s.time + shift, s.rates) for s in inside]
+        elif period > 0:
+            self.extra_samples.append(UsageSample(t1, (bytes1 - bytes0) / period))
+        self.extra_samples += [UsageSample(t1 + work.times * period, s.rates) for s in idle]
+        return self.env.timeout(work.times * period)
+
+    # --- results -----------------------------------------------------------------------
+
     def usage(self) -> list[LinkSample]:
-        """The fabric's rate history as sparse samples."""
+        """The fabric's rate history (and the replayed one) as sparse samples."""
         ids = self.fabric.link_ids
+        merged = sorted([(s.time, 0, i, s) for i, s in enumerate(self.fabric.history)]
+                        + [(s.time, 1, i, s) for i, s in enumerate(self.extra_samples)],
+                        key=lambda item: item[:3])
         out: list[LinkSample] = []
-        for sample in self.fabric.history:
+        for time, _, _, sample in merged:
             rates = {ids[i]: r for i, r in enumerate(sample.rates.tolist()) if r > 0}
-            if out and out[-1].time == sample.time:
-                out[-1] = LinkSample(sample.time, rates)
+            if out and out[-1].time == time:
+                out[-1] = LinkSample(time, rates)
             else:
-                out.append(LinkSample(sample.time, rates))
+                out.append(LinkSample(time, rates))
         return out
 
+    def link_bytes(self) -> dict[str, float]:
+        carried = np.array(list(self.fabric.link_bytes.values())) + self.extra_bytes
+        return {k: v for k, v in zip(self.fabric.link_ids, carried.tolist(), strict=True)
+                if v > 0}
 
-def simulate(program: Program, machine: Machine, *,
+
+def simulate(programs: Program | Sequence[Program], machine: Machine, *,
              compute_slowdown: float | None = None) -> Timeline:
-    """Run `program` on `machine`; the same inputs always give the same timeline.
+    """Run the programs of every rank group on `machine`; the same inputs give the same
+    timeline.
 
     ``compute_slowdown``: None (default) slows compute by NCCL channels / SMs while
     collectives run; a number in [0, 1] is a fixed slowdown while any collective runs.
     """
     if compute_slowdown is not None and not 0.0 <= compute_slowdown <= 1.0:
         raise ValueError(f"compute_slowdown must be in [0, 1], got {compute_slowdown}")
-    run = _Run(program, machine, compute_slowdown)
-    by_stream: dict[str, list[Task]] = {}
-    for task in program.tasks:
-        by_stream.setdefault(task.stream, []).append(task)
-    for tasks in by_stream.values():
-        run.env.process(run.stream(tasks))
+    progs = [programs] if isinstance(programs, Program) else list(programs)
+    covered = [r for p in progs for r in p.members]
+    if sorted(covered) != list(range(progs[0].world)):
+        raise ValueError("the programs must stand for every rank exactly once")
+    run = _Run(progs, machine, compute_slowdown)
+    for p, program in enumerate(progs):
+        by_stream: dict[str, list[Task]] = {}
+        for task in program.tasks:
+            by_stream.setdefault(task.stream, []).append(task)
+        for tasks in by_stream.values():
+            run.env.process(run.stream(p, tasks))
     run.env.run()
-    stuck = [t.id for t in program.tasks if not run.done[t.id].processed]
-    if stuck:
-        raise RuntimeError(f"program deadlocks: tasks {stuck[:5]} never became ready")
-    spans = [span for _, span in sorted(run.spans, key=lambda item: item[0])]
+    for p, program in enumerate(progs):
+        stuck = [t.id for t in program.tasks if not run.done[p][t.id].processed]
+        if stuck:
+            raise RuntimeError(f"program deadlocks: tasks {stuck[:5]} of the program for GPU "
+                               f"{program.members[0]} never became ready")
+    spans = [span for per in run.spans for _, span in sorted(per, key=lambda item: item[0])]
     step_time = max((s.end for s in spans), default=0.0)
-    return Timeline(spans=spans, world=program.world, step_time=step_time,
-                    link_bytes={k: v for k, v in run.fabric.link_bytes.items() if v > 0},
-                    link_capacity=run.capacity, link_usage=run.usage(),
-                    meta=dict(program.meta))
+    groups = () if len(progs) == 1 else tuple(p.members for p in progs)
+    return Timeline(spans=spans, world=progs[0].world, step_time=step_time,
+                    link_bytes=run.link_bytes(), link_capacity=run.capacity,
+                    link_usage=run.usage(), meta=dict(progs[0].meta), groups=groups)

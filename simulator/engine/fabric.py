@@ -94,6 +94,11 @@ class Fabric:
         return flow.event
 
     @property
+    def active_flows(self) -> int:
+        """Flows moving bytes right now."""
+        return len(self._flows)
+
+    @property
     def link_bytes(self) -> dict[str, float]:
         """Bytes each link has carried so far (up to the last rate change)."""
         self._advance()

@@ -1,9 +1,9 @@
 """The record of one simulated step: spans on streams, and what the links carried.
 
 A `Span` is one task's run on one stream of one GPU (start and end in seconds from the start
-of the step). The engine runs one program for all data-parallel ranks (they are symmetric), so
-it records the spans of one representative GPU and `Timeline.spans_per_gpu()` replicates them
-for every GPU of the world when an exporter needs them all.
+of the step). The engine runs one program per group of identical ranks (`Timeline.groups`;
+one group of every rank when they are all alike) and records the spans of each group's first
+GPU, its representative; `spans_of(gpu)` and `spans_per_gpu()` give them for any GPU.
 
 `LinkSample`s are the fabric's rate history: from `time` until the next sample, each listed
 link carries `rates[link]` bytes/s (links at zero are left out). Exporters draw utilisation
@@ -16,7 +16,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-COMM_KINDS = ("allreduce", "allgather", "reducescatter", "broadcast")
+COLLECTIVE_KINDS = ("allreduce", "allgather", "reducescatter", "broadcast")
+# what moves data: collectives, point-to-point batches, copies to and from host memory or NVMe
+COMM_KINDS = (*COLLECTIVE_KINDS, "p2p", "d2h", "h2d", "nvme")
+HOST_KINDS = ("cpu_optimizer",)  # work of the host CPU, not of the GPU
+REPEAT_KIND = "repeat"  # iterations replayed from a simulated unit (args: times, unit_tasks)
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,12 @@ class Span:
     def is_comm(self) -> bool:
         return self.kind in COMM_KINDS
 
+    @property
+    def is_compute(self) -> bool:
+        """GPU kernels of the model (not communication, host work or a replay marker)."""
+        return not (self.kind in COMM_KINDS or self.kind in HOST_KINDS
+                    or self.kind == REPEAT_KIND)
+
 
 @dataclass(frozen=True)
 class LinkSample:
@@ -48,29 +58,49 @@ class LinkSample:
 
 @dataclass
 class Timeline:
-    spans: list[Span]  # one representative GPU (gpu 0), in task order
-    world: int  # GPUs in the job; spans replicate to gpus 0..world-1
+    spans: list[Span]  # each group's representative GPU, program by program, in task order
+    world: int  # GPUs in the job
     step_time: float  # seconds: end of the last task
     link_bytes: dict[str, float]  # bytes carried per directed link over the whole step
     link_capacity: dict[str, float]  # B/s per directed link
     link_usage: list[LinkSample] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)  # the program's meta, passed through
+    meta: dict[str, Any] = field(default_factory=dict)  # the first program's meta
+    # GPUs each program stands for, its representative first; () = one group of every GPU
+    groups: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def rank_groups(self) -> tuple[tuple[int, ...], ...]:
+        return self.groups or (tuple(range(self.world)),)
+
+    def representative(self, gpu: int) -> int:
+        """The GPU whose spans stand for ``gpu``."""
+        for group in self.rank_groups:
+            if gpu in group:
+                return group[0]
+        raise ValueError(f"GPU {gpu} is not in the job ({self.world} GPUs)")
+
+    def spans_of(self, gpu: int) -> list[Span]:
+        """The spans of one GPU (its representative's, relabelled)."""
+        rep = self.representative(gpu)
+        return [s if s.gpu == gpu else replace(s, gpu=gpu) for s in self.spans if s.gpu == rep]
 
     def spans_per_gpu(self) -> Iterator[Span]:
-        """Every span for every GPU of the world (ranks run the same program)."""
+        """Every span for every GPU of the world, GPU by GPU."""
         for gpu in range(self.world):
-            for span in self.spans:
-                yield span if span.gpu == gpu else replace(span, gpu=gpu)
+            yield from self.spans_of(gpu)
 
     def streams(self) -> list[str]:
         """Stream names in order of first use."""
         return list(dict.fromkeys(s.stream for s in self.spans))
 
-    def compute_spans(self) -> list[Span]:
-        return [s for s in self.spans if not s.is_comm]
+    def compute_spans(self, gpu: int | None = None) -> list[Span]:
+        """GPU compute spans of one GPU (default: of every representative)."""
+        spans = self.spans if gpu is None else self.spans_of(gpu)
+        return [s for s in spans if s.is_compute]
 
-    def comm_spans(self) -> list[Span]:
-        return [s for s in self.spans if s.is_comm]
+    def comm_spans(self, gpu: int | None = None) -> list[Span]:
+        spans = self.spans if gpu is None else self.spans_of(gpu)
+        return [s for s in spans if s.is_comm]
 
     def bytes_between(self, link: str, start: float, end: float) -> float:
         """Bytes `link` carried in [start, end], from the rate history."""

@@ -28,6 +28,7 @@ import simpy
 
 from simulator.engine.fabric import Fabric
 from simulator.errors import InputError
+from simulator.machine import hardware
 from simulator.machine import nccl_tuning as nt
 from simulator.units import GB, US
 
@@ -258,6 +259,40 @@ def _max_rate(graph: nt.Graph, algorithm: str, protocol: str, channels: int) -> 
     if protocol == "LL128":
         return channels * nt.PER_CH_MAX_RING_LL128_BW[arch] * GB
     return math.inf
+
+
+# --- point-to-point -------------------------------------------------------------------------
+
+# NCCL_P2P_LL_THRESHOLD default: send/recv of at most 16 KiB per channel use LL (enqueue.cc)
+P2P_LL_THRESHOLD = 16384
+
+
+def p2p_plan(machine: Machine, src: int, dst: int, nbytes: int) -> Plan:
+    """One ncclSend/ncclRecv pair (pipeline activations), cached per machine.
+
+    Channels per peer as paths.cc ncclTopoGetNchannels sets them on one node: 2 over PCIe or
+    SHM, 2 per NVLink over NVLink. The bytes follow ``machine.route`` (P2P, or SHM through the
+    receiver's host memory) with the same protocol overheads and transport efficiencies as a
+    collective's hops; the latency is a two-rank chain's (NCCL's base plus one step).
+    """
+    cache = _plan_cache(machine)
+    key = ("p2p", src, dst, nbytes)
+    if key not in cache:
+        nvlink = machine.path_type(src, dst) == "NVL"
+        channels = 2
+        if nvlink:
+            per_link = hardware.NCCL_NVLINK_PER_LINK.get(machine.gpu_of(src).compute_capability,
+                                                         hardware.NCCL_NVLINK_PER_LINK[80])
+            channels = 2 * max(1, round(machine.nccl_path_bandwidth(src, dst) / per_link))
+        protocol = "LL" if nbytes / channels <= P2P_LL_THRESHOLD else "Simple"
+        latency = (nt.BASE_LATENCY["ring"][protocol] * US
+                   + _step_latency(machine, src, dst, "ring", protocol))
+        arch = nt.arch_index(machine.gpu_of(src).compute_capability)
+        cache[key] = Plan("sendrecv", nbytes, (src, dst), "p2p", protocol,
+                          machine.transport(src, dst), channels, (src, dst), latency,
+                          float(nbytes), _usage(machine, [(src, dst)], protocol),
+                          nt.LL_MAX_BW[arch] * GB if protocol == "LL" else math.inf, 0.0)
+    return cache[key]
 
 
 # --- running -----------------------------------------------------------------------------

@@ -101,6 +101,7 @@ class Machine:
     links: dict[str, Link]
     gpu_nodes: tuple[str, ...]  # node id of each rank
     nccl_link_bandwidth: dict[str, float]  # directed link id -> NCCL's belief, B/s
+    gpus: tuple[hardware.GPU, ...] = ()  # the card at each rank (node `gpu`, else `gpu`)
     _paths: dict[tuple[str, str], Path] = field(default_factory=dict, repr=False)
     _routes: dict[tuple[int, int], Route] = field(default_factory=dict, repr=False)
     _rings: dict[tuple[int, ...], Ring] = field(default_factory=dict, repr=False)
@@ -148,7 +149,8 @@ class Machine:
             lonely = next(c for c in nx.connected_components(graph) if gpu_nodes[0] not in c)
             raise InputError(f"{config.name}: node(s) {', '.join(sorted(lonely))} are not "
                              f"connected to {gpu_nodes[0]}")
-        return cls(config, gpu, graph, links, gpu_nodes, nccl_bw)
+        gpus = tuple(_node_gpu(graph.nodes[n]["config"], gpu) for n in gpu_nodes)
+        return cls(config, gpu, graph, links, gpu_nodes, nccl_bw, gpus)
 
     def subset(self, k: int) -> Machine:
         """The same machine with only its first ``k`` GPUs (their links dropped with them)."""
@@ -163,6 +165,10 @@ class Machine:
         links = [lc for lc in self.config.links if lc.a not in dropped and lc.b not in dropped]
         return Machine.from_config(self.config.model_copy(update={"nodes": nodes,
                                                                   "links": links}))
+
+    def gpu_of(self, rank: int) -> hardware.GPU:
+        """The card at ``rank``: its node's `gpu` where given, else the machine's `gpu`."""
+        return self.gpus[rank] if self.gpus else self.gpu
 
     # --- paths and transports ---------------------------------------------------------
 

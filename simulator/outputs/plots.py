@@ -1,8 +1,9 @@
 """Pictures of a simulated step: the Gantt chart, the memory-over-the-step curve, sweep charts.
 
 Pure functions of a `Timeline` (and, for memory, the per-rank memory breakdown), drawn with
-matplotlib on the Agg backend; every figure is closed after saving. Ranks run the same
-program, so by default identical GPUs share one lane per stream ("GPU 0-7 · compute").
+matplotlib on the Agg backend; every figure is closed after saving. By default each group of
+identical GPUs shares one lane per stream ("GPU 0-7 · compute"; a pipeline's stages and a mixed
+box's cards get lanes of their own).
 """
 
 from __future__ import annotations
@@ -22,26 +23,41 @@ COLOURS = {
     "forward": "#4C72B0", "backward": "#55A868", "recompute": "#8C8C8C",
     "optimizer": "#C44E52", "other": "#B0B0B0",
     "allreduce": "#DD8452", "allgather": "#8172B3", "reducescatter": "#DA8BC3",
-    "broadcast": "#937860",
+    "broadcast": "#937860", "p2p": "#2CA9B7", "d2h": "#E6B800", "h2d": "#A67C00",
+    "nvme": "#6B4E16", "cpu_optimizer": "#7F2A2D", "repeat": "#DDDDDD",
 }
 _EXPOSED = "#FF000022"
 _MS = 1e3
 
 
-def _lanes(timeline: Timeline, collapse: bool) -> list[tuple[str, int | None, str]]:
-    """(label, gpu or None for all, stream) per lane, top to bottom."""
-    streams = timeline.streams()
+def _gpus(group: Sequence[int]) -> str:
+    if len(group) > 1 and list(group) == list(range(group[0], group[-1] + 1)):
+        return f"GPU {group[0]}-{group[-1]}"
+    return "GPU " + ",".join(map(str, group))
+
+
+def _streams(timeline: Timeline, rep: int) -> list[str]:
+    return list(dict.fromkeys(s.stream for s in timeline.spans if s.gpu == rep))
+
+
+def _lanes(timeline: Timeline, collapse: bool) -> list[tuple[str, int, str]]:
+    """(label, representative GPU, stream) per lane, top to bottom."""
     if collapse or timeline.world == 1:
-        gpus = f"GPU 0-{timeline.world - 1}" if timeline.world > 1 else "GPU 0"
-        return [(f"{gpus} · {s}", None, s) for s in streams]
-    return [(f"GPU {g} · {s}", g, s) for g in range(timeline.world) for s in streams]
+        return [(f"{_gpus(g)} · {s}", g[0], s) for g in timeline.rank_groups
+                for s in _streams(timeline, g[0])]
+    lanes = []
+    for gpu in range(timeline.world):
+        rep = timeline.representative(gpu)
+        lanes += [(f"GPU {gpu} · {s}", rep, s) for s in _streams(timeline, rep)]
+    return lanes
 
 
-def exposed_intervals(timeline: Timeline) -> list[tuple[float, float]]:
-    """Intervals where communication runs and no compute does (on any GPU: ranks are alike)."""
-    compute = merge((s.start, s.end) for s in timeline.compute_spans())
+def exposed_intervals(timeline: Timeline, gpu: int | None = None) -> list[tuple[float, float]]:
+    """Intervals where one GPU (default: the first) communicates and does no compute."""
+    gpu = timeline.rank_groups[0][0] if gpu is None else gpu
+    compute = merge((s.start, s.end) for s in timeline.compute_spans(gpu))
     out: list[tuple[float, float]] = []
-    for start, end in merge((s.start, s.end) for s in timeline.comm_spans()):
+    for start, end in merge((s.start, s.end) for s in timeline.comm_spans(gpu)):
         cursor = start
         for c_start, c_end in compute:
             if c_end <= cursor or c_start >= end:
@@ -61,10 +77,10 @@ def gantt(timeline: Timeline, path: str | Path, *, title: str = "",
     height = max(2.6, 0.55 * len(lanes) + 1.6)
     fig, ax = plt.subplots(figsize=(14, height), dpi=110)
     kinds_seen: dict[str, None] = {}
-    for row, (_label, gpu, stream) in enumerate(lanes):
+    for row, (_label, rep, stream) in enumerate(lanes):
         by_kind: dict[str, list[tuple[float, float]]] = {}
         for span in timeline.spans:
-            if span.stream == stream:
+            if span.stream == stream and span.gpu == rep:
                 by_kind.setdefault(span.kind, []).append(
                     (span.start * _MS, max(span.duration * _MS, 1e-6)))
         y = len(lanes) - 1 - row
@@ -75,16 +91,21 @@ def gantt(timeline: Timeline, path: str | Path, *, title: str = "",
             kinds_seen[kind] = None
             ax.broken_barh(bars, (y - 0.38, 0.76), facecolors=COLOURS.get(kind, "#777777"),
                            edgecolor="white", linewidth=edge)
-        del gpu  # spans are identical per GPU (symmetric ranks)
-    for start, end in exposed_intervals(timeline):
-        ax.axvspan(start * _MS, end * _MS, color=_EXPOSED, linewidth=0)
+    bottom, top = -0.6, len(lanes) - 0.1
+    for group in timeline.rank_groups:  # shade each group's own lanes
+        rows = [len(lanes) - 1 - r for r, lane in enumerate(lanes) if lane[1] == group[0]]
+        band = ((0.0, 1.0) if len(timeline.rank_groups) == 1 else
+                ((min(rows) - 0.5 - bottom) / (top - bottom),
+                 (max(rows) + 0.5 - bottom) / (top - bottom)))
+        for start, end in exposed_intervals(timeline, group[0]):
+            ax.axvspan(start * _MS, end * _MS, *band, color=_EXPOSED, linewidth=0)
     step_ms = timeline.step_time * _MS
     ax.axvline(step_ms, color="black", linewidth=1.2, linestyle="--")
     ax.text(step_ms, 1.01, f"step {step_ms:.1f} ms", va="bottom", ha="right", fontsize=9,
             transform=ax.get_xaxis_transform())
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels([label for label, _, _ in reversed(lanes)], fontsize=9)
-    ax.set_ylim(-0.6, len(lanes) - 0.1)
+    ax.set_ylim(bottom, top)
     ax.set_xlim(0, step_ms * 1.01 if step_ms > 0 else 1)
     ax.set_xlabel("time in the step (ms)")
     ax.grid(axis="x", linewidth=0.3, alpha=0.6)

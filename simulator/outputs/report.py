@@ -5,8 +5,10 @@ model FLOPs per step, the GPU's peak, the memory verdict, the one-GPU baseline);
 gathers those. Definitions:
 
 - compute_time_s: time the GPU runs any compute kernel (union of compute spans);
-- comm_time_s: time any collective runs (union of communication spans);
-- exposed_comm_s: time a collective runs while no compute does (what overlap failed to hide);
+- comm_time_s: time any collective, point-to-point batch or host copy runs (union);
+- exposed_comm_s: time communication runs while no compute does (what overlap failed to hide);
+- these three are of the GPU that computes longest (it paces the step); where ranks differ
+  (pipeline stages, mixed cards) ``ranks`` lists them for each group of identical GPUs;
 - mfu: model FLOPs of the step (all ranks) / (step time * GPUs * the GPU's dense peak);
 - scaling_efficiency: tokens/s per GPU here / tokens/s of one GPU of the same machine with
   the same per-GPU batch (None where one GPU cannot hold the job);
@@ -23,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from simulator.engine.timeline import Timeline, subtract_length, union_length
+from simulator.engine.timeline import REPEAT_KIND, Span, Timeline, subtract_length, union_length
 
 CONTRACT_KEYS = (
     "step_time_s", "compute_time_s", "comm_time_s", "exposed_comm_s", "tokens_per_s",
@@ -34,12 +36,34 @@ MEMORY_KEYS = ("peak_bytes", "capacity_bytes", "fits", "breakdown_bytes")
 BREAKDOWN_KEYS = ("weights", "gradients", "optimizer", "activations", "other")
 
 
-def time_split(timeline: Timeline) -> dict[str, float]:
-    """compute, communication and exposed-communication seconds of the representative GPU."""
-    compute = [(s.start, s.end) for s in timeline.compute_spans()]
-    comm = [(s.start, s.end) for s in timeline.comm_spans()]
+def _split(spans: list[Span]) -> dict[str, float]:
+    compute = [(s.start, s.end) for s in spans if s.is_compute]
+    comm = [(s.start, s.end) for s in spans if s.is_comm]
     return {"compute_time_s": union_length(compute), "comm_time_s": union_length(comm),
             "exposed_comm_s": subtract_length(comm, compute)}
+
+
+def time_split(timeline: Timeline, gpu: int | None = None) -> dict[str, float]:
+    """compute, communication and exposed-communication seconds of one GPU (default: the
+    GPU with the most compute, which paces the step). A replayed unit counts ``times`` over."""
+    if gpu is None:
+        splits = [time_split(timeline, group[0]) for group in timeline.rank_groups]
+        return max(splits, key=lambda x: x["compute_time_s"])
+    spans = timeline.spans_of(gpu)
+    plain = [s for s in spans if s.kind != REPEAT_KIND]
+    out = _split(plain)
+    for rep in (s for s in spans if s.kind == REPEAT_KIND):
+        lo, hi = rep.args["unit_tasks"]
+        unit = _split([s for s in plain if lo <= s.args.get("task", -1) <= hi])
+        for key, value in unit.items():
+            out[key] += rep.args["times"] * value
+    return out
+
+
+def rank_split(timeline: Timeline) -> list[dict[str, Any]]:
+    """`time_split` of each group of identical GPUs, with the GPUs it stands for."""
+    return [{"gpus": list(group), **time_split(timeline, group[0])}
+            for group in timeline.rank_groups]
 
 
 def bottleneck(timeline: Timeline) -> dict[str, Any]:
@@ -49,7 +73,9 @@ def bottleneck(timeline: Timeline) -> dict[str, Any]:
         return {"link": None, "utilization": 0.0, "utilization_during_comm": 0.0,
                 "bytes": 0, "window": "step"}
     link = max(sorted(used), key=timeline.link_utilization)
+    # while any GPU communicates: the union over groups (replays counted by the pacing GPU's)
     comm_time = union_length((s.start, s.end) for s in timeline.comm_spans())
+    comm_time = max(comm_time, time_split(timeline)["comm_time_s"])
     carried = timeline.link_bytes[link]
     capacity = timeline.link_capacity[link]
     return {
@@ -68,9 +94,10 @@ def bucket_list(timeline: Timeline) -> list[dict[str, Any]]:
     Each bucket in ``meta["buckets"]`` names its all-reduce task (``task``, the task id) or
     its span (``name``); steady state, last micro-step (the one that all-reduces).
     """
-    spans_by_task = {s.args.get("task"): s for s in timeline.comm_spans()}
+    first = timeline.rank_groups[0][0]  # meta is the first program's
+    spans_by_task = {s.args.get("task"): s for s in timeline.comm_spans(first)}
     spans_by_name: dict[str, Any] = {}
-    for s in timeline.comm_spans():
+    for s in timeline.comm_spans(first):
         spans_by_name[s.name] = s  # the last one: the micro-step that all-reduces
     out = []
     for bucket in timeline.meta.get("buckets", []):
@@ -115,6 +142,8 @@ def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step:
         "breakdown_bytes": {k: int(memory["breakdown_bytes"].get(k, 0)) for k in BREAKDOWN_KEYS},
     }
     report["bottleneck"] = bottleneck(timeline)
+    if len(timeline.rank_groups) > 1:
+        report["ranks"] = rank_split(timeline)
     if "buckets" in timeline.meta:
         report["buckets"] = bucket_list(timeline)
     if cost is not None:

@@ -1,8 +1,8 @@
-"""Parallelism strategies: job + machine + options -> one `Program` for the engine.
+"""Parallelism strategies: job + machine + options -> per-rank `Program`s for the engine.
 
 ``build(name, job, machine, options)`` with name one of ``STRATEGIES``:
 ddp (ddp.py), zero1 / zero2 (zero.py), fsdp and zero3 (fsdp.py), tp, tp+ddp, tp+fsdp (tensor.py).
-All data-parallel ranks are symmetric, so one program describes every GPU.
+It returns one program per group of identical ranks: symmetric data parallelism is one.
 """
 
 from __future__ import annotations
@@ -47,11 +47,15 @@ Options = StrategyOptions  # short alias used by the commands
 
 
 def build(name: str, job: Job, machine: Machine, options: StrategyOptions | None = None
-          ) -> Program:
-    """The program of one training step of ``job`` on ``machine`` with strategy ``name``."""
+          ) -> list[Program]:
+    """The programs of one training step of ``job`` on ``machine`` with strategy ``name``:
+    one per group of identical ranks."""
+    return [_build_one(name, job, machine, options or StrategyOptions())]
+
+
+def _build_one(name: str, job: Job, machine: Machine, opts: StrategyOptions) -> Program:
     from simulator.strategies import ddp, fsdp, tensor, zero
 
-    opts = options or StrategyOptions()
     if opts.grad_compression not in ("none", "bf16"):
         raise InputError(f"gradient compression {opts.grad_compression!r}: choose none or bf16")
     if name == "ddp":

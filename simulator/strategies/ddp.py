@@ -36,6 +36,7 @@ from simulator.strategies.steps import (
     compute_only,
     memory_pass,
     ready_order,
+    repeat_unit,
     trainable_indices,
 )
 
@@ -95,10 +96,10 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
     emit = emit or compute_only(gpu)
     accum = options.grad_accum or job.grad_accum
     last: int | None = prog.tasks[-1].id if prog.tasks else None
-    for micro in range(accum - 1):  # no_sync(): no reduction until the last micro-step
-        ids = add_ops(prog, fwd + bwd, emit, after=() if last is None else (last,),
-                      prefix=f"micro{micro}." if accum > 1 else "")
-        last = ids[-1]
+    if accum > 1:  # no_sync(): no reduction until the last micro-step; the others are alike
+        first = len(prog.tasks)
+        add_ops(prog, fwd + bwd, emit, after=() if last is None else (last,), prefix="micro0.")
+        last = repeat_unit(prog, first, accum - 2)
     prefix = f"micro{accum - 1}." if accum > 1 else ""
     fwd_ids = add_ops(prog, fwd, emit, after=() if last is None else (last,), prefix=prefix)
     if dp == 1:  # a single replica: plain backward and optimizer, no DDP wrapper

@@ -18,7 +18,8 @@ head), from torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py (domain-mod
 Bytes: all-gathers in ``param_dtype`` (2 bytes under bf16/fp16, 4 under fp32), reduce-scatters
 in ``reduce_dtype`` fp32 (4 bytes), consistent with simulator/job/memory.py's FSDP recipe; frozen
 parameters (LoRA) are gathered but not reduced. Gradient accumulation repeats the whole
-micro-step (FSDP2 reduces every backward unless told not to).
+micro-step (FSDP2 reduces every backward unless told not to), so one micro-step is simulated
+and replayed.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from simulator.engine.program import Comm, Compute, Program
 from simulator.job.workload import Job
-from simulator.strategies.steps import Emit, add_ops, as_compute, compute_only
+from simulator.strategies.steps import Emit, add_ops, as_compute, compute_only, repeat_unit
 
 if TYPE_CHECKING:
     from simulator.job.ops import Op
@@ -93,67 +94,70 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
     counts = {"allgather": 0, "reducescatter": 0}
     accum = options.grad_accum or job.grad_accum
     last: int | None = prog.tasks[-1].id if prog.tasks else None
-    for micro in range(accum):
-        prefix = f"micro{micro}." if accum > 1 else ""
-        sharded = dp > 1
-        # ---- forward
-        ag: dict[int, int] = {}
-        root_ag = None
-        if sharded and root:  # every group reshards after backward, the root too
-            root_ag = gather(f"{prefix}allgather.root", root, () if last is None else (last,))
-        fwd_end: dict[int, int] = {}
-        order = [b for b, _ in groupby(fwd, key=lambda op: op.block)]
-        for block, ops in groupby(fwd, key=lambda op: op.block):
-            deps: list[int] = [] if last is None else [last]
-            if sharded and block in unit_set:
-                k = order.index(block)
-                ahead = 2 if options.forward_prefetch else 1  # issue when unit k-1 starts
-                before = order[k - ahead] if k - ahead >= 0 else None
-                ag_deps = (fwd_end[before],) if before in fwd_end else tuple(deps)
-                ag[block] = gather(f"{prefix}allgather.fwd.unit{block}", [block], ag_deps)
-                counts["allgather"] += 1
-                deps.append(ag[block])
-            elif sharded and root_ag is not None:
-                deps.append(root_ag)
-            ids = add_ops(prog, list(ops), emit, after=deps, prefix=prefix)
-            fwd_end[block] = last = ids[-1]
-        # ---- backward
-        bwd_end: dict[int, int] = {}
-        border = [b for b, _ in groupby(bwd, key=lambda op: op.block)]
-        rs_units: list[int] = []  # reduce-scatter task ids of units, in issue order
-        for block, ops in groupby(bwd, key=lambda op: op.block):
-            deps = [last] if last is not None else []
-            if sharded and len(rs_units) >= 2:  # wait for the previous unit's reduce-scatter
-                deps.append(rs_units[-2])
-            if sharded and block in unit_set and options.reshard_after_forward:
-                k = border.index(block)
-                ahead = 2 if options.backward_prefetch else 1
-                before = border[k - ahead] if k - ahead >= 0 else None
-                ag_deps = (bwd_end[before],) if before in bwd_end else (fwd_end[order[-1]],)
-                deps.append(gather(f"{prefix}allgather.bwd.unit{block}", [block], ag_deps))
-                counts["allgather"] += 1
-            op_end = -1
-            for op in ops:
-                op_end = emit(prog, op, tuple(deps), prefix)
-                deps = [op_end]
-            bwd_end[block] = last = op_end
-            if sharded and block in unit_set:
-                rs = reduce(f"{prefix}reducescatter.unit{block}", [block], (op_end,))
-                if rs is not None:
-                    rs_units.append(rs)
-                    counts["reducescatter"] += 1
-        if sharded and root:
-            rs = reduce(f"{prefix}reducescatter.root", root, (last,) if last is not None else ())
+    first = len(prog.tasks)
+    # every micro-step is alike: micro0 is simulated, then replayed accum - 1 times
+    prefix = "micro0." if accum > 1 else ""
+    sharded = dp > 1
+    # ---- forward
+    ag: dict[int, int] = {}
+    root_ag = None
+    if sharded and root:  # every group reshards after backward, the root too
+        root_ag = gather(f"{prefix}allgather.root", root, () if last is None else (last,))
+    fwd_end: dict[int, int] = {}
+    order = [b for b, _ in groupby(fwd, key=lambda op: op.block)]
+    for block, ops in groupby(fwd, key=lambda op: op.block):
+        deps: list[int] = [] if last is None else [last]
+        if sharded and block in unit_set:
+            k = order.index(block)
+            ahead = 2 if options.forward_prefetch else 1  # issue when unit k-1 starts
+            before = order[k - ahead] if k - ahead >= 0 else None
+            ag_deps = (fwd_end[before],) if before in fwd_end else tuple(deps)
+            ag[block] = gather(f"{prefix}allgather.fwd.unit{block}", [block], ag_deps)
+            counts["allgather"] += 1
+            deps.append(ag[block])
+        elif sharded and root_ag is not None:
+            deps.append(root_ag)
+        ids = add_ops(prog, list(ops), emit, after=deps, prefix=prefix)
+        fwd_end[block] = last = ids[-1]
+    # ---- backward
+    bwd_end: dict[int, int] = {}
+    border = [b for b, _ in groupby(bwd, key=lambda op: op.block)]
+    rs_units: list[int] = []  # reduce-scatter task ids of units, in issue order
+    for block, ops in groupby(bwd, key=lambda op: op.block):
+        deps = [last] if last is not None else []
+        if sharded and len(rs_units) >= 2:  # wait for the previous unit's reduce-scatter
+            deps.append(rs_units[-2])
+        if sharded and block in unit_set and options.reshard_after_forward:
+            k = border.index(block)
+            ahead = 2 if options.backward_prefetch else 1
+            before = border[k - ahead] if k - ahead >= 0 else None
+            ag_deps = (bwd_end[before],) if before in bwd_end else (fwd_end[order[-1]],)
+            deps.append(gather(f"{prefix}allgather.bwd.unit{block}", [block], ag_deps))
+            counts["allgather"] += 1
+        op_end = -1
+        for op in ops:
+            op_end = emit(prog, op, tuple(deps), prefix)
+            deps = [op_end]
+        bwd_end[block] = last = op_end
+        if sharded and block in unit_set:
+            rs = reduce(f"{prefix}reducescatter.unit{block}", [block], (op_end,))
             if rs is not None:
                 rs_units.append(rs)
-        if rs_units:
-            last = prog.add("compute", as_compute_wait(prefix), (rs_units[-1],))
+                counts["reducescatter"] += 1
+    if sharded and root:
+        rs = reduce(f"{prefix}reducescatter.root", root, (last,) if last is not None else ())
+        if rs is not None:
+            rs_units.append(rs)
+    if rs_units:
+        last = prog.add("compute", as_compute_wait(prefix), (rs_units[-1],))
+    if accum > 1:
+        last = repeat_unit(prog, first, accum - 1)
     scale = optimizer_scale / dp
     for op in job.optimizer_ops():
         last = prog.add("compute", as_compute(op, gpu, scale=scale),
                         (last,) if last is not None else ())
     prog.meta["units"] = len(unit_list)
-    prog.meta["collectives"] = counts
+    prog.meta["collectives"] = {op: n * accum for op, n in counts.items()}
     return prog
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from simulator.engine.program import Compute, ComputeKind, Program
+from simulator.engine.program import Compute, ComputeKind, Program, Repeat
 from simulator.job import compute
 from simulator.job.ops import Op
 from simulator.job.workload import Job
@@ -72,3 +72,16 @@ def dp_groups(world: int, tp: int) -> tuple[tuple[int, ...], ...]:
 def tp_groups(world: int, tp: int) -> tuple[tuple[int, ...], ...]:
     """Tensor-parallel groups: blocks of ``tp`` consecutive ranks."""
     return tuple(tuple(range(s, s + tp)) for s in range(0, world, tp))
+
+
+def repeat_unit(program: Program, first: int, times: int, label: str = "micro{}.") -> int:
+    """Mark the tasks from ``first`` to the end as a unit run ``times`` more times (identical
+    micro-steps); returns the task the next work waits for. ``times`` 0 adds nothing."""
+    last = program.tasks[-1].id
+    if times < 1:
+        return last
+    ends: dict[str, int] = {}
+    for task in program.tasks[first:]:
+        ends[task.stream] = task.id
+    name = f"{label.format(1).rstrip('.')}..{label.format(times).rstrip('.')} (replayed)"
+    return program.add("compute", Repeat(name, first, times, label), tuple(sorted(ends.values())))

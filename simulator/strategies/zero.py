@@ -29,6 +29,7 @@ from simulator.strategies.steps import (
     as_compute,
     compute_only,
     ready_order,
+    repeat_unit,
     trainable_indices,
 )
 
@@ -69,10 +70,10 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *, stage: int) -
     emit = compute_only(gpu)
     accum = options.grad_accum or job.grad_accum
     last: int | None = None
-    for micro in range(accum - 1):  # DeepSpeed reduces only at the gradient-accumulation boundary
-        ids = add_ops(prog, fwd + bwd, emit, after=() if last is None else (last,),
-                      prefix=f"micro{micro}.")
-        last = ids[-1]
+    if accum > 1:  # DeepSpeed reduces only at the gradient-accumulation boundary
+        first = len(prog.tasks)
+        add_ops(prog, fwd + bwd, emit, after=(), prefix="micro0.")
+        last = repeat_unit(prog, first, accum - 2)
     prefix = f"micro{accum - 1}." if accum > 1 else ""
     trainable = set(trainable_indices(job))
     order = [i for i in ready_order(bwd) if i in trainable]
