@@ -3,10 +3,17 @@ validation/frameworks.yaml.
 
 Prints one row per point (id, op, gpus, bytes, measured, simulated, error %) and then the
 median and worst |error|. Sections: ``collectives`` (nccl-tests numbers), ``training`` (step
-throughput) and ``gemm`` (one large GEMM per GPU); each section is one function returning
-rows, listed in SECTIONS. Always exits 0: it reports, the tests hold the tolerances.
+throughput), ``gemm`` (one large GEMM per GPU) and ``boxes`` (no-P2P boxes of
+validation/box-spread.yaml, simulated from the machine a user would describe); each section is
+one function returning rows, listed in SECTIONS. Always exits 0: it reports, the tests hold
+the tolerances.
 
-    python scripts/validate.py [--section collectives|training|gemm|all]
+Each row names the mechanism it measures (``shm``, ``pcie_p2p``, ``nvlink`` collectives,
+``compute:<GPU line>`` for one-GPU steps; simulator/scales.py). ``--write-residuals`` writes
+their spread per mechanism to validation/residuals.yaml, which the ranges read
+(simulator/advice/ranges.py, docs/accuracy.md).
+
+    python scripts/validate.py [--section collectives|training|gemm|boxes|all] [--write-residuals]
 """
 
 from __future__ import annotations
@@ -23,12 +30,15 @@ from typing import Any
 import yaml
 
 from simulator.inputs.config import load_topology
-from simulator.machine import collectives
+from simulator.machine import collectives, hardware
 from simulator.machine.topology import Machine
+from simulator.scales import hop_mechanism
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ROOT / "validation" / "measurements.yaml"
 FRAMEWORKS = ROOT / "validation" / "frameworks.yaml"
+BOX_SPREAD = ROOT / "validation" / "box-spread.yaml"
+RESIDUALS = ROOT / "validation" / "residuals.yaml"
 VALIDATION_TOPOLOGIES = ROOT / "validation" / "topologies"
 WORKLOADS = ROOT / "workloads"
 
@@ -72,6 +82,9 @@ class Row:
     quantity: str  # what is compared: "busbw GB/s", "time us", "samples/s", ...
     measured: float
     simulated: float
+    mechanism: str | None = None  # what the point measures (scales.py), None: a mix
+    topology: str | None = None  # name of the machine it was simulated on
+    simulated_range: tuple[float, float] | None = None  # training: the run's range
 
     @property
     def error(self) -> float:
@@ -106,6 +119,16 @@ def gemm_rows(data: dict[str, Any]) -> list[Row]:
         rate = compute.gemm_rate(8192, 8192, 8192, hardware.gpu(point["gpu"]))
         rows.append(Row(point["id"], "gemm", 1, None, "TFLOP/s", point["tflops"], rate / 1e12))
     return rows
+def plan_mechanism(machine: Machine, plan: collectives.Plan) -> str | None:
+    """The slowest transport a collective's ring crosses: SHM, then PCIe P2P, then NVLink."""
+    order = plan.order
+    hops = {hop_mechanism(machine, a, order[(i + 1) % len(order)]) for i, a in enumerate(order)}
+    return next((m for m in ("shm", "pcie_p2p", "nvlink") if m in hops), None)
+
+
+def compute_mechanism(gpu_name: str) -> str:
+    """One-GPU steps measure the achieved compute of the GPU's product line."""
+    return f"compute:{hardware.GPUS[gpu_name].line}"
 
 
 def collective_rows(data: dict[str, Any]) -> list[Row]:
@@ -128,23 +151,51 @@ def collective_rows(data: dict[str, Any]) -> list[Row]:
             for size, t_us, busbw in zip(table["bytes"], table["time_us"],
                                          table["busbw_gbps"], strict=True):
                 r = collectives.simulate(m, entry["op"], size)
+                tags = _tags(m, entry["op"], size)
                 if busbw > 0.05:  # nccl-tests rounds to 0.01: below, compare the time
                     rows.append(Row(dataset, entry["op"], m.n_gpus, size, "busbw GB/s",
-                                    busbw, r.busbw_gbps))
+                                    busbw, r.busbw_gbps, *tags))
                 else:
                     rows.append(Row(dataset, entry["op"], m.n_gpus, size, "time us", t_us,
-                                    r.time_us))
+                                    r.time_us, *tags))
             for size, busbw in entry.get("also", {}).get("allgather_busbw_gbps", {}).items():
                 r = collectives.simulate(m, "allgather", int(size))
                 rows.append(Row(dataset, "allgather", m.n_gpus, int(size), "busbw GB/s",
-                                busbw, r.busbw_gbps))
+                                busbw, r.busbw_gbps, *_tags(m, "allgather", int(size))))
         for point in entry.get("points", []):
             m = machine(dataset, point["gpus"])
             size = int(point.get("bytes", PLATEAU_BYTES))
             algo = point.get("algorithm", "auto")
             r = collectives.simulate(m, point["op"], size, algo=algo)
             rows.append(Row(dataset, point["op"], m.n_gpus, size, "busbw GB/s",
-                            point["busbw_gbps"], r.busbw_gbps))
+                            point["busbw_gbps"], r.busbw_gbps,
+                            *_tags(m, point["op"], size, algo)))
+    return rows
+
+
+def _tags(m: Machine, op: str, size: int, algo: str = "auto") -> tuple[str | None, str]:
+    """A collective row's mechanism and machine name."""
+    return plan_mechanism(m, collectives.plan(m, op, size, algo=algo)), m.name
+
+
+def box_rows(_data: dict[str, Any]) -> list[Row]:
+    """No-P2P boxes of validation/box-spread.yaml, each on the machine that describes it."""
+    from simulator.api import load_machine
+
+    spread = load_measurements(BOX_SPREAD)
+    rows: list[Row] = []
+    for box in spread["boxes"]:
+        source = box["machine"]
+        topology = str(ROOT / source) if source.endswith(".yaml") else source
+        points = box.get("points") or [{"gpus": box["gpus"], "bytes": int(size),
+                                        "busbw_gbps": busbw}
+                                       for size, busbw in box["busbw_gbps"].items()]
+        for point in points:
+            m = load_machine(topology, point["gpus"])
+            size = int(point["bytes"])
+            r = collectives.simulate(m, box["op"], size)
+            rows.append(Row(box["id"], box["op"], m.n_gpus, size, "busbw GB/s",
+                            point["busbw_gbps"], r.busbw_gbps, *_tags(m, box["op"], size)))
     return rows
 
 
@@ -195,9 +246,10 @@ def _scaling_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
         for gpus, measured in zip(result["gpus"], result["seq_per_s"], strict=True):
             spec = RunSpec(topology, setup["workload"], setup["strategy"], gpus=gpus,
                            micro_batch=batch, overlap=setup["overlap"])
-            simulated[gpus] = simulate(spec, baseline=False).report["samples_per_s"]
+            report = simulate(spec, baseline=False, ranges=True).report
+            simulated[gpus] = report["samples_per_s"]
             rows.append(Row(entry["id"], result["hardware"][:13], gpus, None, "seq/s",
-                            measured, simulated[gpus]))
+                            measured, simulated[gpus], *_training_tags(report, "samples_per_s")))
         n = max(result["gpus"])
         measured_eff = result["seq_per_s"][-1] / (n * result["seq_per_s"][0])
         rows.append(Row(entry["id"], result["hardware"][:13], n, None, "scaling eff",
@@ -211,22 +263,40 @@ def _bucket_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
 
     machine = setup["machines"][None]
 
-    def step(gpus: int, bucket_mb: float | None = None) -> float:
+    def run(gpus: int, bucket_mb: float | None = None) -> dict[str, Any]:
         spec = RunSpec(machine, setup["workload"], setup["strategy"], gpus=gpus,
                        bucket_mb=bucket_mb, overlap=setup["overlap"])
-        return float(simulate(spec, baseline=False).report["step_time_s"])
+        return simulate(spec, baseline=False, ranges=True).report
+
+    def step(gpus: int, bucket_mb: float | None = None) -> float:
+        return float(run(gpus, bucket_mb)["step_time_s"])
 
     rows: list[Row] = []
     for result in entry["results"]:
         gpus = int(result["gpus"])
         if "sec_per_iter" in result:
+            report = run(gpus)
             rows.append(Row(entry["id"], "resnet50", gpus, None, "sec/iter",
-                            result["sec_per_iter"], step(gpus)))
+                            result["sec_per_iter"], report["step_time_s"],
+                            *_training_tags(report)))
         slowdown = _bucket_slowdown(result.get("note", ""))
         if slowdown is not None:  # the source's diff is in ex/sec: 1 - throughput ratio
             rows.append(Row(entry["id"], "bucket 1 v 25", gpus, None, "tput loss",
                             slowdown, 1 - step(gpus, 25) / step(gpus, 1)))
     return rows
+
+
+def _training_tags(report: dict[str, Any], key: str = "step_time_s"
+                   ) -> tuple[str | None, str, tuple[float, float] | None]:
+    """A one-GPU step measures compute alone; a multi-GPU step mixes mechanisms. The range of
+    ``key`` follows the step time's (throughputs are per-step counts over it)."""
+    mechanism = compute_mechanism(report["gpu"]) if report["gpus"] == 1 else None
+    low, high = report.get("step_time_s_range") or (None, None)
+    bounds = None
+    if low and high:
+        bounds = (low, high) if key == "step_time_s" else (
+            report[key] * report["step_time_s"] / high, report[key] * report["step_time_s"] / low)
+    return mechanism, report["topology"], bounds
 
 
 def training_rows(data: dict[str, Any]) -> list[Row]:
@@ -252,15 +322,16 @@ def training_rows(data: dict[str, Any]) -> list[Row]:
             spec = RunSpec(topology, setup["workload"], setup["strategy"] if gpus > 1 else "ddp",
                            gpus=gpus, micro_batch=result.get("micro_batch"),
                            grad_accum=result.get("grad_accum"), overlap=setup["overlap"])
-            r = simulate(spec, baseline=False).report
+            r = simulate(spec, baseline=False, ranges=True).report
             label = f"{entry['id']}"
             what = f"{result.get('link') or result.get('model') or ''}".split(",")[0][:13]
             if "samples_per_s" in result:
                 rows.append(Row(label, what, gpus, None, "samples/s", result["samples_per_s"],
-                                r["samples_per_s"]))
+                                r["samples_per_s"], *_training_tags(r, "samples_per_s")))
             if "tokens_per_s_per_gpu" in result:
                 rows.append(Row(label, what, gpus, None, "tok/s/GPU",
-                                result["tokens_per_s_per_gpu"], r["tokens_per_s_per_gpu"]))
+                                result["tokens_per_s_per_gpu"], r["tokens_per_s_per_gpu"],
+                                *_training_tags(r, "tokens_per_s_per_gpu")))
             if "mfu" in result:
                 rows.append(Row(label, what, gpus, None, "MFU", result["mfu"], r["mfu"]))
             split = result.get("time_split", {})
@@ -274,7 +345,76 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "collectives": collective_rows,
     "training": training_rows,
     "gemm": gemm_rows,
+    "boxes": box_rows,
 }
+
+
+# What the residual table keeps: achieved rates (a time counts inverted), at sizes a training
+# step moves (buckets, per-block gathers: 1 MiB and up; smaller ones are latency bound).
+RATE_QUANTITIES = {"busbw GB/s", "samples/s", "seq/s", "tok/s/GPU"}
+TIME_QUANTITIES = {"sec/iter", "time us"}
+MIN_BYTES = 1 << 20
+
+
+def rate_ratio(row: Row) -> float | None:
+    """Measured rate / simulated rate: the factor the model's rate is off by (None: skip)."""
+    if row.bytes is not None and row.bytes < MIN_BYTES:
+        return None
+    if row.quantity in RATE_QUANTITIES:
+        return row.measured / row.simulated
+    if row.quantity in TIME_QUANTITIES:
+        return row.simulated / row.measured
+    return None
+
+
+def residual_table(rows: list[Row]) -> dict[str, Any]:
+    """Per mechanism: the spread of rate ratios over all boxes and within each box."""
+    table: dict[str, Any] = {}
+    for row in rows:
+        ratio = rate_ratio(row)
+        if row.mechanism is None or ratio is None:
+            continue
+        entry = table.setdefault(row.mechanism, {"ratios": [], "boxes": {}})
+        entry["ratios"].append(ratio)
+        box = entry["boxes"].setdefault(f"{row.id} @ {row.topology}",
+                                        {"topology": row.topology, "ratios": [], "fit": False})
+        box["ratios"].append(ratio)
+        box["fit"] = box["fit"] or row.role == "fit"
+    out: dict[str, Any] = {}
+    for mechanism in sorted(table):
+        entry = table[mechanism]
+        out[mechanism] = {
+            "low": round(min(entry["ratios"]), 4), "high": round(max(entry["ratios"]), 4),
+            "points": len(entry["ratios"]),
+            "boxes": {box_id: {"topology": box["topology"], "low": round(min(box["ratios"]), 4),
+                               "high": round(max(box["ratios"]), 4),
+                               "points": len(box["ratios"]), "fit": box["fit"]}
+                      for box_id, box in sorted(entry["boxes"].items())},
+        }
+    return out
+
+
+RESIDUALS_HEADER = """\
+# Generated by `python scripts/validate.py --write-residuals`; do not edit by hand (a test
+# checks it matches what the models give now). Per mechanism (simulator/scales.py): the
+# factor by which measured rates differ from simulated ones (measured / simulated; a time
+# counts inverted), over every validation point of that mechanism at 1 MiB and up and every
+# one-GPU step. low/high: over all boxes (an uncalibrated machine); boxes: each box's own
+# spread, and whether its points fixed a constant of the model (fit). docs/accuracy.md says
+# how simulator/advice/ranges.py turns these into ranges.
+"""
+
+
+def all_rows() -> list[Row]:
+    data = load_measurements()
+    return [row for section in SECTIONS.values() for row in section(data)]
+
+
+def write_residuals(rows: list[Row], path: Path = RESIDUALS) -> None:
+    text = RESIDUALS_HEADER + yaml.safe_dump({"min_bytes": MIN_BYTES,
+                                              "mechanisms": residual_table(rows)},
+                                             sort_keys=False)
+    path.write_text(text, encoding="utf-8")
 
 
 def render(rows: list[Row]) -> str:
@@ -282,8 +422,13 @@ def render(rows: list[Row]) -> str:
              f"{'measured':>10} {'simulated':>10} {'error':>8}  role"]
     for r in rows:
         size = "-" if r.bytes is None else str(r.bytes)
+        bounds = ("" if r.simulated_range is None else
+                  f"  {r.simulated_range[0]:.2f}-{r.simulated_range[1]:.2f}"
+                  + ("" if r.simulated_range[0] <= r.measured <= r.simulated_range[1]
+                     else " (outside)"))
         lines.append(f"{r.id:<28} {r.op:<13} {r.gpus:>4} {size:>11} {r.quantity:<11} "
-                     f"{r.measured:>10.2f} {r.simulated:>10.2f} {r.error:>+8.1%}  {r.role}")
+                     f"{r.measured:>10.2f} {r.simulated:>10.2f} {r.error:>+8.1%}  {r.role}"
+                     f"{bounds}")
     if rows:
         errors = [abs(r.error) for r in rows]
         worst = max(rows, key=lambda r: abs(r.error))
@@ -294,20 +439,36 @@ def render(rows: list[Row]) -> str:
         if checks and len(checks) < len(rows):
             lines.append(f"{len(checks)} checks (calibration points left out): median |error| "
                          f"{statistics.median(checks):.1%}, worst {max(checks):.1%}")
+        ranged = [r for r in rows if r.simulated_range is not None]
+        if ranged:
+            inside = [r for r in ranged if r.simulated_range is not None
+                      and r.simulated_range[0] <= r.measured <= r.simulated_range[1]]
+            lines.append(f"{len(inside)} of {len(ranged)} points fall inside their simulated "
+                         "ranges (simulator/advice/ranges.py)")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--section", choices=[*SECTIONS, "all"], default="all")
+    parser.add_argument("--write-residuals", action="store_true",
+                        help=f"write the per-mechanism residual table to {RESIDUALS.name} "
+                        "(needs --section all)")
     args = parser.parse_args(argv)
     data = load_all()
     names = list(SECTIONS) if args.section == "all" else [args.section]
+    if args.write_residuals and args.section != "all":
+        parser.error("--write-residuals needs every section (--section all)")
+    everything: list[Row] = []
     for name in names:
         rows = SECTIONS[name](data)
+        everything += rows
         print(f"== {name} ==")
         print(render(rows) if rows else "(no points simulated in this section yet)")
         print()
+    if args.write_residuals:
+        write_residuals(everything)
+        print(f"wrote {RESIDUALS.relative_to(ROOT)}")
     return 0
 
 

@@ -27,6 +27,7 @@ from simulator.job.workload import Job
 from simulator.machine import collectives, hardware
 from simulator.machine.topology import Machine
 from simulator.outputs import report
+from simulator.scales import NEUTRAL, RateScales
 from simulator.strategies.recipe import check_recipe
 
 
@@ -52,6 +53,8 @@ class RunSpec:
     sequence_parallel: bool = False
     reshard_after_forward: bool = True
     zero_overlap_comm: bool | None = None
+    # achieved-rate factors of the mechanisms (simulator/scales.py): ranges re-run at them
+    scales: RateScales = NEUTRAL
 
 
 @dataclass
@@ -66,8 +69,12 @@ class RunResult:
 
 
 @lru_cache(maxsize=32)
-def load_machine(topology: str, gpus: int | None = None) -> Machine:
-    """The machine of a topology YAML or preset, cut to its first ``gpus`` GPUs (cached)."""
+def load_machine(topology: str, gpus: int | None = None,
+                 scales: RateScales = NEUTRAL) -> Machine:
+    """The machine of a topology YAML or preset, cut to its first ``gpus`` GPUs (cached),
+    with its mechanisms' rates scaled by ``scales``."""
+    if not scales.neutral:
+        return load_machine(topology, gpus).with_scales(scales)
     built = Machine.from_config(load_topology(topology))
     if gpus is not None:
         if gpus > built.n_gpus:
@@ -138,7 +145,7 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
     one = replace(spec, strategy="ddp", gpus=1, tp=None, grad_compression="none",
                   gradient_as_bucket_view=False, sequence_parallel=False,
                   reshard_after_forward=True, zero_overlap_comm=None)
-    one_gpu = load_machine(one.topology, 1)
+    one_gpu = load_machine(one.topology, 1, one.scales)
     job = job_of(one)
     if not _memory(job, one_gpu, one)["fits"]:
         return None
@@ -148,13 +155,15 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
     return tokens / timeline.step_time if timeline.step_time > 0 else None
 
 
-def simulate(spec: RunSpec, *, baseline: bool = True,
-             prices: cost.Prices | None = None) -> RunResult:
+def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None = None,
+             ranges: bool = False) -> RunResult:
     """Build the program, simulate it, and measure it: the whole `run` pipeline.
 
     ``prices``: the user's prices for the report's ``cost`` block (default: the topology's).
+    ``ranges``: add ``<key>_range`` beside the headline keys (advice/ranges.py: a few more
+    simulations at the ends of the mechanisms' validation spreads).
     """
-    machine = load_machine(spec.topology, spec.gpus)
+    machine = load_machine(spec.topology, spec.gpus, spec.scales)
     check_recipe(spec.strategy, tp=_tp_degree(spec, machine), overlap=spec.overlap,
                        grad_compression=spec.grad_compression,
                        gradient_as_bucket_view=spec.gradient_as_bucket_view,
@@ -195,6 +204,11 @@ def simulate(spec: RunSpec, *, baseline: bool = True,
     )
     link = metrics["bottleneck"]["link"]
     metrics["bottleneck"]["description"] = machine.describe(link) if link else None
-    return RunResult(spec, machine, job, programs, timeline, mem, metrics)
+    result = RunResult(spec, machine, job, programs, timeline, mem, metrics)
+    if ranges:
+        from simulator.advice.ranges import add_ranges
+
+        add_ranges(result, prices)
+    return result
 
 

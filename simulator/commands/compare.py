@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator import api
+from simulator.advice.ranges import WORDS
 from simulator.commands import price_flags
 from simulator.commands.run import add_job_arguments, spec_from_args, summary_rows
 
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     specs = [spec_from_args(args, t, w, s) for t, w, s in combos]
     machines = len(args.topology)
     reports = [api.simulate(spec, prices=price_flags.prices(
-        args, args.topology.index(t), machines)).report
+        args, args.topology.index(t), machines), ranges=not args.no_ranges).report
         for spec, (t, _, _) in zip(specs, combos, strict=True)]
     if args.json:
         print(json.dumps(reports, indent=2, default=str))
@@ -61,5 +62,17 @@ def run(args: argparse.Namespace) -> int:
     names = list(dict.fromkeys(name for r in rows for name in r))  # union, first-seen order
     for name in names:
         table.add_row(name, *[r.get(name, "-") for r in rows])
+    if not args.no_ranges:
+        table.add_row("range set by", *[_dominant(r) for r in reports])
     Console(file=sys.stdout, highlight=False, width=30 + 62 * len(reports)).print(table)
     return 0
+
+
+def _dominant(report: dict[str, Any]) -> str:
+    """The mechanism that sets most of the step-time range, and its spread."""
+    basis = report["range_basis"]
+    if basis["dominant"] is None:
+        return "-"
+    info = basis["mechanisms"][basis["dominant"]]
+    return (f"{WORDS[basis['dominant']]}: {info['low']:.2f}-{info['high']:.2f}x "
+            f"({info['basis'].split(':')[0]})")

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from simulator import api
 from simulator.api import RunResult, RunSpec
+from simulator.commands import figures as fig
 from simulator.commands import price_flags, recipe_flags
 from simulator.errors import InputError
 from simulator.outputs import trace
@@ -50,6 +51,8 @@ def add_job_arguments(parser: argparse.ArgumentParser, *, many: bool = False) ->
                         "(default: channels / SMs)")
     recipe_flags.add_arguments(parser)
     price_flags.add_arguments(parser)
+    parser.add_argument("--no-ranges", action="store_true",
+                        help="skip the low-high ranges (each costs a few more simulations)")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -99,24 +102,24 @@ def memory_verdict(mem: dict[str, Any]) -> str:
     return f"DOES NOT FIT: needs {need:.1f} GiB of {have:.1f} GiB per GPU"
 
 
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.1f} ms"
-
-
 def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     step = r["step_time_s"]
     eff = r["scaling_efficiency"]
     bn = r["bottleneck"]
+    exposed = r["exposed_comm_s"]
     rows = [
-        ("step time", _ms(step)),
-        ("tokens/s", f"{r['tokens_per_s']:,.0f}"),
-        ("tokens/s per GPU", f"{r['tokens_per_s_per_gpu']:,.0f}"),
-        ("samples/s", f"{r['samples_per_s']:,.2f}"),
-        ("MFU", f"{r['mfu']:.1%}"),
-        ("compute", _ms(r["compute_time_s"])),
-        ("communication", _ms(r["comm_time_s"])),
-        ("exposed communication", f"{_ms(r['exposed_comm_s'])} ({r['exposed_comm_s'] / step:.0%}"
-                                  " of the step)" if step > 0 else "-"),
+        ("step time", fig.seconds_ranged(step, r.get("step_time_s_range"))),
+        ("tokens/s", fig.ranged(fig.count(r["tokens_per_s"]), r.get("tokens_per_s_range"),
+                                fig.count)),
+        ("tokens/s per GPU", fig.ranged(fig.count(r["tokens_per_s_per_gpu"]),
+                                        r.get("tokens_per_s_per_gpu_range"), fig.count)),
+        ("samples/s", fig.count(r["samples_per_s"])),
+        ("MFU", fig.ranged(f"{r['mfu']:.1%}", r.get("mfu_range"), lambda x: f"{x:.1%}")),
+        ("compute", fig.seconds(r["compute_time_s"])),
+        ("communication", fig.seconds(r["comm_time_s"])),
+        ("exposed communication",
+         f"{fig.seconds_ranged(exposed, r.get('exposed_comm_s_range'))} "
+         f"({exposed / step:.0%} of the step)" if step > 0 else "-"),
         ("scaling efficiency", "n/a (one GPU cannot hold it)" if eff is None else f"{eff:.1%}"),
         ("memory per GPU", memory_verdict(r["memory"])),
         ("bottleneck link", "none" if bn["link"] is None else
@@ -130,13 +133,8 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     return rows + cost_rows(r)
 
 
-def duration(seconds: float) -> str:
-    """A run's length in the unit people plan in: minutes, hours or days."""
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
+def _usd(value: float) -> str:
+    return f"${value:.3g}" if value < 1000 else f"${value:,.0f}"
 
 
 def cost_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
@@ -144,24 +142,29 @@ def cost_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     cost, basis = r.get("cost") or {}, r.get("cost_basis") or {}
     if cost.get("usd_per_hour") is not None:
-        rows.append(("price", f"${cost['usd_per_million_tokens']:.3f} per million tokens "
+        per_million = fig.ranged(_usd(cost["usd_per_million_tokens"]),
+                                 cost.get("usd_per_million_tokens_range"), _usd)
+        rows.append(("price", f"{per_million} per million tokens "
                               f"(${cost['usd_per_hour']:,.2f}/h: {basis['usd_per_hour_source']})"))
     if cost.get("time_to_train_s") is not None:
-        money = ("" if cost["usd_to_train"] is None else f", ${cost['usd_to_train']:,.0f}")
-        rows.append(("whole run", f"{cost['train_tokens']:,} tokens in "
-                                  f"{duration(cost['time_to_train_s'])}{money}"))
+        took = fig.ranged(fig.duration(cost["time_to_train_s"]), cost.get("time_to_train_s_range"),
+                          fig.duration)
+        money = ("" if cost["usd_to_train"] is None else
+                 ", " + fig.ranged(_usd(cost["usd_to_train"]), cost.get("usd_to_train_range"),
+                                   _usd))
+        rows.append(("whole run", f"{cost['train_tokens']:,} tokens in {took}{money}"))
     if cost.get("breakeven_months") is not None:
         rows.append(("buy or rent", f"buying (${basis['purchase_usd']:,.0f}) pays off after "
-                                    f"{cost['breakeven_months']:.1f} months at "
+                                    f"{cost['breakeven_months']:.3g} months at "
                                     f"{basis['utilization']:.0%} use and "
                                     f"${basis['usd_per_kwh']:g}/kWh"))
     power = r.get("energy") or {}
     if power.get("joules_per_step") is not None:
         per_token = power["kwh_per_million_tokens"]
         rows.append(("energy", f"{power['joules_per_step']:,.0f} J per step, "
-                               f"{power['avg_power_w'] / 1000:.2f} kW average"
+                               f"{power['avg_power_w'] / 1000:.3g} kW average"
                                + ("" if per_token is None else
-                                  f", {per_token:.3f} kWh per million tokens")))
+                                  f", {per_token:.3g} kWh per million tokens")))
     return rows
 
 
@@ -172,8 +175,8 @@ def bucket_summary(buckets: list[dict[str, Any]]) -> str:
     first, last = buckets[0], buckets[-1]
     return (f"{len(buckets)} buckets, {sum(sizes) / 2**20:,.1f} MiB of gradients "
             f"(largest {max(sizes) / 2**20:.1f} MiB, smallest {min(sizes) / 2**20:.2f} MiB); "
-            f"first all-reduce starts at {_ms(first['start_s'])}, last ends at "
-            f"{_ms(last['end_s'])}")
+            f"first all-reduce starts at {fig.seconds(first['start_s'])}, last ends at "
+            f"{fig.seconds(last['end_s'])}")
 
 
 def print_text(result: RunResult, out: Any = None) -> None:
@@ -193,6 +196,8 @@ def print_text(result: RunResult, out: Any = None) -> None:
     console.print(table)
     if r.get("buckets"):
         console.print("buckets: " + bucket_summary(r["buckets"]))
+    if r.get("range_basis"):
+        console.print(r["range_basis"]["summary"])
 
 
 def write_outputs(result: RunResult, args: argparse.Namespace) -> None:
@@ -220,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gantt_per_gpu and not args.gantt:
         raise InputError("--gantt-per-gpu changes the Gantt chart: give --gantt FILE.png too")
     spec = spec_from_args(args, args.topology, args.workload, args.strategy)
-    result = api.simulate(spec, prices=price_flags.prices(args))
+    result = api.simulate(spec, prices=price_flags.prices(args), ranges=not args.no_ranges)
     write_outputs(result, args)
     if args.json:
         print(json.dumps(result.report, indent=2, default=str))

@@ -27,6 +27,7 @@ from rich.table import Table
 from simulator import api
 from simulator.advice.cost import Prices
 from simulator.api import RunSpec
+from simulator.commands import figures as fig
 from simulator.commands import price_flags, recipe_flags
 from simulator.commands.run import add_job_arguments, check_strategy, memory_verdict
 from simulator.errors import InputError
@@ -75,9 +76,9 @@ def points(args: argparse.Namespace) -> tuple[list[str], list[dict[str, Any]]]:
     return swept, combos
 
 
-def _run_point(point: tuple[RunSpec, Prices]) -> dict[str, Any]:
-    spec, prices = point
-    return api.simulate(spec, prices=prices).report
+def _run_point(point: tuple[RunSpec, Prices, bool]) -> dict[str, Any]:
+    spec, prices, ranges = point
+    return api.simulate(spec, prices=prices, ranges=ranges).report
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,8 +93,9 @@ def run(args: argparse.Namespace) -> int:
              for combo in combos]
     # the first point runs here, so bad input fails in this process with one clear line
     prices = price_flags.prices(args)
-    reports: list[dict[str, Any]] = [_run_point((specs[0], prices))]
-    rest = [(spec, prices) for spec in specs[1:]]
+    ranges = not args.no_ranges
+    reports: list[dict[str, Any]] = [_run_point((specs[0], prices, ranges))]
+    rest = [(spec, prices, ranges) for spec in specs[1:]]
     # A 7B step simulates in tens of milliseconds, less than a worker process takes to start
     # (about 0.5 s measured on 2 cores), so processes are used only when asked for.
     jobs = min(args.jobs or 1, max(1, len(rest)))
@@ -143,12 +145,19 @@ def print_table(reports: list[dict[str, Any]], labels: list[str], base: RunSpec)
         usd = r["cost"]["usd_per_million_tokens"]
         kwh = r["energy"]["kwh_per_million_tokens"]
         table.add_row(
-            label, f"{r['step_time_s'] * 1e3:.1f} ms", f"{r['tokens_per_s']:,.0f}",
-            f"{r['tokens_per_s_per_gpu']:,.0f}", "-" if eff is None else f"{eff:.0%}",
+            label, fig.seconds_ranged(r["step_time_s"], r.get("step_time_s_range")),
+            fig.ranged(fig.count(r["tokens_per_s"]), r.get("tokens_per_s_range"), fig.count),
+            fig.count(r["tokens_per_s_per_gpu"]), "-" if eff is None else f"{eff:.0%}",
             f"{r['mfu']:.1%}",
             f"{r['comm_time_s'] * 1e3:.1f} ms", f"{r['exposed_comm_s'] * 1e3:.1f} ms",
             "-" if buckets is None else str(len(buckets)),
             memory_verdict(r["memory"]).split(":")[0],
-            *([("-" if usd is None else f"${usd:.3f}")] if priced else []),
-            "-" if kwh is None else f"{kwh:.3f}")
-    Console(file=sys.stdout, highlight=False, width=140).print(table)
+            *([("-" if usd is None else fig.ranged(
+                f"${usd:.3g}", r["cost"].get("usd_per_million_tokens_range"),
+                lambda x: f"{x:.3g}"))] if priced else []),
+            "-" if kwh is None else f"{kwh:.3g}")
+    console = Console(file=sys.stdout, highlight=False, width=160)
+    console.print(table)
+    lines = dict.fromkeys(r["range_basis"]["summary"] for r in reports if r.get("range_basis"))
+    for line in lines:
+        console.print(line)

@@ -98,6 +98,11 @@ def memory_rate(gpu: GPU) -> float:
     return gpu.memory_bandwidth * MEMORY_EFFICIENCY
 
 
+def memory_time(nbytes: float, gpu: GPU) -> float:
+    """One memory-bound kernel moving ``nbytes`` through HBM (copies, scaling)."""
+    return (nbytes / memory_rate(gpu) + LAUNCH_OVERHEAD) / gpu.rate_scale
+
+
 def wave_efficiency(m: int, n: int, sms: int) -> float:
     """Share of SM time doing useful work: output tiles over tiles the waves could hold."""
     tiles = math.ceil(m / GEMM_TILE) * math.ceil(n / GEMM_TILE)
@@ -133,7 +138,9 @@ def kernel_time(k: Kernel, gpu: GPU) -> float:
     else:  # memory-bound elementwise work: FLOPs on CUDA cores never bind here
         rate = math.inf
     compute = k.flops / rate if k.flops else 0.0
-    return max(compute, k.bytes / memory_rate(gpu)) + LAUNCH_OVERHEAD
+    # gpu.rate_scale: the achieved-rate factor ranges propagate (simulator/scales.py); it
+    # scales the whole kernel, as the one-GPU step residuals it comes from measure it
+    return (max(compute, k.bytes / memory_rate(gpu)) + LAUNCH_OVERHEAD) / gpu.rate_scale
 
 
 def op_time(op: Op, gpu: GPU) -> float:

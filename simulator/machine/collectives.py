@@ -30,6 +30,7 @@ from simulator.engine.fabric import Fabric
 from simulator.errors import InputError
 from simulator.machine import hardware
 from simulator.machine import nccl_tuning as nt
+from simulator.scales import hop_mechanism
 from simulator.units import GB, US
 
 if TYPE_CHECKING:
@@ -221,6 +222,8 @@ def _usage(machine: Machine, hops: list[tuple[int, int]],
     total: dict[str, float] = {}
     for a, b in hops:
         shm = machine.transport(a, b) == "SHM"
+        mechanism = hop_mechanism(machine, a, b)  # its achieved-rate factor (scales.py)
+        scale = machine.scales.factor(mechanism) if mechanism else 1.0
         for link_id, weight in machine.route(a, b):
             kind = machine.links[link_id].kind
             occupancy = weight * WIRE_OVERHEAD[protocol]
@@ -230,7 +233,7 @@ def _usage(machine: Machine, hops: list[tuple[int, int]],
                 occupancy /= NVLINK_EFFICIENCY
             elif kind == "pcie" and shm:
                 occupancy /= SHM_PCIE_EFFICIENCY
-            total[link_id] = total.get(link_id, 0.0) + occupancy
+            total[link_id] = total.get(link_id, 0.0) + occupancy / scale
     return tuple(total.items())
 
 

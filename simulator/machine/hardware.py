@@ -48,6 +48,9 @@ class GPU:
     fp32_flops: float | None = None
     tdp_w: float = 0.0  # default board power limit (spec sheet): the measured rates' condition
     power_limit_w: float | None = None  # an enforced lower limit (nvidia-smi -pl); None = TDP
+    # multiplier on achieved compute rates, 1.0 in the catalog; only Machine.with_scales sets
+    # it, to propagate ranges (simulator/scales.py)
+    rate_scale: float = 1.0
 
     @property
     def power_limit(self) -> float:

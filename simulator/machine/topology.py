@@ -12,13 +12,14 @@ without crossing a socket link. Capacities are physical (hardware.py); NCCL's ow
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
 from simulator.errors import InputError
 from simulator.inputs.schema import LinkConfig, NodeConfig, TopologyConfig
 from simulator.machine import hardware
+from simulator.scales import NEUTRAL, RateScales
 from simulator.units import GB, US
 
 # Path types in NCCL's order (src/include/graph.h PATH_LOC .. PATH_NET); lower is closer.
@@ -106,6 +107,7 @@ class Machine:
     _routes: dict[tuple[int, int], Route] = field(default_factory=dict, repr=False)
     _rings: dict[tuple[int, ...], Ring] = field(default_factory=dict, repr=False)
     _cpus: dict[str, str | None] = field(default_factory=dict, repr=False)
+    scales: RateScales = NEUTRAL  # achieved-rate factors for range propagation (scales.py)
 
     @property
     def name(self) -> str:
@@ -152,6 +154,10 @@ class Machine:
         gpus = tuple(_node_gpu(graph.nodes[n]["config"], gpu) for n in gpu_nodes)
         return cls(config, gpu, graph, links, gpu_nodes, nccl_bw, gpus)
 
+    def with_scales(self, scales: RateScales) -> Machine:
+        """The same machine with its mechanisms' achieved rates scaled (simulator/scales.py)."""
+        return replace(self, gpu=replace(self.gpu, rate_scale=scales.compute), scales=scales)
+
     def subset(self, k: int) -> Machine:
         """The same machine with only its first ``k`` GPUs (their links dropped with them)."""
         if k < 1:
@@ -163,8 +169,9 @@ class Machine:
         dropped = set(self.gpu_nodes[k:])
         nodes = [n for n in self.config.nodes if n.id not in dropped]
         links = [lc for lc in self.config.links if lc.a not in dropped and lc.b not in dropped]
-        return Machine.from_config(self.config.model_copy(update={"nodes": nodes,
+        part = Machine.from_config(self.config.model_copy(update={"nodes": nodes,
                                                                   "links": links}))
+        return part if self.scales.neutral else part.with_scales(self.scales)
 
     def gpu_of(self, rank: int) -> hardware.GPU:
         """The card at ``rank``: its node's `gpu` where given, else the machine's `gpu`."""

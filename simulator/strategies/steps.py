@@ -28,8 +28,7 @@ def as_compute(op: Op, gpu: GPU, *, scale: float = 1.0, prefix: str = "") -> Com
 
 def memory_pass(name: str, nbytes: float, gpu: GPU, block: int | None = None) -> Compute:
     """A memory-bound kernel that moves ``nbytes`` through HBM (copies, scaling)."""
-    return Compute(name, "other", nbytes / compute.memory_rate(gpu) + compute.LAUNCH_OVERHEAD,
-                   0.0, block)
+    return Compute(name, "other", compute.memory_time(nbytes, gpu), 0.0, block)
 
 
 # Adds one op to a program after `deps` and returns the task the next op must wait for (the

@@ -1,0 +1,208 @@
+"""A low-high range on every headline number, from how far the mechanisms a run rests on have
+been off on real machines.
+
+The residual table (validation/residuals.yaml, written by ``scripts/validate.py
+--write-residuals``) holds, per mechanism (simulator/scales.py), the factor by which measured
+rates differ from simulated ones: over every box (an uncalibrated machine) and within each box.
+For a run we take the mechanisms it uses (the GPU's compute; the transports its collectives'
+rings cross), give each its spread, and simulate again at the slow end of every spread and at
+the fast end (``RateScales`` through ``Machine.with_scales``). Each headline number's range is
+the smallest and largest of the three runs, so it always holds the point value. One more run per
+mechanism (each alone at its slow end) says which one dominates the width.
+
+Spreads: a mechanism measured and fitted on this very box (its points fixed a constant) keeps
+that box's own residuals; one the machine's topology says was calibrated gets the within-box
+scatter left on the boxes we have (each box's residuals about their own middle), never under
+``CALIBRATED_FLOOR``; any other gets the spread over all boxes. Every spread includes 1 (the
+model as it is). docs/accuracy.md explains the method.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from simulator.scales import MECHANISMS, RateScales, hop_mechanism
+
+if TYPE_CHECKING:
+    from simulator.advice.cost import Prices
+    from simulator.api import RunResult
+    from simulator.machine.topology import Machine
+
+HEADLINE = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "exposed_comm_s")
+COST_RANGED = ("usd_per_step", "usd_per_million_tokens", "time_to_train_s", "usd_to_train")
+# Assumption: a calibrated mechanism is still uncertain by the run-to-run spread of the
+# measurement it was calibrated on, taken as 2% (a few percent between repeated nccl-tests or
+# training-step timings is usual).
+CALIBRATED_FLOOR = 0.02
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+_TABLE_PATHS = (_PACKAGE / "_presets" / "validation" / "residuals.yaml",  # wheel
+                _PACKAGE.parent / "validation" / "residuals.yaml")  # source tree
+
+WORDS = {"shm": "collectives through host memory (SHM)",
+         "pcie_p2p": "PCIe peer-to-peer collectives",
+         "nvlink": "NVLink collectives",
+         "compute": "compute"}
+LINES = {"geforce": "GeForce", "datacenter": "data-centre"}
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Factors on one mechanism's achieved rate: the slow and the fast end, and why."""
+
+    low: float
+    high: float
+    basis: str
+
+
+@lru_cache(maxsize=1)
+def residual_table() -> dict[str, Any]:
+    for path in _TABLE_PATHS:
+        if path.is_file():
+            with open(path, encoding="utf-8") as f:
+                return dict(yaml.safe_load(f)["mechanisms"])
+    return {}
+
+
+def _table_key(mechanism: str, machine: Machine) -> str:
+    return f"compute:{machine.gpu.line}" if mechanism == "compute" else mechanism
+
+
+def _with_one(low: float, high: float) -> tuple[float, float]:
+    return min(1.0, low), max(1.0, high)
+
+
+def calibrated_spread(entry: dict[str, Any]) -> tuple[float, float]:
+    """What calibrating a box leaves: each box's residuals about its own middle, all boxes."""
+    low, high = 1.0 - CALIBRATED_FLOOR, 1.0 + CALIBRATED_FLOOR
+    for box in entry["boxes"].values():
+        if box["points"] < 2:
+            continue
+        middle = math.sqrt(box["low"] * box["high"])
+        low, high = min(low, box["low"] / middle), max(high, box["high"] / middle)
+    return low, high
+
+
+def spread(mechanism: str, machine: Machine, calibrated: frozenset[str] = frozenset()
+           ) -> Spread:
+    """The range of ``mechanism``'s achieved rate on ``machine``."""
+    key = _table_key(mechanism, machine)
+    entry = residual_table().get(key)
+    if entry is None:
+        return Spread(1.0, 1.0, f"no validation points for {key} yet")
+    own = [b for b in entry["boxes"].values() if b["fit"] and b["topology"] == machine.name]
+    if own:
+        low, high = _with_one(own[0]["low"], own[0]["high"])
+        return Spread(low, high, f"fitted on this box's own measurements: "
+                                 f"{own[0]['points']} points within {low:.2f}-{high:.2f}x")
+    if mechanism in calibrated:
+        low, high = calibrated_spread(entry)
+        return Spread(low, high, f"calibrated: boxes measured alike scatter {low:.2f}-"
+                                 f"{high:.2f}x about their fit")
+    low, high = _with_one(entry["low"], entry["high"])
+    boxes = len(entry["boxes"])
+    return Spread(low, high, f"uncalibrated: {entry['points']} points on {boxes} "
+                             f"box{'es' if boxes > 1 else ''} measure {entry['low']:.2f}-"
+                             f"{entry['high']:.2f}x the model")
+
+
+def mechanisms_used(result: RunResult) -> list[str]:
+    """Compute, and every transport the run's collectives' rings cross, in MECHANISMS order."""
+    from simulator.engine.program import Comm
+
+    machine = result.machine
+    used = {"compute"}
+    groups = {g for program in result.programs for t in program.tasks
+              if isinstance(t.work, Comm) for g in t.work.groups if len(g) > 1}
+    for group in groups:
+        order = machine.ring(group).order
+        for i, a in enumerate(order):
+            mechanism = hop_mechanism(machine, a, order[(i + 1) % len(order)])
+            if mechanism:
+                used.add(mechanism)
+    return [m for m in MECHANISMS if m in used]
+
+
+def calibrated_mechanisms(machine: Machine) -> frozenset[str]:
+    """Mechanisms the machine's topology carries a calibration for (none in the schema yet)."""
+    calibration = getattr(machine.config, "calibration", None)
+    if not calibration:
+        return frozenset()
+    return frozenset(m for m in MECHANISMS if getattr(calibration, m, None) is not None)
+
+
+def _scales(spreads: dict[str, Spread], end: str) -> RateScales:
+    return RateScales(**{m: getattr(s, end) for m, s in spreads.items()})
+
+
+def add_ranges(result: RunResult, prices: Prices | None = None) -> dict[str, Any]:
+    """Put ``<key>_range`` beside every headline and cost key of ``result.report``; returns
+    the report. Simulates the run again at the slow and fast ends of its mechanisms."""
+    from simulator import api
+
+    report = result.report
+    machine = result.machine
+    calibrated = calibrated_mechanisms(machine)
+    spreads = {m: spread(m, machine, calibrated) for m in mechanisms_used(result)}
+    wide = {m: s for m, s in spreads.items() if (s.low, s.high) != (1.0, 1.0)}
+
+    def rerun(scales: RateScales) -> dict[str, Any]:
+        if scales.neutral:
+            return report
+        return api.simulate(replace(result.spec, scales=scales), baseline=False,
+                            prices=prices).report
+
+    slow, fast = rerun(_scales(wide, "low")), rerun(_scales(wide, "high"))
+    corners = (report, slow, fast)
+    for key in HEADLINE:
+        values = [r[key] for r in corners]
+        report[f"{key}_range"] = [min(values), max(values)]
+    for key in COST_RANGED:
+        values = [r["cost"][key] for r in corners]
+        if all(v is not None for v in values):
+            report["cost"][f"{key}_range"] = [min(values), max(values)]
+    shares = _width_shares(report, slow, wide, rerun)
+    report["range_basis"] = {
+        "mechanisms": {m: {"low": s.low, "high": s.high, "basis": s.basis}
+                       for m, s in spreads.items()},
+        "width_share": shares,
+        "dominant": max(shares, key=shares.__getitem__) if shares else None,
+    }
+    report["range_basis"]["summary"] = summary_line(report, machine)
+    return report
+
+
+def _width_shares(point: dict[str, Any], slow: dict[str, Any], wide: dict[str, Spread],
+                  rerun: Any) -> dict[str, float]:
+    """Each mechanism's share of the step-time width: itself alone at its slow end."""
+    width = slow["step_time_s"] - point["step_time_s"]
+    if not wide or width <= 0:
+        return {}
+    if len(wide) == 1:
+        return {next(iter(wide)): 1.0}
+    alone = {m: rerun(RateScales(**{m: s.low}))["step_time_s"] - point["step_time_s"]
+             for m, s in wide.items()}
+    total = sum(max(0.0, v) for v in alone.values()) or 1.0
+    return {m: max(0.0, v) / total for m, v in alone.items()}
+
+
+def summary_line(report: dict[str, Any], machine: Machine) -> str:
+    """One line: what dominates the width of the step-time range, and how to narrow it."""
+    basis = report["range_basis"]
+    dominant = basis["dominant"]
+    if dominant is None:
+        return "range: no validation spread applies to this run's mechanisms"
+    info = basis["mechanisms"][dominant]
+    what = WORDS[dominant] + (f" on {LINES.get(machine.gpu.line, machine.gpu.line)} GPUs"
+                              if dominant == "compute" else "")
+    share = basis["width_share"][dominant]
+    narrow = ("" if not info["basis"].startswith("uncalibrated") else
+              "; a measured one-GPU step of this job narrows it" if dominant == "compute" else
+              "; an nccl-tests log of this box narrows it")
+    return f"range: {what} sets {share:.0%} of its width ({info['basis']}){narrow}"

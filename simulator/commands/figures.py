@@ -1,0 +1,54 @@
+"""How the commands print figures: three significant digits, the range beside each.
+
+A simulated figure is good to a few percent at best (docs/accuracy.md), so text shows three
+significant digits and, where the report has one, its range: ``1.35 s (1.20-1.52)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+
+def seconds(value: float | None) -> str:
+    """``1.35 s``, ``178 ms``, ``12.3 ms``, ``450 us``."""
+    if value is None:
+        return "-"
+    if value >= 1:
+        return f"{value:.3g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} us"
+
+
+def _same_unit(value: float) -> Callable[[float], str]:
+    """Printing a range's ends in the unit of its value, without repeating the unit."""
+    if value >= 1:
+        return lambda x: f"{x:.3g}"
+    if value >= 1e-3:
+        return lambda x: f"{x * 1e3:.3g}"
+    return lambda x: f"{x * 1e6:.3g}"
+
+
+def ranged(text: str, bounds: Sequence[float] | None, fmt: Callable[[float], str]) -> str:
+    """``text (low-high)`` when a range is known."""
+    if not bounds:
+        return text
+    return f"{text} ({fmt(bounds[0])}-{fmt(bounds[1])})"
+
+
+def seconds_ranged(value: float, bounds: Sequence[float] | None) -> str:
+    return ranged(seconds(value), bounds, _same_unit(value))
+
+
+def count(value: float) -> str:
+    """Tokens and samples: three significant digits with thousands separators."""
+    return f"{float(f'{value:.3g}'):,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def duration(value: float) -> str:
+    """A whole run in the unit people plan in: minutes, hours or days."""
+    if value < 3600:
+        return f"{value / 60:.3g} min"
+    if value < 2 * 86400:
+        return f"{value / 3600:.3g} h"
+    return f"{value / 86400:.3g} days"

@@ -1,0 +1,60 @@
+"""Scale factors on the achieved rates of the modelled mechanisms: the one hook ranges use.
+
+A ``RateScales`` multiplies the rate the models compute for each mechanism (1.0: the model as
+it is). ``Machine.with_scales(scales)`` gives the machine that carries them; two models read
+them from it:
+- collectives.py divides each ring hop's link occupancy by its mechanism's factor, so the
+  bandwidth a collective achieves over that transport scales by it (latency does not);
+- compute.py divides every kernel's time by ``GPU.rate_scale``, which ``with_scales`` sets to
+  the ``compute`` factor (the one-GPU step residuals it comes from measure whole kernels).
+
+Mechanisms are grouped as the validation residuals are (scripts/validate.py): collectives
+staged through host memory (``shm``), peer-to-peer over PCIe (``pcie_p2p``), over NVLink or
+NVSwitch (``nvlink``), and the GPU's compute (``compute``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simulator.machine.topology import Machine
+
+TRANSPORTS = ("shm", "pcie_p2p", "nvlink")
+MECHANISMS = ("compute", *TRANSPORTS)
+
+
+@dataclass(frozen=True)
+class RateScales:
+    compute: float = 1.0
+    shm: float = 1.0
+    pcie_p2p: float = 1.0
+    nvlink: float = 1.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if not getattr(self, f.name) > 0:
+                raise ValueError(f"rate scale {f.name} must be positive")
+
+    def factor(self, mechanism: str) -> float:
+        return float(getattr(self, mechanism))
+
+    @property
+    def neutral(self) -> bool:
+        return all(getattr(self, f.name) == 1.0 for f in fields(self))
+
+
+NEUTRAL = RateScales()
+
+
+def hop_mechanism(machine: Machine, a: int, b: int) -> str | None:
+    """Which transport carries bytes from rank a to rank b (None: the network, or itself)."""
+    if a == b:
+        return None
+    if machine.path_type(a, b) == "NVL":
+        return "nvlink"
+    transport = machine.transport(a, b)
+    if transport == "SHM":
+        return "shm"
+    return "pcie_p2p" if transport == "P2P" else None
