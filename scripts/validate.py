@@ -406,7 +406,7 @@ RESIDUALS_HEADER = """\
 
 
 def all_rows() -> list[Row]:
-    data = load_measurements()
+    data = load_all()
     return [row for section in SECTIONS.values() for row in section(data)]
 
 
