@@ -118,9 +118,10 @@ def _options(spec: RunSpec) -> strategies.Options:
 
 
 def _memory(job: Job, machine: Machine, spec: RunSpec) -> dict[str, Any]:
-    """memory.py's verdict; it names TP x DP as "tp" (DDP over the rest) and TP x FSDP "fsdp"."""
+    """memory.py's verdict; it names TP x DP as "tp" (DDP over the rest) and TP x FSDP "fsdp".
+    Every rank holds the same share, so a mixed box's verdict is its smallest card's."""
     name = {"tp+ddp": "tp", "tp+fsdp": "fsdp"}.get(spec.strategy, spec.strategy)
-    return memory.estimate(job, machine.gpu, name, world=machine.n_gpus,
+    return memory.estimate(job, machine.smallest_card(), name, world=machine.n_gpus,
                            tp=_tp_degree(spec, machine),
                            sequence_parallel=spec.sequence_parallel,
                            gradient_as_bucket_view=spec.gradient_as_bucket_view,
@@ -193,7 +194,8 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
         tokens_per_step=tokens,
         samples_per_step=job.micro_batch * job.grad_accum * dp,
         model_flops_per_step=job.model_flops_per_step() * dp,
-        peak_flops=machine.gpu.matmul_flops,
+        peak_flops=sum(machine.gpu_of(r).matmul_flops for r in range(machine.n_gpus))
+        / machine.n_gpus,  # MFU against the box's mean card on a mixed box
         memory=mem,
         baseline_tokens_per_s=single_gpu_tokens_per_s(spec) if baseline else None,
         gpu_price_usd=machine.gpu.price_usd,
@@ -204,6 +206,11 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
     )
     link = metrics["bottleneck"]["link"]
     metrics["bottleneck"]["description"] = machine.describe(link) if link else None
+    cards = machine.cards()
+    if len(cards) > 1:  # a mixed box: which card each rank group runs
+        metrics["cards"] = {card.name: list(ranks) for card, ranks in cards.items()}
+        for entry in metrics.get("ranks", []):
+            entry["gpu"] = machine.gpu_of(entry["gpus"][0]).name
     result = RunResult(spec, machine, job, programs, timeline, mem, metrics)
     if ranges:
         from simulator.advice.ranges import add_ranges

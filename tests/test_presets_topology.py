@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,8 @@ def test_preset_loads_and_says_what_machine_it_is(name: str) -> None:
     assert config.name == name
     assert len(config.description) > 40 and config.source
     machine = Machine.from_config(config)
-    expected_gpus = int(name.split("x", 1)[0])
+    # "8x5090-switch": 8; a mixed box names each kind: "2x5090-2x4090": 4
+    expected_gpus = sum(int(n) for n in re.findall(r"(?:^|-)(\d+)x", name))
     assert machine.n_gpus == expected_gpus
     ring = machine.ring()
     assert sorted(ring.order) == list(range(expected_gpus)) and ring.n_channels >= 1

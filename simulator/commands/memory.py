@@ -86,16 +86,17 @@ def run(args: argparse.Namespace) -> int:
                                "sequence_parallel": args.sequence_parallel,
                                "nccl_channels": channels}
     job = Job.from_config(cfg, micro_batch=micro_batch)
-    report = memory.estimate(job, machine.gpu, args.strategy, **options)
+    card = machine.smallest_card()  # every rank holds the same share: the smallest card binds
+    report = memory.estimate(job, card, args.strategy, **options)
     out: dict[str, Any] = {"topology": machine.name, "workload": job.name,
-                           "gpu": machine.gpu.name, **report.to_json()}
+                           "gpu": card.name, **report.to_json()}
     hints: list[str] = []
     if args.micro_batch == "max":
-        best = memory_search.largest_micro_batch(job, machine.gpu, args.strategy, **options)
+        best = memory_search.largest_micro_batch(job, card, args.strategy, **options)
         out["largest_micro_batch"] = best
         if best == 0 and job.checkpointing != "full" and job.arch is not None:
             full = Job.from_config(cfg.with_training(activation_checkpointing="full"))
-            best_full = memory_search.largest_micro_batch(full, machine.gpu, args.strategy,
+            best_full = memory_search.largest_micro_batch(full, card, args.strategy,
                                                           **options)
             out["largest_micro_batch_full_checkpointing"] = best_full
             hints.append(f"with full activation checkpointing: largest micro-batch {best_full}")
@@ -103,10 +104,10 @@ def run(args: argparse.Namespace) -> int:
           and report.model_state_bytes < report.capacity_bytes):
         full = Job.from_config(cfg.with_training(activation_checkpointing="full"),
                                micro_batch=micro_batch)
-        other = memory.estimate(full, machine.gpu, args.strategy, **options)
+        other = memory.estimate(full, card, args.strategy, **options)
         hints.append(f"with full activation checkpointing: {other.verdict()}")
     if args.largest_model:
-        found = memory_search.largest_model(cfg, machine.gpu, args.strategy, **options,
+        found = memory_search.largest_model(cfg, card, args.strategy, **options,
                                      micro_batch=micro_batch)
         out["largest_model"] = None if found is None else {
             "parameters": found.parameters, "layers": found.layers, "hidden": found.hidden,

@@ -177,6 +177,23 @@ class Machine:
         """The card at ``rank``: its node's `gpu` where given, else the machine's `gpu`."""
         return self.gpus[rank] if self.gpus else self.gpu
 
+    def cards(self) -> dict[hardware.GPU, tuple[int, ...]]:
+        """Each distinct card and its ranks, in rank order (one entry unless a mixed box)."""
+        out: dict[hardware.GPU, tuple[int, ...]] = {}
+        for rank in range(self.n_gpus):
+            card = self.gpu_of(rank)
+            out[card] = (*out.get(card, ()), rank)
+        return out
+
+    def smallest_card(self) -> hardware.GPU:
+        """The card with the least memory: where a job the same on every rank fits last."""
+        return min(self.cards(), key=lambda card: card.memory_bytes)
+
+    def as_if_every_gpu(self, card: hardware.GPU) -> Machine:
+        """This machine with ``card`` as its default GPU (links and routes shared): what a
+        strategy reads to time one group's ops."""
+        return replace(self, gpu=card, gpus=())
+
     # --- paths and transports ---------------------------------------------------------
 
     def best_path(self, a: str, b: str) -> Path:

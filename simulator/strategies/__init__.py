@@ -49,8 +49,17 @@ Options = StrategyOptions  # short alias used by the commands
 def build(name: str, job: Job, machine: Machine, options: StrategyOptions | None = None
           ) -> list[Program]:
     """The programs of one training step of ``job`` on ``machine`` with strategy ``name``:
-    one per group of identical ranks."""
-    return [_build_one(name, job, machine, options or StrategyOptions())]
+    one per group of identical ranks (per kind of card on a mixed box)."""
+    opts = options or StrategyOptions()
+    cards = machine.cards()
+    if len(cards) == 1:
+        return [_build_one(name, job, machine, opts)]
+    programs = []
+    for card, ranks in cards.items():  # the same program shape, timed on each card
+        program = _build_one(name, job, machine.as_if_every_gpu(card), opts)
+        program.ranks = ranks
+        programs.append(program)
+    return programs
 
 
 def _build_one(name: str, job: Job, machine: Machine, opts: StrategyOptions) -> Program:
