@@ -130,6 +130,12 @@ def _memory(job: Job, machine: Machine, spec: RunSpec) -> dict[str, Any]:
                            nccl_channels=collectives.machine_channels(machine)).to_json()
 
 
+def _mean_card_price(machine: Machine) -> float | None:
+    """The machine's mean card price (a mixed box has several), None if one is unknown."""
+    prices = [machine.gpu_of(r).price_usd for r in range(machine.n_gpus)]
+    return None if None in prices else sum(p for p in prices if p) / len(prices)
+
+
 def recipe(spec: RunSpec) -> dict[str, Any]:
     """The recipe flags as the report lists them (framework option names)."""
     return {"activation_checkpointing": spec.checkpointing, "comm_hook": spec.grad_compression,
@@ -198,7 +204,7 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
         / machine.n_gpus,  # MFU against the box's mean card on a mixed box
         memory=mem,
         baseline_tokens_per_s=single_gpu_tokens_per_s(spec) if baseline else None,
-        gpu_price_usd=machine.gpu.price_usd,
+        gpu_price_usd=_mean_card_price(machine),
         cost=costs, cost_basis=basis, energy=power,
         extra={"topology": machine.name, "workload": job.name, "strategy": spec.strategy,
                "gpu": machine.gpu.name, "tokens_per_step": tokens,

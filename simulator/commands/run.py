@@ -185,7 +185,9 @@ def print_text(result: RunResult, out: Any = None) -> None:
     if not r["memory"]["fits"]:
         console.print(f"memory: {memory_verdict(r['memory'])}; simulated anyway, "
                       "but this step would run out of memory")
-    title = (f"{r['workload']} on {r['topology']} ({r['gpus']} x {r['gpu']}), "
+    cards = " + ".join(f"{len(ranks)} x {name}" for name, ranks in
+                       r.get("cards", {r["gpu"]: range(r["gpus"])}).items())
+    title = (f"{r['workload']} on {r['topology']} ({cards}), "
              f"{r['strategy']}{'' if r['overlap'] else ', no overlap'}"
              + "".join(f", {x}" for x in recipe_flags.words(r.get("recipe", {}))))
     table = Table(title=title, show_header=False, title_justify="left")
