@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from simulator.errors import InputError
 from simulator.inputs.config import load_topology
 from simulator.machine.topology import Machine
 from simulator.outputs.files import write_atomically
@@ -25,16 +26,20 @@ def add_parser(subparsers: Any) -> None:
         "topo", help="GPU-pair matrix (path type, transport, GB/s) and NCCL rings",
         description="Show how NCCL sees a machine: path types, P2P or SHM, bottleneck GB/s per "
                     "GPU pair, and the ring order and channels it would choose.")
-    parser.add_argument("-t", "--topology", required=True,
-                        help="topology YAML file or bundled preset name")
+    parser.add_argument("-t", "--topology", help="topology YAML file or bundled preset name")
     parser.add_argument("--gpus", type=int, default=None, metavar="K",
                         help="use only the first K GPUs")
     parser.add_argument("--png", metavar="FILE", help="draw the machine graph to a PNG file")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.set_defaults(handler=run)
+    from simulator.commands import topo_import  # `stepsim topo import FILE`
+
+    topo_import.add_parser(parser.add_subparsers(dest="topo_command", metavar="import"))
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.topology is None:
+        raise InputError("give -t TOPOLOGY (a preset or YAML), or `stepsim topo import FILE`")
     machine = Machine.from_config(load_topology(args.topology))
     if args.gpus is not None:
         machine = machine.subset(args.gpus)

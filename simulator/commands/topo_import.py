@@ -1,0 +1,75 @@
+"""`stepsim topo import FILE`: a topology YAML from `nvidia-smi topo -m` or NCCL's topology XML.
+
+The file's kind is told from its first character (``<``: NCCL's XML, else the matrix). The
+result is checked by building the machine before anything is written; ``-o`` writes it all or
+nothing, without ``-o`` the YAML goes to stdout. The assumptions it made are in the YAML's
+header comment and, with ``-o``, printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import InputError
+from simulator.inputs import nccl_topo_xml, nvidia_smi, topo_import
+from simulator.inputs.schema import TopologyConfig
+from simulator.machine import hardware
+from simulator.machine.topology import Machine
+from simulator.outputs.files import write_atomically
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "import", help="a topology YAML from `nvidia-smi topo -m` or NCCL_TOPO_DUMP_FILE XML",
+        description="Write a topology YAML (the explicit form) from the output of "
+                    "`nvidia-smi topo -m` or from NCCL's topology XML (NCCL_TOPO_DUMP_FILE).")
+    parser.add_argument("file", metavar="FILE", help="the saved matrix or XML")
+    parser.add_argument("--gpu", required=True, metavar="NAME",
+                        help=f"GPU catalog name ({', '.join(sorted(hardware.GPUS))})")
+    parser.add_argument("-o", "--output", metavar="OUT.yaml", help="write here (default: stdout)")
+    parser.add_argument("--name", help="the machine's name (default: the file's stem)")
+    parser.add_argument("--pcie-gen", type=int, choices=sorted(hardware.PCIE_RAW_PER_LANE),
+                        help="PCIe generation of every link (default: the GPU's)")
+    parser.add_argument("--lanes", type=int, help="PCIe lanes of every link (default 16)")
+    parser.add_argument("--p2p", choices=("on", "off"),
+                        help="PCIe peer-to-peer (default: from `topo -p2p` if pasted, else off "
+                             "for GeForce, on otherwise)")
+    parser.add_argument("--cpu", metavar="MODEL",
+                        help=f"CPU generation ({', '.join(hardware.SOCKET_LINKS)})")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if args.lanes is not None and args.lanes not in (1, 2, 4, 8, 16):
+        raise InputError(f"--lanes {args.lanes}: expected 1, 2, 4, 8 or 16")
+    if args.cpu is not None and args.cpu not in hardware.SOCKET_LINKS:
+        raise InputError(f"--cpu {args.cpu!r}: known: {', '.join(hardware.SOCKET_LINKS)}")
+    hardware.gpu(args.gpu)  # an unknown name is an error before the file is read
+    opts = topo_import.ImportOptions(
+        gpu=args.gpu, name=args.name or path.stem.split(".")[0], pcie_gen=args.pcie_gen,
+        lanes=args.lanes, p2p=None if args.p2p is None else args.p2p == "on",
+        cpu_model=args.cpu)
+    if text.lstrip().startswith("<"):
+        imported = topo_import.from_nccl_xml(nccl_topo_xml.parse(text, str(path)), opts,
+                                             path.name)
+    else:
+        imported = topo_import.from_matrix(nvidia_smi.parse(text, str(path)), opts, path.name)
+    machine = Machine.from_config(TopologyConfig.model_validate(imported.data))
+    yaml_text = imported.to_yaml()
+    if args.output is None:
+        print(yaml_text, end="")
+        return 0
+    write_atomically(args.output, lambda tmp: tmp.write_text(yaml_text, encoding="utf-8"))
+    print(f"wrote {args.output}: {machine.n_gpus} x {machine.gpu.name}, "
+          f"{sum(1 for n in machine.config.nodes if n.kind == 'cpu')} socket(s), "
+          f"{sum(1 for n in machine.config.nodes if n.kind == 'pcie_switch')} PCIe switch(es)")
+    for line in imported.assumptions:
+        print(f"  assumed: {line}")
+    return 0
