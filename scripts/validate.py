@@ -1,5 +1,5 @@
-"""Run stepsim on every published measurement in validation/measurements.yaml and
-validation/frameworks.yaml.
+"""Run stepsim on every published measurement in validation/measurements.yaml,
+validation/pcie-p2p.yaml and validation/frameworks.yaml.
 
 Prints one row per point (id, op, gpus, bytes, measured, simulated, error %) and then the
 median and worst |error|. Sections: ``collectives`` (nccl-tests numbers), ``training`` (step
@@ -39,6 +39,7 @@ MEASUREMENTS = ROOT / "validation" / "measurements.yaml"
 FRAMEWORKS = ROOT / "validation" / "frameworks.yaml"
 BOX_SPREAD = ROOT / "validation" / "box-spread.yaml"
 RESIDUALS = ROOT / "validation" / "residuals.yaml"
+PCIE_P2P = ROOT / "validation" / "pcie-p2p.yaml"  # more collectives, one op and size list each
 VALIDATION_TOPOLOGIES = ROOT / "validation" / "topologies"
 WORKLOADS = ROOT / "workloads"
 
@@ -50,13 +51,14 @@ COLLECTIVE_MACHINES = {
     "6x4090-gen4-p2p-patched": str(VALIDATION_TOPOLOGIES / "6x4090-tinybox-p2p.yaml"),
     "4x4090-epyc-p2p-patched": str(VALIDATION_TOPOLOGIES / "4x4090-epyc-p2p.yaml"),
     "a100-nvlink-pair-then-sys": str(VALIDATION_TOPOLOGIES / "a100-nvlink-pairs-dual-socket.yaml"),
+    "8xgb202-wrx90-2switch-p2p": str(VALIDATION_TOPOLOGIES / "8xgb202-wrx90-2switch-p2p.yaml"),
 }
-# Points that fixed a constant (see the "Calibrated on" comments in
-# simulator/machine/collectives.py): they show the fit, not a prediction.
-# Every other row is a check.
+# Points that fixed a constant (see the dataset comments in simulator/machine/wire.py): they
+# show the fit, not a prediction. Every other row is a check.
 CALIBRATION = {
     ("2x2080ti-gen3-switch-shm", "allreduce", 8),  # SHM per-step latency: the latency floor
     ("2x2080ti-gen3-switch-shm", "allreduce", 1024),
+    ("2x2080ti-gen3-switch-shm", "allreduce", 65536),  # SHM Simple step: its first Simple row
     ("2x2080ti-gen3-switch-shm", "allreduce", 16777216),  # SHM efficiency on PCIe: the
     ("2x2080ti-gen3-switch-shm", "allreduce", 67108864),  # bandwidth plateau
     ("2x2080ti-gen3-switch-shm", "allreduce", 268435456),
@@ -65,6 +67,10 @@ CALIBRATION = {
     ("8xh200-nvswitch-ring", "allreduce", 17179869184),  # Simple-protocol efficiency, with
     ("8xh200-nvswitch-ring", "allgather", 17179869184),  # the all-gather and
     ("8xh200-nvswitch-ring", "reducescatter", 17179869184),  # reduce-scatter points
+    ("4x4090-epyc-p2p-patched", "allreduce", 1073741824),  # Simple P2P efficiency on PCIe
+    ("8xgb202-wrx90-2switch-p2p", "allreduce", 1073741824),  # Simple cap per PCIe channel
+    ("8xgb202-wrx90-2switch-p2p", "allreduce", 16777216),  # Simple P2P per-step sync: the
+    ("8xgb202-wrx90-2switch-p2p", "allreduce", 67108864),  # start-up left by these two
     # each GPU's plain GEMM rate in simulator/machine/hardware.py is its gemm point
     ("gemm-4090-8192", "gemm", None), ("gemm-5090-8192", "gemm", None),
     ("gemm-h100sxm-8192", "gemm", None), ("gemm-a800pcie-8192", "gemm", None),
@@ -97,7 +103,20 @@ class Row:
 
 def load_measurements(path: Path = MEASUREMENTS) -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
-        return dict(yaml.safe_load(f))
+        data = dict(yaml.safe_load(f))
+    if path == MEASUREMENTS:  # pcie-p2p.yaml's collectives join these
+        with open(PCIE_P2P, encoding="utf-8") as f:
+            extra = yaml.safe_load(f)["collectives"]
+        data["collectives"] = data["collectives"] + [_with_op(e) for e in extra]
+    return data
+
+
+def _with_op(entry: dict[str, Any]) -> dict[str, Any]:
+    """Points that take their op and GPU count from the entry (pcie-p2p.yaml's form); its
+    measurements were taken with the ring algorithm forced."""
+    points = [{"op": entry["op"], "gpus": entry["gpus"], "algorithm": "ring", **p}
+              for p in entry.get("points", [])]
+    return {**entry, "points": points}
 
 
 def load_all() -> dict[str, Any]:

@@ -17,7 +17,8 @@ def _keys(model: type[BaseModel]) -> set[str]:
 
 def test_every_schema_key_is_documented():
     models = [schema.TopologyConfig, schema.GpuSpec, schema.NodeConfig, schema.LinkConfig,
-              schema.WorkloadConfig,
+              schema.CalibrationConfig, schema.FittedValue, schema.UnfittedValue,
+              schema.ComputeCalibration, schema.WorkloadConfig,
               schema.ModelConfig, schema.GenericLayer, schema.TrainingConfig, schema.LoraConfig]
     missing = {f"{m.__name__}.{k}" for m in models for k in _keys(m) if k not in DOCUMENTED}
     assert not missing, f"keys missing from docs/inputs.md: {sorted(missing)}"

@@ -73,6 +73,43 @@ class LinkConfig(Frozen):
     latency_us: float | None = Field(default=None, ge=0)
 
 
+class FittedValue(Frozen):
+    """One physical parameter `stepsim calibrate` fitted (simulator/machine/wire.py names)."""
+
+    parameter: str
+    value: float
+    default: float | None = None  # stepsim's value before the fit (None: none, e.g. no cap)
+    source: str  # the logs and sizes it was fitted on
+    rms_error: float | None = Field(default=None, ge=0)  # fit residual over those rows, fraction
+
+
+class UnfittedValue(Frozen):
+    """A parameter the logs could not determine, left at stepsim's default."""
+
+    parameter: str
+    reason: str
+
+
+class ComputeCalibration(Frozen):
+    """A measured single-GPU step of one job: its achieved share of stepsim's compute speed."""
+
+    workload: str  # the workload name it holds for
+    gpu: str
+    achieved_fraction: PositiveFloat  # modelled / measured compute time (< 1: slower)
+    measured_step_s: PositiveFloat
+    modelled_step_s: PositiveFloat
+    source: str = ""
+
+
+class CalibrationConfig(Frozen):
+    """What `stepsim calibrate` fitted to the user's own measurements, with its provenance."""
+
+    source: str = ""
+    fitted: list[FittedValue] = Field(default_factory=list)
+    left_at_default: list[UnfittedValue] = Field(default_factory=list)
+    compute: list[ComputeCalibration] = Field(default_factory=list)
+
+
 class TopologyConfig(Frozen):
     name: str
     description: str = ""
@@ -84,6 +121,7 @@ class TopologyConfig(Frozen):
     price_usd_per_hour: PositiveFloat | None = None
     nodes: list[NodeConfig] = Field(min_length=1)
     links: list[LinkConfig] = Field(default_factory=list)
+    calibration: CalibrationConfig | None = None  # written by `stepsim calibrate`
 
     def reference_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Cross-references a field type cannot check, as (key path, message) pairs."""
@@ -100,6 +138,14 @@ class TopologyConfig(Frozen):
                     errors.append((("links", i, end), f"link to undefined node {ref!r}"))
         if not any(n.kind == "gpu" for n in self.nodes):
             errors.append((("nodes",), "the machine has no GPU node"))
+        if self.calibration is not None:
+            from simulator.machine.wire import PARAMETERS
+
+            for i, fit in enumerate(self.calibration.fitted):
+                if fit.parameter not in PARAMETERS:
+                    errors.append((("calibration", "fitted", i, "parameter"),
+                                   f"unknown parameter {fit.parameter!r}; known: "
+                                   f"{', '.join(PARAMETERS)}"))
         return errors + self._catalog_errors()
 
     def _catalog_errors(self) -> list[tuple[tuple[str | int, ...], str]]:

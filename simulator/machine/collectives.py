@@ -8,10 +8,13 @@ flow's usage is the sum over hops of the machine's routes, and its progress is t
 rank sends (``bus_bytes``). How fast that flow really goes is physics, not NCCL's belief:
 
 - link occupancy per payload byte = route weight x protocol wire overhead (LL sends a 4-byte
-  flag with every 4 data bytes, LL128 8 in 128) / link efficiency of the transport;
-- a start-up latency = NCCL's fixed per-call cost + steps x per-step latency of the slowest
-  hop. A pipelined ring of chunks costs ``steps x (step latency + chunk / rate)``, which is
-  this latency plus ``bus_bytes / rate``: the chunking sets the latency floor and the ramp.
+  flag with every 4 data bytes, LL128 8 in 128) / efficiency of the transport on that link;
+- a start-up latency = the call's own cost + steps x the slowest hop's step latency (its
+  route's link latencies plus the protocol's sync on its transport, wire.py). A pipelined ring
+  of chunks costs ``steps x (step latency + chunk / rate)``, which is this latency plus
+  ``bus_bytes / rate``: the chunking sets the latency floor and the ramp;
+- a rate cap: channels x a channel's throughput over PCIe (wire.py), and on NVLink NCCL's own
+  per-arch kernel caps for LL, LL128 and tree.
 
 Single node only. Assumes every channel uses the same ring order (symmetric link loads).
 """
@@ -31,6 +34,7 @@ from simulator.errors import InputError
 from simulator.machine import hardware
 from simulator.machine import nccl_tuning as nt
 from simulator.scales import hop_mechanism
+from simulator.machine import wire
 from simulator.units import GB, US
 
 if TYPE_CHECKING:
@@ -38,28 +42,9 @@ if TYPE_CHECKING:
 
 OPS = ("allreduce", "allgather", "reducescatter", "broadcast")
 
-# --- physics constants (each with its source or calibration) --------------------------------
-# Bytes on the wire per payload byte: LL line = 8 B data + 8 B flags in 16 B; LL128 line =
-# 120 B data + 8 B flag in 128 B (device.h ncclLLFifoLine, NCCL_LL128_LINESIZE).
-WIRE_OVERHEAD = {"LL": 2.0, "LL128": 128 / 120, "Simple": 1.0}
-# NVLink payload share of the signalling rate: nvbandwidth device-to-device copy 396.4 GB/s
-# over 18 NVLink4 links x 25 GB/s (8xh200-nvswitch-ring, `also`).
-NVLINK_EFFICIENCY = 396.4 / 450.0
-# Simple protocol: per-step flag + __threadfence_system stalls a channel between steps.
-# Calibrated on 8xh200-nvswitch-ring: ring AR / AG / RS at 16G reach 367.2 / 361.4 / 362.9 GB/s
-# against the 396.4 GB/s copy rate; one factor, their mean, serves all three.
-SIMPLE_EFFICIENCY = (367.2 + 361.4 + 362.9) / 3 / 396.4
-# SHM: GPU kernels store to and load from pinned host memory over PCIe (no copy engine), which
-# uses PCIe less well than DMA. Calibrated on 2x2080ti-gen3-switch-shm: the mean bandwidth
-# plateau of its large messages (all-reduce 16M-1G: 3.99, 3.99, 4.00, 4.00; all-gather 1G:
-# 3.79 GB/s busbw), with both ring hops crossing one Gen3 x16 uplink (13.54 GB/s) each way.
-SHM_PLATEAU_BUSBW = (3.99 + 3.99 + 4.00 + 4.00 + 3.79) / 5
-SHM_PCIE_EFFICIENCY = SHM_PLATEAU_BUSBW * 2 / (13.54 * SIMPLE_EFFICIENCY)
-# SHM per-step latency beyond NCCL's PCI hop latency: the receiver polls host memory, a PCIe
-# round trip through the root complex. Calibrated on 2x2080ti-gen3-switch-shm, the latency
-# floor of its all-reduce (8 B: 12.25 us, 1 KiB: 12.10 us; mean 12.175) = LL base 6.6 + 2 steps
-# x (1.0 + this).
-SHM_STEP_LATENCY = ((12.25 + 12.10) / 2 - 6.6 - 2 * 1.0) / 2 * US
+# the wire's physics (efficiencies, overheads, latencies, caps) lives in wire.py
+WIRE_OVERHEAD, NVLINK_EFFICIENCY = wire.WIRE_OVERHEAD, wire.NVLINK_EFFICIENCY
+SIMPLE_EFFICIENCY, SHM_PCIE_EFFICIENCY = wire.SIMPLE_EFFICIENCY, wire.SHM_PCIE_EFFICIENCY
 
 
 @dataclass(frozen=True)
@@ -163,8 +148,8 @@ def _make_plan(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...], a
     n = len(ranks)
     if n == 1:  # NCCL runs a local copy: only the call overhead remains
         base = nt.BASE_LATENCY["ring"]["Simple"]
-        return Plan(op, nbytes, ranks, "ring", "Simple", "LOC", 1, ranks, base * US, 0.0, (),
-                    math.inf, base)
+        return Plan(op, nbytes, ranks, "ring", "Simple", "LOC", 1, ranks,
+                    machine.wire.call_latency_us * US, 0.0, (), math.inf, base)
     ring = machine.ring(ranks)
     order = ring.order
     if op == "broadcast":  # the chain starts at the root (the first rank given)
@@ -199,12 +184,14 @@ def _make_plan(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...], a
         bus_bytes = nbytes * bus_factor(op, n)
     usage = _usage(machine, hops, choice.protocol)
     transports = sorted({machine.transport(a, b) for a, b in hops})
-    latency = (nt.BASE_LATENCY[choice.algorithm][choice.protocol] * US
-               + steps * max(_step_latency(machine, a, b, choice.algorithm, choice.protocol)
-                             for a, b in hops))
+    latency = (machine.wire.call_latency_us * US
+               + steps * max(step_latency(machine, a, b, choice.protocol) for a, b in hops))
+    on_pcie = any(machine.path_type(a, b) != "NVL" for a, b in hops)
+    max_rate = _max_rate(graph, choice.algorithm, choice.protocol, channels)
+    if on_pcie:
+        max_rate = min(max_rate, channels * wire.channel_cap(machine.wire, choice.protocol))
     return Plan(op, nbytes, ranks, choice.algorithm, choice.protocol, "+".join(transports),
-                channels, order, latency, bus_bytes, usage,
-                _max_rate(graph, choice.algorithm, choice.protocol, channels), choice.time_us)
+                channels, order, latency, bus_bytes, usage, max_rate, choice.time_us)
 
 
 def _tree_enabled(n: int) -> bool:
@@ -220,6 +207,7 @@ def _cycle(order: tuple[int, ...]) -> list[tuple[int, int]]:
 def _usage(machine: Machine, hops: list[tuple[int, int]],
            protocol: str) -> tuple[tuple[str, float], ...]:
     total: dict[str, float] = {}
+    shm_efficiency = machine.wire.shm_pcie_efficiency
     for a, b in hops:
         shm = machine.transport(a, b) == "SHM"
         mechanism = hop_mechanism(machine, a, b)  # its achieved-rate factor (scales.py)
@@ -227,30 +215,31 @@ def _usage(machine: Machine, hops: list[tuple[int, int]],
         for link_id, weight in machine.route(a, b):
             kind = machine.links[link_id].kind
             occupancy = weight * WIRE_OVERHEAD[protocol]
-            if protocol == "Simple":
-                occupancy /= SIMPLE_EFFICIENCY
             if kind == "nvlink":
                 occupancy /= NVLINK_EFFICIENCY
-            elif kind == "pcie" and shm:
-                occupancy /= SHM_PCIE_EFFICIENCY
+            if protocol == "Simple":  # flag + fence stalls: calibrated per transport
+                pcie_p2p = kind == "pcie" and not shm
+                occupancy /= (machine.wire.p2p_pcie_simple_efficiency if pcie_p2p
+                              else SIMPLE_EFFICIENCY)
+            if kind == "pcie" and shm:
+                occupancy /= shm_efficiency
             total[link_id] = total.get(link_id, 0.0) + occupancy / scale
     return tuple(total.items())
 
 
-def _step_latency(machine: Machine, a: int, b: int, algorithm: str, protocol: str) -> float:
-    """NCCL's per-hop latency for the link class (tuning.cc hwLat), plus the SHM poll."""
-    link_class = "NVLINK" if machine.path_type(a, b) == "NVL" else "PCI"
-    latency = nt.HW_LATENCY[link_class][algorithm][protocol] * US
-    if machine.transport(a, b) == "SHM":
-        latency += SHM_STEP_LATENCY
-    return latency
+def step_latency(machine: Machine, a: int, b: int, protocol: str) -> float:
+    """One ring step over the hop a -> b: its route's link latencies (``latency_us``) plus
+    the protocol's sync on its transport (wire.py), seconds."""
+    sync = wire.sync_us(machine.wire, machine.transport(a, b), protocol)
+    return machine.route_latency(a, b) + sync * US
 
 
 def _max_rate(graph: nt.Graph, algorithm: str, protocol: str, channels: int) -> float:
-    """Throughput caps of the protocol kernels, in bytes of progress per second.
+    """NCCL's per-arch kernel caps, in bytes of progress per second.
 
-    NCCL's per-arch caps (tuning.cc llMaxBw, perChMax*Bw) are NVIDIA's characterisation of
-    what the LL / LL128 / tree kernels can push; we apply them to the channels really running.
+    tuning.cc llMaxBw and perChMax*Bw are NVIDIA's characterisation of what the LL / LL128 /
+    tree kernels can push over NVLink (on PCIe the channel caps of wire.py bind first); we apply
+    them to the channels really running.
     """
     arch = graph.arch
     if algorithm == "tree":

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field, replace
 import networkx as nx
 
 from simulator.errors import InputError
-from simulator.inputs.schema import LinkConfig, NodeConfig, TopologyConfig
+from simulator.inputs.schema import CalibrationConfig, LinkConfig, NodeConfig, TopologyConfig
 from simulator.machine import hardware
 from simulator.scales import NEUTRAL, RateScales
+from simulator.machine.wire import WireParams
 from simulator.units import GB, US
 
 # Path types in NCCL's order (src/include/graph.h PATH_LOC .. PATH_NET); lower is closer.
@@ -108,6 +109,13 @@ class Machine:
     _rings: dict[tuple[int, ...], Ring] = field(default_factory=dict, repr=False)
     _cpus: dict[str, str | None] = field(default_factory=dict, repr=False)
     scales: RateScales = NEUTRAL  # achieved-rate factors for range propagation (scales.py)
+    # the physical collective parameters (wire.py), with the topology's calibration applied
+    wire: WireParams = field(default_factory=WireParams)
+
+    @property
+    def calibration(self) -> CalibrationConfig | None:
+        """What `stepsim calibrate` fitted (values, sources, residuals), or None."""
+        return self.config.calibration
 
     @property
     def name(self) -> str:
@@ -131,9 +139,12 @@ class Machine:
             graph.add_node(node.id, kind=node.kind, config=node)
         links: dict[str, Link] = {}
         nccl_bw: dict[str, float] = {}
+        wire = WireParams.from_calibration(config.calibration)
         for lc in config.links:
             kind_a, kind_b = graph.nodes[lc.a]["kind"], graph.nodes[lc.b]["kind"]
             capacity, latency, belief = _link_numbers(lc, config, gpu, graph)
+            if lc.kind in ("upi", "xgmi") and wire.socket_link_gb_per_s is not None:
+                capacity = wire.socket_link_gb_per_s * GB  # calibrated (calibration.fitted)
             graph.add_edge(lc.a, lc.b, kind=lc.kind, capacity=capacity, latency=latency,
                            nccl_bandwidth=belief, hop_type=_hop_type(kind_a, kind_b, lc.kind))
             for src, dst in ((lc.a, lc.b), (lc.b, lc.a)):
@@ -144,6 +155,8 @@ class Machine:
             if node.kind == "cpu":
                 mem = (node.memory_bandwidth_gb_per_s * GB if node.memory_bandwidth_gb_per_s
                        else hardware.DEFAULT_HOST_MEMORY_BANDWIDTH)
+                if wire.host_memory_gb_per_s is not None:
+                    mem = wire.host_memory_gb_per_s * GB  # calibrated (calibration.fitted)
                 links[f"mem:{node.id}"] = Link(f"mem:{node.id}", node.id, node.id, "memory",
                                                mem, 0.0)
         gpu_nodes = tuple(n.id for n in config.nodes if n.kind == "gpu")
@@ -152,7 +165,7 @@ class Machine:
             raise InputError(f"{config.name}: node(s) {', '.join(sorted(lonely))} are not "
                              f"connected to {gpu_nodes[0]}")
         gpus = tuple(_node_gpu(graph.nodes[n]["config"], gpu) for n in gpu_nodes)
-        return cls(config, gpu, graph, links, gpu_nodes, nccl_bw, gpus)
+        return cls(config, gpu, graph, links, gpu_nodes, nccl_bw, gpus, wire=wire)
 
     def with_scales(self, scales: RateScales) -> Machine:
         """The same machine with its mechanisms' achieved rates scaled (simulator/scales.py)."""

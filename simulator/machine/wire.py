@@ -1,0 +1,145 @@
+"""What moving a collective's bytes really costs, by transport and protocol (not NCCL's beliefs).
+
+NCCL's tuning constants (nccl_tuning.py) only rank NCCL's options; the time a collective takes
+comes from the parameters here, each measured or calibrated on a named dataset:
+
+- **start-up**: a call costs ``call_latency_us`` (the kernel's launch and prologue) plus, for
+  each of its sequential steps, the slowest hop's step latency: the sum of the link latencies
+  on the hop's route (``latency_us`` of each link: PCIe, NVLink, the socket link) plus a
+  protocol's synchronisation on that transport (LL: the receiver polls a flag that arrives with
+  the data; Simple: a ``__threadfence_system`` then a flag write and poll; SHM: the receiver
+  polls host memory across PCIe);
+- **rate**: each link's capacity shared fairly, each byte occupying it for the protocol's wire
+  overhead over the transport's efficiency, and per channel at most ``*_channel_cap_gbps`` on
+  PCIe (P2P or SHM): one channel is one thread block pushing stores over PCIe, so more channels
+  (``NCCL_MIN_NCHANNELS``) lift a channel-bound plateau.
+
+``WireParams`` holds them; a calibrated topology (``calibration.fitted``) replaces any of them,
+and ``PARAMETERS`` says what each one is for ``stepsim calibrate``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
+
+from simulator.machine import hardware
+from simulator.units import GB, US
+
+if TYPE_CHECKING:
+    from simulator.inputs.schema import CalibrationConfig
+
+# --- the datasets the defaults come from (validation/*.yaml) ---------------------------------
+# Bytes on the wire per payload byte: LL line = 8 B data + 8 B flags in 16 B; LL128 line =
+# 120 B data + 8 B flag in 128 B (device.h ncclLLFifoLine, NCCL_LL128_LINESIZE).
+WIRE_OVERHEAD = {"LL": 2.0, "LL128": 128 / 120, "Simple": 1.0}
+# NVLink payload share of the signalling rate: nvbandwidth device-to-device copy 396.4 GB/s
+# over 18 NVLink4 links x 25 GB/s (8xh200-nvswitch-ring, `also`).
+NVLINK_EFFICIENCY = 396.4 / 450.0
+# Simple protocol over NVLink: per-step flag + __threadfence_system stalls a channel between
+# steps. Calibrated on 8xh200-nvswitch-ring: ring AR / AG / RS at 16G reach 367.2 / 361.4 /
+# 362.9 GB/s against the 396.4 GB/s copy rate; one factor, their mean, serves all three.
+SIMPLE_EFFICIENCY = (367.2 + 361.4 + 362.9) / 3 / 396.4
+# SHM: GPU kernels store to and load from pinned host memory over PCIe (no copy engine), which
+# uses PCIe less well than DMA. Calibrated on 2x2080ti-gen3-switch-shm: the mean bandwidth
+# plateau of its large messages (all-reduce 16M-1G: 3.99, 3.99, 4.00, 4.00; all-gather 1G:
+# 3.79 GB/s busbw), with both ring hops crossing one Gen3 x16 uplink (13.54 GB/s) each way.
+SHM_PLATEAU_BUSBW = (3.99 + 3.99 + 4.00 + 4.00 + 3.79) / 5
+SHM_PCIE_EFFICIENCY = SHM_PLATEAU_BUSBW * 2 / (13.54 * SIMPLE_EFFICIENCY)
+
+# 2x4090 / 4x4090 SHM in Docker (kalavai-net/kalavai-client, fixtures B4, B5): all-reduce of 8 B
+# takes 8.97 us over 2 ring steps and 18.90 us over 6: 2.48 us a step, 4.0 us for the call;
+# consistent with CUDA's 3-4 us per back-to-back kernel launch (NVIDIA, "Getting Started with
+# CUDA Graphs", 2019).
+_B4_8B_US, _B5_8B_US = 8.97, 18.90
+CALL_LATENCY_US = _B4_8B_US - 2 * (_B5_8B_US - _B4_8B_US) / 4
+
+# 2x2080ti-gen3-switch-shm: the all-reduce latency floor (8 B: 12.25 us, 1 KiB: 12.10 us) =
+# the call + 2 steps x (its SHM route: 4 PCIe hops, + the host-memory poll).
+_SHM_FLOOR_US = (12.25 + 12.10) / 2
+SHM_LL_SYNC_US = (_SHM_FLOOR_US - CALL_LATENCY_US) / 2 - 4 * hardware.PCIE_HOP_LATENCY / US
+# ...and its first Simple row, 64 KiB in 40.10 us, of which 16.6 us move the bytes at the
+# plateau: the rest is the call + 2 Simple steps (fence, flag, poll, all through host memory).
+SHM_SIMPLE_SYNC_US = ((40.10 - 65536 / SHM_PLATEAU_BUSBW / 1e3 - CALL_LATENCY_US) / 2
+                      - 4 * hardware.PCIE_HOP_LATENCY / US)
+
+# 8xgb202-wrx90-2switch-p2p (validation/pcie-p2p.yaml), ring Simple on 4 channels: the 1 GiB
+# plateau, 46.44 GB/s busbw, is 11.6 GB/s a channel (a Gen5 x16 link would carry 51.9 with the
+# P2P efficiency below); the 16 MiB (44.16) and 64 MiB (45.63) rows then leave 32.6 and 44.8 us
+# of start-up, mean 38.7: 14 steps, each over a cross-switch hop of 4 PCIe links.
+_GB202_CHANNELS, _GB202_STEPS = 4, 14
+SIMPLE_CHANNEL_CAP_GBPS = 46.44 / _GB202_CHANNELS
+_GB202_STARTUP_US = sum(size * 1.75 / bw / 1e3 - size * 1.75 / 46.44 / 1e3
+                        for size, bw in ((16 << 20, 44.16), (64 << 20, 45.63))) / 2
+P2P_SIMPLE_SYNC_US = ((_GB202_STARTUP_US - CALL_LATENCY_US) / _GB202_STEPS
+                      - 4 * hardware.PCIE_HOP_LATENCY / US)
+
+# 4x4090-epyc-p2p-patched: 1 GiB all-reduce reaches 25.95 GB/s busbw on Gen4 x16 root ports
+# (its 4 channels could carry 46): Simple P2P moves 0.958 of the link's payload rate.
+P2P_PCIE_SIMPLE_EFFICIENCY = 25.95 / (hardware.pcie_bandwidth(4, 16) / GB)
+
+# Parameters: (description, unit) for calibrate's reports. Efficiencies are fractions.
+PARAMETERS = {
+    "call_latency_us": ("per-call start-up (launch, prologue, final sync)", "us"),
+    "p2p_ll_sync_us": ("LL/LL128 per-step sync over P2P, beyond the route's link latencies",
+                       "us"),
+    "p2p_simple_sync_us": ("Simple per-step fence + flag over P2P, beyond the route", "us"),
+    "shm_ll_sync_us": ("LL per-step host-memory poll over SHM, beyond the route", "us"),
+    "shm_simple_sync_us": ("Simple per-step fence + host-memory poll over SHM", "us"),
+    "p2p_pcie_simple_efficiency": ("share of a PCIe link's payload rate Simple P2P uses", ""),
+    "shm_pcie_efficiency": ("share of a PCIe link's payload rate SHM kernels use", ""),
+    "simple_channel_cap_gbps": ("Simple throughput of one channel over PCIe", "GB/s"),
+    "ll_channel_cap_gbps": ("LL throughput of one channel over PCIe", "GB/s"),
+    "host_memory_gb_per_s": ("host-memory bandwidth of every socket (SHM staging)", "GB/s"),
+    "socket_link_gb_per_s": ("socket-link bandwidth, each way", "GB/s"),
+}
+
+
+@dataclass(frozen=True)
+class WireParams:
+    """The physical collective parameters of one machine (defaults: the datasets above)."""
+
+    call_latency_us: float = CALL_LATENCY_US
+    # LL: the flag travels with the data and the receiver spins on its own memory, so no
+    # round trip is added (NCCL issue #281: LL needs no fence); calibrate can give it one
+    p2p_ll_sync_us: float = 0.0
+    p2p_simple_sync_us: float = P2P_SIMPLE_SYNC_US
+    shm_ll_sync_us: float = SHM_LL_SYNC_US
+    shm_simple_sync_us: float = SHM_SIMPLE_SYNC_US
+    p2p_pcie_simple_efficiency: float = P2P_PCIE_SIMPLE_EFFICIENCY
+    shm_pcie_efficiency: float = SHM_PCIE_EFFICIENCY
+    simple_channel_cap_gbps: float = SIMPLE_CHANNEL_CAP_GBPS
+    # no published row is LL-channel-bound: GB202's LL rows (64K-1M) are wire-bound (LL moves
+    # 8 data bytes in 16); calibrate fits a cap when a log says otherwise
+    ll_channel_cap_gbps: float = math.inf
+    host_memory_gb_per_s: float | None = None  # None: each cpu node's own
+    socket_link_gb_per_s: float | None = None  # None: each socket link's own
+
+    @classmethod
+    def from_calibration(cls, calibration: CalibrationConfig | None) -> WireParams:
+        params = cls()
+        if calibration is None:
+            return params
+        known = {f.name for f in fields(cls)}
+        return replace(params, **{f.parameter: f.value for f in calibration.fitted
+                                  if f.parameter in known})
+
+    def value(self, name: str) -> float | None:
+        return getattr(self, name)  # type: ignore[no-any-return]
+
+
+def sync_us(params: WireParams, transport: str, protocol: str) -> float:
+    """A protocol's per-step synchronisation on a transport, beyond the route's latencies."""
+    if transport == "SHM":
+        return params.shm_simple_sync_us if protocol == "Simple" else params.shm_ll_sync_us
+    return params.p2p_simple_sync_us if protocol == "Simple" else params.p2p_ll_sync_us
+
+
+def channel_cap(params: WireParams, protocol: str) -> float:
+    """B/s one channel can push over PCIe for a protocol (inf: no cap)."""
+    if protocol == "Simple":
+        return params.simple_channel_cap_gbps * GB
+    if protocol == "LL":
+        return params.ll_channel_cap_gbps * GB
+    return math.inf  # LL128 runs on NVLink only (NCCL's default)
