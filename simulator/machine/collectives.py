@@ -31,10 +31,9 @@ import simpy
 
 from simulator.engine.fabric import Fabric
 from simulator.errors import InputError
-from simulator.machine import hardware
+from simulator.machine import hardware, wire
 from simulator.machine import nccl_tuning as nt
 from simulator.scales import hop_mechanism
-from simulator.machine import wire
 from simulator.units import GB, US
 
 if TYPE_CHECKING:
@@ -186,10 +185,8 @@ def _make_plan(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...], a
     transports = sorted({machine.transport(a, b) for a, b in hops})
     latency = (machine.wire.call_latency_us * US
                + steps * max(step_latency(machine, a, b, choice.protocol) for a, b in hops))
-    on_pcie = any(machine.path_type(a, b) != "NVL" for a, b in hops)
-    max_rate = _max_rate(graph, choice.algorithm, choice.protocol, channels)
-    if on_pcie:
-        max_rate = min(max_rate, channels * wire.channel_cap(machine.wire, choice.protocol))
+    max_rate = min(_max_rate(graph, choice.algorithm, choice.protocol, channels),
+                   _pcie_channel_cap(machine, hops, choice.protocol, channels))
     return Plan(op, nbytes, ranks, choice.algorithm, choice.protocol, "+".join(transports),
                 channels, order, latency, bus_bytes, usage, max_rate, choice.time_us)
 
@@ -225,6 +222,18 @@ def _usage(machine: Machine, hops: list[tuple[int, int]],
                 occupancy /= shm_efficiency
             total[link_id] = total.get(link_id, 0.0) + occupancy / scale
     return tuple(total.items())
+
+
+def _pcie_channel_cap(machine: Machine, hops: list[tuple[int, int]], protocol: str,
+                      channels: int) -> float:
+    """Channels x one channel's throughput over PCIe (wire.py) when any hop is off NVLink,
+    scaled as the hops' link rates are (scales.py); inf on NVLink."""
+    pcie = [(a, b) for a, b in hops if machine.path_type(a, b) != "NVL"]
+    if not pcie:
+        return math.inf
+    scale = min(machine.scales.factor(m) if (m := hop_mechanism(machine, a, b)) else 1.0
+                for a, b in pcie)
+    return channels * wire.channel_cap(machine.wire, protocol) * scale
 
 
 def step_latency(machine: Machine, a: int, b: int, protocol: str) -> float:
@@ -265,7 +274,8 @@ def p2p_plan(machine: Machine, src: int, dst: int, nbytes: int) -> Plan:
     Channels per peer as paths.cc ncclTopoGetNchannels sets them on one node: 2 over PCIe or
     SHM, 2 per NVLink over NVLink. The bytes follow ``machine.route`` (P2P, or SHM through the
     receiver's host memory) with the same protocol overheads and transport efficiencies as a
-    collective's hops; the latency is a two-rank chain's (NCCL's base plus one step).
+    collective's hops; the latency is a two-rank chain's (the call plus one step); over PCIe
+    its channels' caps bind as a collective's do.
     """
     cache = _plan_cache(machine)
     key = ("p2p", src, dst, nbytes)
@@ -277,13 +287,14 @@ def p2p_plan(machine: Machine, src: int, dst: int, nbytes: int) -> Plan:
                                                          hardware.NCCL_NVLINK_PER_LINK[80])
             channels = 2 * max(1, round(machine.nccl_path_bandwidth(src, dst) / per_link))
         protocol = "LL" if nbytes / channels <= P2P_LL_THRESHOLD else "Simple"
-        latency = (nt.BASE_LATENCY["ring"][protocol] * US
-                   + _step_latency(machine, src, dst, "ring", protocol))
+        latency = (machine.wire.call_latency_us * US
+                   + step_latency(machine, src, dst, protocol))
         arch = nt.arch_index(machine.gpu_of(src).compute_capability)
+        max_rate = min(nt.LL_MAX_BW[arch] * GB if protocol == "LL" else math.inf,
+                       _pcie_channel_cap(machine, [(src, dst)], protocol, channels))
         cache[key] = Plan("sendrecv", nbytes, (src, dst), "p2p", protocol,
                           machine.transport(src, dst), channels, (src, dst), latency,
-                          float(nbytes), _usage(machine, [(src, dst)], protocol),
-                          nt.LL_MAX_BW[arch] * GB if protocol == "LL" else math.inf, 0.0)
+                          float(nbytes), _usage(machine, [(src, dst)], protocol), max_rate, 0.0)
     return cache[key]
 
 

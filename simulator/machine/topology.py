@@ -19,8 +19,8 @@ import networkx as nx
 from simulator.errors import InputError
 from simulator.inputs.schema import CalibrationConfig, LinkConfig, NodeConfig, TopologyConfig
 from simulator.machine import hardware
-from simulator.scales import NEUTRAL, RateScales
 from simulator.machine.wire import WireParams
+from simulator.scales import NEUTRAL, RateScales
 from simulator.units import GB, US
 
 # Path types in NCCL's order (src/include/graph.h PATH_LOC .. PATH_NET); lower is closer.
