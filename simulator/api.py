@@ -22,6 +22,7 @@ from simulator.engine.program import Program
 from simulator.engine.timeline import Timeline
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology, load_workload
+from simulator.inputs.schema import MAX_STEP_TOKENS
 from simulator.job import memory
 from simulator.job.workload import Job
 from simulator.machine import collectives, hardware
@@ -94,8 +95,29 @@ def load_job(workload: str, micro_batch: int | None, seq_len: int | None,
 
 def job_of(spec: RunSpec) -> Job:
     """The job a spec names, with its batch, sequence and checkpointing overrides."""
-    return load_job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum,
-                spec.checkpointing)
+    job = load_job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum,
+                   spec.checkpointing)
+    tokens = job.micro_batch * job.grad_accum * job.seq_len
+    if tokens > MAX_STEP_TOKENS:
+        raise InputError(f"micro-batch {job.micro_batch:,} x grad-accum {job.grad_accum:,} x "
+                         f"seq-len {job.seq_len:,} = {tokens:,} tokens per GPU per step; at "
+                         f"most {MAX_STEP_TOKENS:,} (docs/inputs.md: Limits)")
+    return job
+
+
+# Ops in one simulated micro-step (identical micro-steps are replayed, not simulated again):
+# about 5 s of simulation on one core of the reference machine (scripts/bench.py). The bound
+# keeps every answer interactive; only the layer count reaches it (16 ops per layer).
+MAX_SIMULATED_OPS = 40_000
+
+
+def check_size(job: Job) -> None:
+    """Refuse a step whose program would be too large to simulate in seconds."""
+    per_micro = len(job.forward_ops()) + len(job.backward_ops())
+    if per_micro > MAX_SIMULATED_OPS:
+        raise InputError(
+            f"a micro-step of {job.n_layers:,} layers has {per_micro:,} ops to simulate; at "
+            f"most {MAX_SIMULATED_OPS:,} (fewer layers; `stepsim memory` has no such limit)")
 
 
 def _tp_degree(spec: RunSpec, machine: Machine) -> int:
@@ -178,6 +200,7 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
                        reshard_after_forward=spec.reshard_after_forward,
                        zero_overlap_comm=spec.zero_overlap_comm)
     job = job_of(spec)
+    check_size(job)
     programs = strategies.build(spec.strategy, job, machine, _options(spec))
     timeline = engine.simulate(programs, machine, compute_slowdown=spec.compute_slowdown)
     mem = _memory(job, machine, spec)

@@ -6,6 +6,7 @@ Counts of things (tokens to train on) read with decimal suffixes, as model cards
 write them: ``500M``, ``1B``, ``2T``.
 """
 
+import math
 import re
 
 from simulator.errors import InputError
@@ -58,27 +59,51 @@ def format_size(nbytes: float) -> str:
     return f"{nbytes:.0f}"
 
 
-def positive_int(text: str | None, flag: str) -> int | None:
-    """A command-line count that must be >= 1 (None passes through)."""
+def positive_int(text: str | None, flag: str, *, maximum: int | None = None) -> int | None:
+    """A command-line count that must be >= 1 (and <= ``maximum``); None passes through."""
     if text is None:
         return None
     try:
         value = int(text)
     except ValueError:
-        raise InputError(f"{flag}: expected a whole number, got {text!r}") from None
+        raise InputError(f"{flag}: expected a whole number, got {_short(text)}") from None
     if value < 1:
         raise InputError(f"{flag}: must be at least 1, got {value}")
+    if maximum is not None and value > maximum:
+        raise InputError(f"{flag}: at most {maximum:,}, got {value:,} (docs/inputs.md: Limits)")
     return value
 
 
-def positive_float(text: str | None, flag: str) -> float | None:
-    """A command-line quantity that must be > 0 (None passes through)."""
+def positive_float(text: str | None, flag: str, *, minimum: float = 0.0,
+                   maximum: float = math.inf) -> float | None:
+    """A finite command-line quantity > 0 (and within the bounds); None passes through."""
     if text is None:
         return None
     try:
         value = float(text)
     except ValueError:
-        raise InputError(f"{flag}: expected a number, got {text!r}") from None
+        raise InputError(f"{flag}: expected a number, got {_short(text)}") from None
+    if not math.isfinite(value):
+        raise InputError(f"{flag}: expected a finite number, got {text.strip()}")
     if value <= 0:
-        raise InputError(f"{flag}: must be positive, got {value}")
+        raise InputError(f"{flag}: must be positive, got {value:g}")
+    if not minimum <= value <= maximum:
+        raise InputError(f"{flag}: must be between {minimum:g} and {maximum:g}, got {value:g}")
     return value
+
+
+def fraction(text: str | None, flag: str) -> float | None:
+    """A command-line share in [0, 1]; None passes through."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{flag}: expected a number in [0, 1], got {_short(text)}") from None
+    if not 0.0 <= value <= 1.0:  # also refuses nan
+        raise InputError(f"{flag}: must be in [0, 1], got {text.strip()}")
+    return value
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")

@@ -33,7 +33,7 @@ CASES = [
     ("misspelt block key", "  - id: gpu1", "  - idd: gpu1", 6, "nodes[2].idd", "unknown key"),
     ("undefined node", "b: gpu1", "b: gpu9", 11, "links[1].b", "undefined node 'gpu9'"),
     ("negative bandwidth", "bandwidth_gb_per_s: 20", "bandwidth_gb_per_s: -3", 13,
-     "links[1].bandwidth_gb_per_s", "greater than 0"),
+     "links[1].bandwidth_gb_per_s", "at least 0.001"),
     ("unknown gpu", "gpu: rtx5090", "gpu: rtx5099", 2, "gpu", "unknown 'rtx5099'"),
     ("bad link kind", "kind: pcie\n", "kind: pcei\n", 12, "links[1].kind", "'pcei'"),
     ("duplicate link", "bandwidth_gb_per_s: 20", "bandwidth_gb_per_s: 20\n  - {a: gpu0, b: cpu0, "
@@ -104,4 +104,4 @@ def test_bad_input_through_python_m_simulator(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == [
         f"stepsim topo: error: {path}:13: links[1].bandwidth_gb_per_s: "
-        "Input should be greater than 0, got -3"]
+        "must be at least 0.001, got -3 (docs/inputs.md: Limits)"]

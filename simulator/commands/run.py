@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +24,14 @@ from simulator.api import RunResult, RunSpec
 from simulator.commands import figures as fig
 from simulator.commands import price_flags, recipe_flags
 from simulator.errors import InputError
+from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
 from simulator.outputs import trace
 from simulator.outputs.files import Writer, write_files
 from simulator.strategies import STRATEGIES
-from simulator.units import GiB, positive_float, positive_int
+from simulator.units import GiB, fraction, positive_float, positive_int
+
+MIN_BUCKET_MB = 2.0**-20  # one byte
+MAX_BUCKET_MB = 2.0**20  # one TiB
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, *, many: bool = False) -> None:
@@ -46,7 +52,7 @@ def add_job_arguments(parser: argparse.ArgumentParser, *, many: bool = False) ->
     parser.add_argument("--seq-len", help="tokens per sequence")
     parser.add_argument("--no-overlap", action="store_true",
                         help="all-reduce after the whole backward (Megatron's local DDP)")
-    parser.add_argument("--compute-slowdown", type=float, default=None,
+    parser.add_argument("--compute-slowdown", default=None,
                         help="fixed share of compute speed lost while NCCL kernels run "
                         "(default: channels / SMs)")
     recipe_flags.add_arguments(parser)
@@ -72,6 +78,21 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+# RunSpec field -> parser of its flag's value, within the limits of docs/inputs.md
+NUMBER_FLAGS: dict[str, Callable[[str | None, str], Any]] = {
+    "gpus": partial(positive_int, maximum=MAX_GPUS),
+    "bucket_mb": partial(positive_float, minimum=MIN_BUCKET_MB, maximum=MAX_BUCKET_MB),
+    "tp": partial(positive_int, maximum=MAX_GPUS),
+    "micro_batch": partial(positive_int, maximum=MAX_BATCH),
+    "grad_accum": partial(positive_int, maximum=MAX_BATCH),
+    "seq_len": partial(positive_int, maximum=MAX_TOKENS),
+}
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
 def check_strategy(name: str) -> str:
     if name not in STRATEGIES:
         raise InputError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
@@ -80,18 +101,12 @@ def check_strategy(name: str) -> str:
 
 def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
                    strategy: str | None) -> RunSpec:
-    slowdown = args.compute_slowdown
-    if slowdown is not None and not 0 <= slowdown <= 1:
-        raise InputError(f"--compute-slowdown: must be in [0, 1], got {slowdown}")
     return RunSpec(
         topology=topology, workload=workload, strategy=check_strategy(strategy or "ddp"),
-        gpus=positive_int(args.gpus, "--gpus"),
-        bucket_mb=positive_float(args.bucket_mb, "--bucket-mb"),
-        tp=positive_int(args.tp, "--tp"),
-        micro_batch=positive_int(args.micro_batch, "--micro-batch"),
-        grad_accum=positive_int(args.grad_accum, "--grad-accum"),
-        seq_len=positive_int(args.seq_len, "--seq-len"),
-        overlap=not args.no_overlap, compute_slowdown=slowdown,
+        **{field: parse(getattr(args, field), flag_name(field))
+           for field, parse in NUMBER_FLAGS.items()},
+        overlap=not args.no_overlap,
+        compute_slowdown=fraction(args.compute_slowdown, "--compute-slowdown"),
         **recipe_flags.fields_from_args(args))
 
 

@@ -29,20 +29,14 @@ from simulator.advice.cost import Prices
 from simulator.api import RunSpec
 from simulator.commands import figures as fig
 from simulator.commands import price_flags, recipe_flags
-from simulator.commands.run import add_job_arguments, check_strategy, memory_verdict
+from simulator.commands.run import NUMBER_FLAGS, add_job_arguments, check_strategy, memory_verdict
 from simulator.errors import InputError
 from simulator.outputs.files import write_atomically
-from simulator.units import positive_float, positive_int
+from simulator.units import fraction
 
-# option name -> (RunSpec field, parser of one value)
+# option name -> (RunSpec field, parser of one value): run's number flags, as lists
 LIST_OPTIONS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
-    "bucket_mb": ("bucket_mb", positive_float),
-    "gpus": ("gpus", positive_int),
-    "tp": ("tp", positive_int),
-    "micro_batch": ("micro_batch", positive_int),
-    "grad_accum": ("grad_accum", positive_int),
-    "seq_len": ("seq_len", positive_int),
-}
+    field: (field, parse) for field, parse in NUMBER_FLAGS.items()}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -67,9 +61,10 @@ def points(args: argparse.Namespace) -> tuple[list[str], list[dict[str, Any]]]:
         if text is None:
             continue
         flag = "--" + option.replace("_", "-")
-        values = [parse(v.strip(), flag) for v in str(text).split(",") if v.strip()]
-        if not values:
-            raise InputError(f"{flag}: expected a comma-separated list, got {text!r}")
+        items = [v.strip() for v in str(text).split(",")]
+        if not all(items):
+            raise InputError(f"{flag}: expected a comma-separated list of values, got {text!r}")
+        values = [parse(v, flag) for v in items]
         axes[option] = values
     swept = [k for k, v in axes.items() if len(v) > 1]
     combos = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
@@ -82,9 +77,7 @@ def _run_point(point: tuple[RunSpec, Prices, bool]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    slowdown = args.compute_slowdown
-    if slowdown is not None and not 0 <= slowdown <= 1:
-        raise InputError(f"--compute-slowdown: must be in [0, 1], got {slowdown}")
+    slowdown = fraction(args.compute_slowdown, "--compute-slowdown")
     swept, combos = points(args)
     base = RunSpec(args.topology, args.workload, check_strategy(args.strategy or "ddp"),
                    overlap=not args.no_overlap, compute_slowdown=slowdown,

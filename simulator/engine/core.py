@@ -30,6 +30,7 @@ Assumptions, stated:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -40,13 +41,43 @@ import simpy
 from simulator.engine.fabric import Fabric, UsageSample
 from simulator.engine.program import Comm, Compute, Move, Program, Repeat, SendRecv, Task
 from simulator.engine.timeline import LinkSample, Span, Timeline
+from simulator.errors import InputError
 from simulator.machine import collectives
 
 if TYPE_CHECKING:
     from simulator.machine.topology import Machine
 
-_EPS = 1e-15  # seconds of remaining work treated as done (float round-off)
+_EPS = 1e-15  # remaining work treated as done, relative to the clock (float round-off)
 MAX_REPLAYED_SPANS = 100_000  # a repeat copies at most this many spans; beyond, one span
+
+
+class StalledClock(InputError):
+    """A wait the simulated clock cannot represent: the step would never end."""
+
+
+class _Clock(simpy.Environment):
+    """SimPy's environment, refusing a wait that would not move the clock forward.
+
+    Once ``now + wait == now`` (a step so long that a wait is below the clock's float
+    resolution) or the wait is not finite (a rate of zero or close to it), SimPy would spin
+    on the same instant for ever; this turns it into one clear error instead.
+    """
+
+    def schedule(self, event: simpy.Event, priority: int = 1, delay: float = 0) -> None:
+        if delay != 0:
+            at = self._now + delay
+            if not (math.isfinite(at) and at > self._now):
+                raise StalledClock(_stall_message(self._now, delay))
+        super().schedule(event, priority, delay)  # type: ignore[arg-type]
+
+
+def _stall_message(now: float, delay: float) -> str:
+    if not math.isfinite(delay) or not math.isfinite(now + delay):
+        return (f"a transfer or kernel would never end (a wait of {delay:g} s at t = {now:g} s):"
+                " a bandwidth or compute rate is too small for the work")
+    return (f"the step is too long to simulate: at t = {now:.3g} s the clock cannot advance by "
+            f"{delay:.3g} s (float resolution); the job asks for too much work per step "
+            "(micro-batch, sequence length, model size) or a rate is too small")
 
 
 class _Sms:
@@ -109,7 +140,7 @@ class _Run:
                  slowdown: float | None) -> None:
         self.programs = programs
         self.machine = machine
-        self.env = simpy.Environment()
+        self.env = _Clock()
         self.capacity = {lid: link.capacity for lid, link in machine.links.items()}
         self.fabric = Fabric(self.env, self.capacity)
         self.sms = [_Sms(self.env, machine.gpu_of(p.members[0]).sms, slowdown)
@@ -208,7 +239,8 @@ class _Run:
     def compute(self, p: int, work: Compute) -> Generator[simpy.Event, Any, None]:
         sms = self.sms[p]
         remaining = work.duration
-        while remaining > _EPS:
+        while remaining > _EPS * max(1.0, self.env.now):  # what is left is below the clock's
+            # resolution: done (waiting for it would not move the clock)
             rate, changed, began = sms.rate(), sms.changed, self.env.now
             if rate > 0:
                 finish = self.env.timeout(remaining / rate)

@@ -122,15 +122,26 @@ def _explain(err: Any) -> str:
         return "unknown key (misspelt?)"
     if kind == "missing":
         return "required key is missing"
+    if kind == "int_parsing_size":
+        return f"{err.get('input')!r:.40} is too large a number (docs/inputs.md: Limits)"
     msg = str(err["msg"]).removeprefix("Value error, ")
     value = err.get("input")
+    bound = _BOUNDS.get(kind)
+    if bound is not None:
+        limit = err["ctx"][bound[0]]
+        msg = bound[1].format(f"{limit:,}" if isinstance(limit, int) else f"{limit:g}")
     if kind != "value_error" and not isinstance(value, dict | list):
         text = repr(value)
         msg += f", got {text if len(text) <= 60 else text[:57] + '...'}"
         if isinstance(value, str) and _YAML11.fullmatch(value) and kind.startswith(
                 ("int", "float")):
             msg += " (YAML 1.1 read this as a boolean or a base-60 number; here it is text)"
+    if bound is not None:
+        msg += " (docs/inputs.md: Limits)"
     return msg
 
 
+_BOUNDS = {"less_than_equal": ("le", "must be at most {}"),
+           "greater_than_equal": ("ge", "must be at least {}"),
+           "too_long": ("max_length", "at most {} entries")}
 _YAML11 = re.compile(r"(?i:y|yes|n|no|on|off)|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")

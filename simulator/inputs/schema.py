@@ -6,17 +6,80 @@ checked at load; see simulator/inputs/config.py for how errors are reported (fil
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 NodeKind = Literal["gpu", "cpu", "pcie_switch", "nvswitch", "nic"]
 LinkKind = Literal["pcie", "nvlink", "upi", "xgmi", "network"]
 PathLevel = Literal["LOC", "NVL", "PIX", "PXB", "PHB", "SYS"]
 
 
+# Limits: each number keeps the simulation finite and fast, far beyond any real machine or
+# model (docs/inputs.md, "Limits", gives the reasons; tests/test_docs.py keeps the two in step).
+MAX_GPUS = 1024  # the largest machine the benchmarks (scripts/bench.py) cover
+MAX_NODES = 16_384
+MAX_LINKS = 65_536
+MIN_GB_PER_S = 0.001  # 1 MB/s: below any link a GPU talks over (USB 2 is 60 MB/s)
+MAX_GB_PER_S = 100_000.0  # 100 TB/s: 50x NVLink 5's 1.8 TB/s per GPU
+MAX_LATENCY_US = 1e6  # one second per hop
+MAX_LANES = 32  # PCIe's widest link (x32)
+MAX_NVLINKS = 64  # NVLinks between two ends; an H100 has 18 in all
+MAX_LAYERS = 4096  # 32x the deepest published transformer (Megatron-LM's 1T: 128 layers)
+MAX_WIDTH = 2**18  # hidden: 10x Megatron-LM 1T's 25,600; also heads and kv_heads
+MAX_FFN = 2**20  # 20x Llama 3.1 405B's 53,248
+MAX_VOCAB = 2**24  # 64x Gemma's 256,000
+MAX_TOKENS = 2**24  # seq_len, max_positions: 16x the longest training context (1M)
+MAX_BATCH = 2**16  # micro_batch, grad_accum
+MAX_STEP_TOKENS = 2**28  # micro_batch x grad_accum x seq_len per GPU: 16x Llama 3's whole
+# 16M-token global batch (arXiv:2407.21783, table 4)
+MAX_LAYER_PARAMS = 10**13  # one generic layer: 10 trillion parameters
+MAX_PER_SAMPLE = 1e18  # a generic layer's FLOPs or bytes per sample (1 exa)
+MAX_USD = 1e6
+
+Bandwidth = Annotated[float, Field(ge=MIN_GB_PER_S, le=MAX_GB_PER_S)]
+
+
 class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: `.inf` FLOPs or a `.nan` bandwidth would stall the simulated clock
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """A boolean is not a number: `lanes: true` is refused, not read as an x1 link."""
+        if isinstance(value, bool) and info.field_name in _numeric_fields(cls):
+            raise ValueError(f"expected a number, got {str(value).lower()}")
+        return value
+
+
+def _numeric_fields(cls: type[BaseModel]) -> frozenset[str]:
+    """Fields of ``cls`` that take an int or a float but never a bool (cached per class)."""
+    cached = _NUMERIC.get(cls)
+    if cached is None:
+        leaves = {name: _leaves(f.annotation) for name, f in cls.model_fields.items()}
+        cached = frozenset(name for name, types in leaves.items()
+                           if types & {int, float} and bool not in types)
+        _NUMERIC[cls] = cached
+    return cached
+
+
+def _leaves(tp: Any) -> set[Any]:
+    """The plain types inside an annotation (``int | None`` -> {int, NoneType})."""
+    args = get_args(tp)
+    return set().union(*map(_leaves, args)) if args else {tp}
+
+
+_NUMERIC: dict[type[BaseModel], frozenset[str]] = {}
 
 
 class GpuSpec(Frozen):
@@ -28,7 +91,7 @@ class GpuSpec(Frozen):
 
     base: str = Field(min_length=1)  # catalog name (simulator/machine/hardware.py)
     memory_gib: PositiveFloat | None = None
-    memory_bandwidth_gb_per_s: PositiveFloat | None = None
+    memory_bandwidth_gb_per_s: Bandwidth | None = None
     power_limit_w: PositiveFloat | None = None  # enforced board power limit (nvidia-smi -pl)
     bf16_tflops: PositiveFloat | None = None  # spec dense 16-bit peak (FP32 accumulate)
     matmul_tflops: PositiveFloat | None = None  # achieved rate of one large plain GEMM
@@ -54,7 +117,7 @@ class NodeConfig(Frozen):
     id: str = Field(min_length=1)
     kind: NodeKind
     # cpu only: achievable host-memory bandwidth of this socket (GB/s), shared by SHM traffic
-    memory_bandwidth_gb_per_s: PositiveFloat | None = None
+    memory_bandwidth_gb_per_s: Bandwidth | None = None
     # cpu only: CPU generation, sets the socket-link default (see hardware.SOCKET_LINKS)
     model: str | None = None
     # gpu only: this GPU when it differs from the machine's default `gpu` (name or mapping)
@@ -65,12 +128,12 @@ class LinkConfig(Frozen):
     a: str
     b: str
     kind: LinkKind
-    gen: PositiveInt | None = None  # pcie generation (3, 4, 5, 6) or nvlink generation
-    lanes: PositiveInt | None = None  # pcie lanes (x8, x16)
-    count: PositiveInt | None = None  # nvlink links bundled between the two ends
+    gen: PositiveInt | None = Field(default=None, le=16)  # pcie (3, 4, 5, 6) or nvlink gen
+    lanes: PositiveInt | None = Field(default=None, le=MAX_LANES)  # pcie lanes (x8, x16)
+    count: PositiveInt | None = Field(default=None, le=MAX_NVLINKS)  # nvlinks bundled
     model: str | None = None  # upi / xgmi generation name from the catalog
-    bandwidth_gb_per_s: PositiveFloat | None = None  # per direction; default from the kind
-    latency_us: float | None = Field(default=None, ge=0)
+    bandwidth_gb_per_s: Bandwidth | None = None  # per direction; default from the kind
+    latency_us: float | None = Field(default=None, ge=0, le=MAX_LATENCY_US)
 
 
 class FittedValue(Frozen):
@@ -118,9 +181,9 @@ class TopologyConfig(Frozen):
     p2p: bool = False
     # NCCL_P2P_LEVEL: P2P only where the path type is at most this (NCCL default PXB)
     p2p_level: PathLevel = "PXB"
-    price_usd_per_hour: PositiveFloat | None = None
-    nodes: list[NodeConfig] = Field(min_length=1)
-    links: list[LinkConfig] = Field(default_factory=list)
+    price_usd_per_hour: PositiveFloat | None = Field(default=None, le=MAX_USD)
+    nodes: list[NodeConfig] = Field(min_length=1, max_length=MAX_NODES)
+    links: list[LinkConfig] = Field(default_factory=list, max_length=MAX_LINKS)
     calibration: CalibrationConfig | None = None  # written by `stepsim calibrate`
 
     def reference_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
@@ -136,8 +199,11 @@ class TopologyConfig(Frozen):
                 ref = getattr(link, end)
                 if ref not in ids:
                     errors.append((("links", i, end), f"link to undefined node {ref!r}"))
-        if not any(n.kind == "gpu" for n in self.nodes):
+        gpus = sum(n.kind == "gpu" for n in self.nodes)
+        if not gpus:
             errors.append((("nodes",), "the machine has no GPU node"))
+        if gpus > MAX_GPUS:
+            errors.append((("nodes",), f"{gpus:,} GPUs; at most {MAX_GPUS:,} are simulated"))
         if self.calibration is not None:
             from simulator.machine.wire import PARAMETERS
 
@@ -196,38 +262,41 @@ Family = Literal["llama", "gpt2", "mpt", "bert", "generic"]
 
 class ModelConfig(Frozen):
     family: Family
-    layers: PositiveInt
-    hidden: PositiveInt
-    heads: PositiveInt
-    kv_heads: PositiveInt | None = None  # grouped-query attention; default = heads
-    ffn_hidden: PositiveInt | None = None  # default 4 * hidden
-    vocab: PositiveInt
+    layers: PositiveInt = Field(le=MAX_LAYERS)
+    hidden: PositiveInt = Field(le=MAX_WIDTH)
+    heads: PositiveInt = Field(le=MAX_WIDTH)
+    # grouped-query attention; default = heads
+    kv_heads: PositiveInt | None = Field(default=None, le=MAX_WIDTH)
+    ffn_hidden: PositiveInt | None = Field(default=None, le=MAX_FFN)  # default 4 * hidden
+    vocab: PositiveInt = Field(le=MAX_VOCAB)
     tie_embeddings: bool | None = None  # lm_head shares the token embedding; default by family
     norm: Literal["layernorm", "rmsnorm"] | None = None  # default by family
     mlp: Literal["swiglu", "gelu"] | None = None  # default by family
     bias: bool | None = None  # linear-layer biases; default by family
     qkv_bias: bool | None = None  # biases on q/k/v only (Qwen2); default = bias
     positions: Literal["learned", "rotary", "alibi"] | None = None  # default by family
-    max_positions: PositiveInt | None = None  # learned position table size
+    # learned position table size
+    max_positions: PositiveInt | None = Field(default=None, le=MAX_TOKENS)
 
 
 class GenericLayer(Frozen):
     """One layer of a model that is not a transformer (a UNet block, a conv stage)."""
 
     name: str = Field(min_length=1)
-    params: int = Field(ge=0)
-    forward_flops_per_sample: float = Field(ge=0)
-    activation_bytes_per_sample: float = Field(ge=0)
-    tensors: PositiveInt = 1  # parameter tensors the layer registers (for DDP buckets)
+    params: int = Field(ge=0, le=MAX_LAYER_PARAMS)
+    forward_flops_per_sample: float = Field(ge=0, le=MAX_PER_SAMPLE)
+    activation_bytes_per_sample: float = Field(ge=0, le=MAX_PER_SAMPLE)
+    # parameter tensors the layer registers (for DDP buckets)
+    tensors: PositiveInt = Field(default=1, le=1_000_000)
     # forward HBM traffic of the layer's memory-bound work (normalisation, activation, residual
     # adds), one sample; timed as a bandwidth-bound kernel next to the layer's compute
-    memory_bytes_per_sample: float = Field(default=0.0, ge=0)
+    memory_bytes_per_sample: float = Field(default=0.0, ge=0, le=MAX_PER_SAMPLE)
 
 
 class LoraConfig(Frozen):
-    rank: PositiveInt = 16
-    alpha: PositiveFloat | None = None
-    targets: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
+    rank: PositiveInt = Field(default=16, le=MAX_WIDTH)
+    alpha: PositiveFloat | None = Field(default=None, le=1e6)
+    targets: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"], max_length=64)
 
 
 Checkpointing = Literal["none", "selective", "full"]
@@ -235,9 +304,9 @@ CHECKPOINTING_MODES: tuple[str, ...] = get_args(Checkpointing)
 
 
 class TrainingConfig(Frozen):
-    seq_len: PositiveInt
-    micro_batch: PositiveInt = 1
-    grad_accum: PositiveInt = 1
+    seq_len: PositiveInt = Field(le=MAX_TOKENS)
+    micro_batch: PositiveInt = Field(default=1, le=MAX_BATCH)
+    grad_accum: PositiveInt = Field(default=1, le=MAX_BATCH)
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     optimizer: Literal["adamw", "sgd"] = "adamw"
     activation_checkpointing: Checkpointing = "none"
@@ -256,7 +325,8 @@ class WorkloadConfig(Frozen):
     description: str = ""
     source: str = ""
     model: ModelConfig | None = None
-    layers: list[GenericLayer] | None = None  # the generic (non-transformer) form
+    # the generic (non-transformer) form
+    layers: list[GenericLayer] | None = Field(default=None, min_length=1, max_length=MAX_LAYERS)
     training: TrainingConfig
 
     def with_training(self, **changes: Any) -> WorkloadConfig:
@@ -273,6 +343,10 @@ class WorkloadConfig(Frozen):
     def reference_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Cross-field checks a field type cannot express, as (key path, message) pairs."""
         errors: list[tuple[tuple[str | int, ...], str]] = []
+        t = self.training
+        if (tokens := t.micro_batch * t.grad_accum * t.seq_len) > MAX_STEP_TOKENS:
+            errors.append((("training",), f"micro_batch x grad_accum x seq_len = {tokens:,} "
+                           f"tokens per GPU per step; at most {MAX_STEP_TOKENS:,}"))
         if self.training.finetune != "full" and self.model is None:
             errors.append((("training", "finetune"),
                            f"{self.training.finetune} needs a transformer `model`, not `layers`"))
