@@ -90,7 +90,6 @@ def test_absurd_file_values_are_refused_at_load(
 FLAG_CASES = [
     (["--micro-batch", "1000000000"], "--micro-batch: at most 65,536"),
     (["--grad-accum", "100000"], "--grad-accum: at most 65,536"),
-    (["--grad-accum", "1000"], "ops to simulate; at most 40,000"),
     (["--bucket-mb", "nan"], "--bucket-mb: expected a finite number"),
     (["--bucket-mb", "inf"], "--bucket-mb: expected a finite number"),
     (["--bucket-mb", "1e-300"], "--bucket-mb: must be between"),
@@ -106,6 +105,22 @@ def test_absurd_flags_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]
     code, err, took = _run(["run", "-t", "2x5090", "-w", "gpt2-medium", *flags], capsys)
     assert code == 2 and err.count("\n") == 1 and words in err, err
     assert took < 5
+
+
+def test_long_gradient_accumulation_is_replayed_not_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, err, took = _run(["run", "-t", "2x5090", "-w", "gpt2-medium", "--grad-accum", "50000",
+                            "--json"], capsys)
+    assert code == 0 and err == "" and took < 10
+
+
+def test_a_micro_step_too_large_to_simulate_is_refused_with_its_count(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, "gpt2-medium", "layers: 24", "layers: 2000")
+    code, err, took = _run(["run", "-t", "2x5090", "-w", str(path)], capsys)
+    assert code == 2 and "2,000 layers" in err and "at most 5,000" in err, err
+    assert took < 5
+    assert main(["memory", "-t", "2x5090", "-w", str(path)]) == 0  # memory has no such bound
 
 
 def test_sweep_refuses_an_empty_list_item(capsys: pytest.CaptureFixture[str]) -> None:
@@ -131,7 +146,8 @@ class _OneFlow:
 
 def _machine(capacity: float):  # noqa: ANN202
     link = Link("g0->g1", "g0", "g1", "pcie", capacity, 0.0)
-    return SimpleNamespace(links={link.id: link}, gpu=SimpleNamespace(sms=100), n_gpus=2)
+    gpu = SimpleNamespace(sms=100)
+    return SimpleNamespace(links={link.id: link}, gpu=gpu, gpu_of=lambda _rank: gpu, n_gpus=2)
 
 
 def test_a_wait_below_the_clocks_resolution_is_an_error_not_a_spin(
