@@ -159,6 +159,12 @@ def _mean_card_price(machine: Machine) -> float | None:
     return None if None in prices else sum(p for p in prices if p) / len(prices)
 
 
+def memory_of(spec: RunSpec) -> dict[str, Any]:
+    """The memory verdict of a spec without simulating it (what advise prunes by)."""
+    machine = load_machine(spec.topology, spec.gpus, spec.scales)
+    return _memory(job_of(spec), machine, spec)
+
+
 def recipe(spec: RunSpec) -> dict[str, Any]:
     """The recipe flags as the report lists them (framework option names)."""
     return {"activation_checkpointing": spec.checkpointing, "comm_hook": spec.grad_compression,

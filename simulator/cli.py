@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from simulator import __version__
 from simulator.errors import InputError
 
-COMMANDS = ("run", "collective", "memory", "topo", "compare", "sweep", "presets")
+COMMANDS = ("run", "collective", "memory", "topo", "compare", "sweep", "advise", "presets")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -90,3 +90,11 @@ def test_bad_price_flags_are_one_line(flags: list[str], capsys: pytest.CaptureFi
     assert main(["run", "-t", "2x5090", "-w", "gpt2-medium", *flags]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and flags[0] in err
+
+
+def test_every_catalog_card_price_names_its_source_and_date() -> None:
+    from simulator.machine.hardware import GPUS, PRICE_SOURCES
+
+    priced = {name for name, gpu in GPUS.items() if gpu.price_usd}
+    assert priced <= set(PRICE_SOURCES)
+    assert all(any(ch.isdigit() for ch in PRICE_SOURCES[n]) for n in priced)  # a year at least

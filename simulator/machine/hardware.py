@@ -152,6 +152,12 @@ PRICE_SOURCES: dict[str, str] = {
     "h100-sxm": "street price order of magnitude, 2024 (no public list price)",
     "h100-pcie": "street price order of magnitude, 2024 (no public list price)",
     "h200": "street price order of magnitude, 2024 (no public list price)",
+    "h100-nvl": "street price order of magnitude, 2024 (no public list price)",
+    "b200": "street price order of magnitude, 2025 (no public list price)",
+    "l40s": "street price order of magnitude, 2024 (no public list price)",
+    "rtx6000-ada": "NVIDIA list price at launch, about $6,800, 2022-12",
+    "rtx-pro-6000": "retail price at launch, about $8,500, 2025-04 (Workstation Edition)",
+    "rtx-a6000": "NVIDIA list price at launch, $4,650, 2020-10",
 }
 
 

@@ -1,0 +1,201 @@
+"""The configurations `stepsim advise` weighs on one machine, and which of them fit.
+
+Enumerated, with the frameworks' own option names: DDP (bucket_cap_mb 25, 5, 100), ZeRO-1,
+ZeRO-2, ZeRO-3, FSDP with and without reshard_after_forward, tensor parallelism over every
+GPU and TP x DP / TP x FSDP at every TP degree that divides the GPUs, each with and without
+sequence parallelism; activation checkpointing none, selective, full; micro-batches in powers
+of two up to the largest that fits, and that largest one. Any strategy the project adds to
+``strategies.STRATEGIES`` with no recipe of its own is tried with its defaults.
+
+Pruned by memory first (``api.memory_of``, no simulation). Dominated candidates are not
+generated: more checkpointing at a micro-batch a lighter mode already fits only adds recompute.
+Advise simulates in two rounds: every recipe and mode at its largest micro-batch (DDP at each
+bucket size), then the smaller micro-batches of the leading few.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from simulator import api
+from simulator.api import RunSpec
+from simulator.errors import InputError
+from simulator.inputs.schema import CHECKPOINTING_MODES
+from simulator.strategies import STRATEGIES
+
+DDP_BUCKETS_MB = (None, 5.0, 100.0)  # None: PyTorch's bucket_cap_mb default (25)
+MAX_MICRO_BATCH = 1024
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A strategy and its recipe flags, before checkpointing and micro-batch are chosen."""
+
+    strategy: str
+    tp: int | None = None
+    sequence_parallel: bool = False
+    reshard_after_forward: bool = True
+
+    @property
+    def family(self) -> str:
+        """How the text groups what does not fit: DDP, ZeRO-1, FSDP, TP x FSDP, ..."""
+        return self.strategy
+
+
+@dataclass
+class Verdict:
+    """A recipe at one checkpointing mode: the micro-batches that fit, or why none does."""
+
+    recipe: Recipe
+    checkpointing: str
+    largest: int  # largest micro-batch that fits (0: none)
+    memory: dict[str, Any]  # the verdict at the largest that fits, or at micro-batch 1
+
+
+def recipes(n_gpus: int) -> list[Recipe]:
+    """Every strategy and recipe for a machine of ``n_gpus``."""
+    out = [Recipe("ddp"), Recipe("zero1"), Recipe("zero2"), Recipe("zero3"),
+           Recipe("fsdp"), Recipe("fsdp", reshard_after_forward=False)]
+    if n_gpus > 1:
+        for sp in (False, True):
+            out.append(Recipe("tp", tp=n_gpus, sequence_parallel=sp))
+            for degree in range(2, n_gpus):
+                if n_gpus % degree == 0:
+                    out.append(Recipe("tp+ddp", tp=degree, sequence_parallel=sp))
+                    out.append(Recipe("tp+fsdp", tp=degree, sequence_parallel=sp))
+    known = {r.strategy for r in out}
+    out += [Recipe(name) for name in STRATEGIES if name not in known]
+    return out
+
+
+def _spec(base: RunSpec, recipe: Recipe, checkpointing: str, micro_batch: int) -> RunSpec:
+    return replace(base, strategy=recipe.strategy, tp=recipe.tp,
+                   sequence_parallel=recipe.sequence_parallel,
+                   reshard_after_forward=recipe.reshard_after_forward,
+                   checkpointing=checkpointing, micro_batch=micro_batch)
+
+
+def _fits(spec: RunSpec) -> dict[str, Any] | None:
+    """The memory verdict, or None when the recipe cannot run this job at all."""
+    try:
+        return api.memory_of(spec)
+    except InputError:  # e.g. a TP degree that does not divide the heads
+        return None
+
+
+def largest_micro_batch(base: RunSpec, recipe: Recipe, checkpointing: str
+                        ) -> Verdict | None:
+    """Bisect the micro-batch (memory grows with it). None: the recipe does not apply."""
+    first = _fits(_spec(base, recipe, checkpointing, 1))
+    if first is None:
+        return None
+    if not first["fits"]:
+        return Verdict(recipe, checkpointing, 0, first)
+    lo, hi, best = 1, 2, first
+    while hi <= MAX_MICRO_BATCH:
+        mem = _fits(_spec(base, recipe, checkpointing, hi))
+        if mem is None or not mem["fits"]:
+            break
+        lo, hi, best = hi, hi * 2, mem
+    hi = min(hi, MAX_MICRO_BATCH + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        mem = _fits(_spec(base, recipe, checkpointing, mid))
+        if mem is not None and mem["fits"]:
+            lo, best = mid, mem
+        else:
+            hi = mid
+    return Verdict(recipe, checkpointing, lo, best)
+
+
+def micro_batches(largest: int, above: int = 0) -> list[int]:
+    """Powers of two up to ``largest`` and ``largest`` itself, all above ``above``."""
+    sizes = {largest}
+    b = 1
+    while b < largest:
+        sizes.add(b)
+        b *= 2
+    return sorted(s for s in sizes if s > above)
+
+
+@dataclass
+class Choices:
+    """What advise simulates on one machine, in two rounds."""
+
+    first: list[RunSpec]  # each recipe and checkpointing mode at its largest micro-batch
+    smaller: dict[tuple[Recipe, str], list[RunSpec]]  # the smaller micro-batches of each
+    verdicts: list[Verdict]  # every recipe's memory verdict, fitting or not
+
+
+def enumerate_machine(base: RunSpec) -> Choices:
+    """The specs worth simulating on ``base.topology`` and every recipe's memory verdict."""
+    n_gpus = api.load_machine(base.topology, base.gpus).n_gpus
+    choices = Choices([], {}, [])
+    for recipe in recipes(n_gpus):
+        fitted = 0  # the largest micro-batch a lighter checkpointing mode already fits
+        for mode in CHECKPOINTING_MODES:  # none, selective, full: ever more recompute
+            verdict = largest_micro_batch(base, recipe, mode)
+            if verdict is None:
+                break
+            choices.verdicts.append(verdict)
+            if verdict.largest <= fitted:
+                continue
+            largest = _spec(base, recipe, mode, verdict.largest)
+            buckets = DDP_BUCKETS_MB if recipe.strategy == "ddp" else (None,)
+            choices.first += [replace(largest, bucket_mb=mb) for mb in buckets]
+            choices.smaller[(recipe, mode)] = [
+                _spec(base, recipe, mode, b)
+                for b in micro_batches(verdict.largest, above=fitted)[:-1]]
+            fitted = verdict.largest
+    return choices
+
+
+def recipe_of(spec: RunSpec) -> tuple[Recipe, str]:
+    """The key of a spec's recipe and checkpointing mode in ``Choices.smaller``."""
+    return (Recipe(spec.strategy, spec.tp, spec.sequence_parallel, spec.reshard_after_forward),
+            spec.checkpointing or "none")
+
+
+def options(spec: RunSpec) -> dict[str, Any]:
+    """A candidate's choices, as the JSON lists them (framework option names)."""
+    return {"topology": spec.topology, "workload": spec.workload, "strategy": spec.strategy,
+            "tp": spec.tp,
+            "micro_batch": spec.micro_batch, "activation_checkpointing": spec.checkpointing,
+            "bucket_cap_mb": spec.bucket_mb, "sequence_parallel": spec.sequence_parallel,
+            "reshard_after_forward": spec.reshard_after_forward, "gpus": spec.gpus}
+
+
+def run_command(spec: RunSpec) -> str:
+    """The `stepsim run` command that simulates this candidate alone."""
+    words = ["stepsim", "run", "-t", spec.topology, "-w", spec.workload, "-s", spec.strategy]
+    if spec.gpus is not None:
+        words += ["--gpus", str(spec.gpus)]
+    if spec.tp is not None:
+        words += ["--tp", str(spec.tp)]
+    if spec.micro_batch is not None:
+        words += ["--micro-batch", str(spec.micro_batch)]
+    if spec.checkpointing is not None:
+        words += ["--checkpointing", spec.checkpointing]
+    if spec.bucket_mb is not None:
+        words += ["--bucket-mb", f"{spec.bucket_mb:g}"]
+    if spec.sequence_parallel:
+        words.append("--sequence-parallel")
+    if not spec.reshard_after_forward:
+        words.append("--no-reshard-after-forward")
+    return " ".join(words)
+
+
+def label(spec: RunSpec) -> str:
+    """``fsdp, checkpointing full, micro-batch 4`` and the like."""
+    parts = [spec.strategy + (f" (TP {spec.tp})" if spec.tp else "")]
+    if spec.sequence_parallel:
+        parts.append("sequence parallel")
+    if not spec.reshard_after_forward:
+        parts.append("no reshard after forward")
+    if spec.checkpointing and spec.checkpointing != "none":
+        parts.append(f"checkpointing {spec.checkpointing}")
+    parts.append(f"micro-batch {spec.micro_batch}")
+    if spec.bucket_mb is not None:
+        parts.append(f"buckets {spec.bucket_mb:g} MiB")
+    return ", ".join(parts)

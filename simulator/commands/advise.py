@@ -1,0 +1,73 @@
+"""`stepsim advise`: which strategy, recipe and micro-batch to run a job with, on each machine.
+
+``-t`` repeats (one machine each, each with its own ``--price-per-gpu-hour`` if given once per
+machine). Prints the explanation lines (the winner and its bottleneck, what does not fit, the
+runner-up and its cost, what would fit when nothing does), or with ``--json`` the whole
+answer: ``{candidates, best, nothing_fits, what_would_fit, explanation}``. ``--what-if`` adds
+the upgrades a buyer can choose for the winner (simulator/advice/whatif.py). The work is in
+simulator/advice/advise.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from rich.progress import Progress
+
+from simulator.advice import advise as core
+from simulator.advice import whatif
+from simulator.commands import price_flags
+from simulator.units import positive_int
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "advise", help="the best strategy, recipe and micro-batch for a job on each machine",
+        description="Enumerate DDP, ZeRO-1/2/3, FSDP, tensor parallelism and their "
+        "combinations with every checkpointing mode and micro-batch that fits, simulate them "
+        "and rank them, e.g. `stepsim advise -t 8x5090-dual-socket -w llama2-7b`.")
+    parser.add_argument("-t", "--topology", required=True, action="append",
+                        help="topology YAML or preset name (repeatable)")
+    parser.add_argument("-w", "--workload", required=True, help="workload YAML or preset name")
+    parser.add_argument("--objective", default="throughput", metavar="GOAL",
+                        help=f"what to rank by: {' | '.join(core.OBJECTIVES)} "
+                        "(default throughput)")
+    price_flags.add_arguments(parser)
+    parser.add_argument("--jobs", default=None, metavar="N",
+                        help="worker processes (default: one per CPU core)")
+    parser.add_argument("--what-if", action="store_true",
+                        help="add the upgrades a buyer can choose for the winner: P2P driver, "
+                        "PCIe switch or two sockets, next PCIe generation, NVLink bridge, "
+                        "twice the GPUs, a card with more memory")
+    parser.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    machines = [core.Machine(t, price_flags.prices(args, i, len(args.topology)))
+                for i, t in enumerate(args.topology)]
+    jobs = positive_int(args.jobs, "--jobs")
+    show = sys.stderr.isatty() and not os.environ.get("CI") and not args.json
+    with Progress(transient=True, disable=not show, console=None) as progress:
+        task = progress.add_task("simulating candidates", total=None)
+
+        def tick(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        answer = core.advise(machines, args.workload, objective=args.objective, jobs=jobs,
+                             progress=tick)
+        if args.what_if and answer["best"] is not None:
+            progress.update(task, description="simulating upgrades", completed=0, total=None)
+            best_machine = next(m for m in machines
+                                if m.topology == answer["best"]["options"]["topology"])
+            answer["best"]["what_if"] = whatif.upgrades(answer["best"], best_machine.prices)
+            answer["explanation"] += whatif.lines(answer["best"], answer["best"]["what_if"])
+    if args.json:
+        print(json.dumps(answer, indent=2, default=str))
+    else:
+        print("\n".join(answer["explanation"]))
+    return 0
