@@ -113,3 +113,29 @@ def test_the_residual_table_is_what_validate_gives_now() -> None:
     stored = yaml.safe_load((ROOT / "validation" / "residuals.yaml").read_text())["mechanisms"]
     assert fresh == stored, ("validation/residuals.yaml is stale: run "
                              "`python scripts/validate.py --write-residuals`")
+
+
+def test_a_topology_calibrated_on_its_own_logs_narrows_its_range(tmp_path: Path) -> None:
+    from simulator.machine import wire
+
+    config = yaml.safe_load((ROOT / "topologies" / "2x5090.yaml").read_text())
+    config["name"] = "my-2x5090"
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(config))
+    # what `stepsim calibrate` writes: the SHM efficiency it fitted (here the default, so the
+    # point stays put) and the fit's rms error over the log's rows
+    config["calibration"] = {"source": "all_reduce_perf log", "fitted": [
+        {"parameter": "shm_pcie_efficiency", "value": wire.SHM_PCIE_EFFICIENCY,
+         "source": "all_reduce_perf -b 8 -e 8G", "rms_error": 0.03}]}
+    calibrated = tmp_path / "calibrated.yaml"
+    calibrated.write_text(yaml.safe_dump(config))
+    before = ranged(str(plain), "llama3.2-1b", "tp")
+    after = ranged(str(calibrated), "llama3.2-1b", "tp")
+    assert after["step_time_s"] == pytest.approx(before["step_time_s"])
+    shm = after["range_basis"]["mechanisms"]["shm"]
+    assert (shm["low"], shm["high"]) == pytest.approx((0.94, 1.06))
+    assert "calibrated" in shm["basis"]
+
+    def width(r: dict) -> float:
+        return r["step_time_s_range"][1] - r["step_time_s_range"][0]
+    assert width(after) < 0.5 * width(before)

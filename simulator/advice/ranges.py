@@ -11,15 +11,17 @@ the smallest and largest of the three runs, so it always holds the point value. 
 mechanism (each alone at its slow end) says which one dominates the width.
 
 Spreads: a mechanism measured and fitted on this very box (its points fixed a constant) keeps
-that box's own residuals; one the machine's topology says was calibrated gets the within-box
-scatter left on the boxes we have (each box's residuals about their own middle); any other
-gets the spread over all boxes. Every spread includes 1 (the model as it is) and at least
+that box's own residuals; one the topology's ``calibration`` fitted (``stepsim calibrate``)
+gets twice the fit's rms error either way, or where the fit states none, the within-box scatter
+left on the boxes we have (each box's residuals about their own middle); any other gets the
+spread over all boxes. Every spread includes 1 (the model as it is) and at least
 ``NOISE_FLOOR`` either way. docs/accuracy.md explains the method.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -90,8 +92,8 @@ def calibrated_spread(entry: dict[str, Any]) -> tuple[float, float]:
     return low, high
 
 
-def spread(mechanism: str, machine: Machine, calibrated: frozenset[str] = frozenset()
-           ) -> Spread:
+def spread(mechanism: str, machine: Machine,
+           calibrated: Mapping[str, float | None] | None = None) -> Spread:
     """The range of ``mechanism``'s achieved rate on ``machine``."""
     key = _table_key(mechanism, machine)
     entry = residual_table().get(key)
@@ -102,7 +104,12 @@ def spread(mechanism: str, machine: Machine, calibrated: frozenset[str] = frozen
         low, high = _with_one(own[0]["low"], own[0]["high"])
         return Spread(low, high, f"fitted on this box's own measurements: "
                                  f"{own[0]['points']} points within {low:.2f}-{high:.2f}x")
-    if mechanism in calibrated:
+    if calibrated and mechanism in calibrated:
+        rms = calibrated[mechanism]
+        if rms is not None:  # the fit on this box says how well it holds: two rms either way
+            low, high = _with_one(1 - 2 * rms, 1 + 2 * rms)
+            return Spread(low, high, f"calibrated on this box's own logs: fit rms "
+                                     f"{rms:.1%}, taken twice either way")
         low, high = calibrated_spread(entry)
         return Spread(low, high, f"calibrated: boxes measured alike scatter {low:.2f}-"
                                  f"{high:.2f}x about their fit")
@@ -130,12 +137,34 @@ def mechanisms_used(result: RunResult) -> list[str]:
     return [m for m in MECHANISMS if m in used]
 
 
-def calibrated_mechanisms(machine: Machine) -> frozenset[str]:
-    """Mechanisms the machine's topology carries a calibration for (none in the schema yet)."""
-    calibration = getattr(machine.config, "calibration", None)
-    if not calibration:
-        return frozenset()
-    return frozenset(m for m in MECHANISMS if getattr(calibration, m, None) is not None)
+# Which mechanism each parameter `stepsim calibrate` fits belongs to (machine/wire.py names):
+# a fit of any of them calibrates that mechanism on the box.
+CALIBRATES = {
+    "shm_pcie_efficiency": "shm", "shm_ll_sync_us": "shm", "shm_simple_sync_us": "shm",
+    "host_memory_gb_per_s": "shm", "p2p_pcie_simple_efficiency": "pcie_p2p",
+    "p2p_ll_sync_us": "pcie_p2p", "p2p_simple_sync_us": "pcie_p2p",
+    "simple_channel_cap_gbps": "pcie_p2p", "ll_channel_cap_gbps": "pcie_p2p",
+}
+
+
+def calibrated_mechanisms(machine: Machine, workload: str | None = None
+                          ) -> dict[str, float | None]:
+    """Mechanisms the topology's ``calibration`` fitted, each with the fit's rms error (None:
+    not stated). Compute counts when a measured step of this workload on this GPU is there."""
+    calibration = machine.config.calibration
+    if calibration is None:
+        return {}
+    out: dict[str, float | None] = {}
+    for fit in calibration.fitted:
+        mechanism = CALIBRATES.get(fit.parameter)
+        if mechanism is None:
+            continue
+        rms = fit.rms_error
+        previous = out.get(mechanism)
+        out[mechanism] = rms if previous is None else max(previous, rms or 0.0)
+    if any(c.workload == workload and c.gpu == machine.gpu.name for c in calibration.compute):
+        out["compute"] = None
+    return out
 
 
 def _scales(spreads: dict[str, Spread], end: str) -> RateScales:
@@ -149,7 +178,7 @@ def add_ranges(result: RunResult, prices: Prices | None = None) -> dict[str, Any
 
     report = result.report
     machine = result.machine
-    calibrated = calibrated_mechanisms(machine)
+    calibrated = calibrated_mechanisms(machine, result.job.name)
     spreads = {m: spread(m, machine, calibrated) for m in mechanisms_used(result)}
     wide = {m: s for m, s in spreads.items() if (s.low, s.high) != (1.0, 1.0)}
 
