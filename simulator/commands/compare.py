@@ -20,6 +20,7 @@ from simulator import api
 from simulator.advice.ranges import WORDS
 from simulator.commands import price_flags
 from simulator.commands.run import add_job_arguments, spec_from_args, summary_rows
+from simulator.outputs.files import write_atomically
 
 
 def add_parser(subparsers: Any) -> None:
@@ -29,6 +30,9 @@ def add_parser(subparsers: Any) -> None:
         "strategies and print them side by side, e.g. "
         "`stepsim compare -t 8x5090-switch -t 8x5090-dual-socket -w llama3.2-1b -s ddp`.")
     add_job_arguments(parser, many=True)
+    parser.add_argument("--png", metavar="FILE.png",
+                        help="draw the runs side by side: compute, exposed communication and "
+                        "idle per step, and tokens/s, with their ranges")
     parser.add_argument("--json", action="store_true", help="print a list of run reports")
     parser.set_defaults(handler=run)
 
@@ -45,13 +49,20 @@ def run(args: argparse.Namespace) -> int:
     reports = [api.simulate(spec, prices=price_flags.prices(
         args, args.topology.index(t), machines), ranges=not args.no_ranges).report
         for spec, (t, _, _) in zip(specs, combos, strict=True)]
-    if args.json:
-        print(json.dumps(reports, indent=2, default=str))
-        return 0
     varying = {name for name, values in (("topology", args.topology),
                                          ("workload", args.workload),
                                          ("strategy", args.strategy or ["ddp"]))
                if len(set(values)) > 1}
+    if args.png:
+        from simulator.outputs import plots  # matplotlib only when a picture is asked for
+
+        labels = [_label(r, varying) for r in reports]
+        title = " / ".join(sorted({f"{r['workload']}" for r in reports}))
+        write_atomically(args.png, lambda p: plots.compare_chart(labels, reports, p,
+                                                                 title=title))
+    if args.json:
+        print(json.dumps(reports, indent=2, default=str))
+        return 0
     table = Table(show_lines=False, title_justify="left",
                   title="same flags, side by side" if varying else None)
     table.add_column("", style="bold")

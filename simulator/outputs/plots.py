@@ -199,6 +199,60 @@ def sweep_chart(xs: Sequence[str], series: Mapping[str, Sequence[float | None]],
     plt.close(fig)
 
 
+def compare_chart(labels: Sequence[str], reports: Sequence[Mapping[str, object]],
+                  path: str | Path, *, title: str = "") -> None:
+    """Runs side by side: each step split into compute, exposed communication and idle
+    (stacked bars, the step-time range as a whisker), and tokens/s with its range."""
+    def num(r: Mapping[str, object], key: str) -> float:
+        return float(r[key])  # type: ignore[arg-type]
+
+    def whiskers(key: str, scale: float = 1.0) -> list[list[float]] | None:
+        if not all(f"{key}_range" in r for r in reports):
+            return None
+        lows: list[float] = []
+        highs: list[float] = []
+        for r in reports:
+            bounds: Sequence[float] = r[f"{key}_range"]  # type: ignore[assignment]
+            lows.append((num(r, key) - bounds[0]) * scale)
+            highs.append((bounds[1] - num(r, key)) * scale)
+        return [lows, highs]
+
+    xs = range(len(reports))
+    compute = [num(r, "compute_time_s") for r in reports]
+    exposed = [num(r, "exposed_comm_s") for r in reports]
+    idle = [max(0.0, num(r, "step_time_s") - c - e)
+            for r, c, e in zip(reports, compute, exposed, strict=True)]
+    steps = [num(r, "step_time_s") for r in reports]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(4 + 1.6 * len(reports), 4.4), dpi=110)
+    left.bar(xs, compute, color="#4c72b0", label="compute")
+    left.bar(xs, exposed, bottom=compute, color="#dd8452", label="exposed communication")
+    left.bar(xs, idle, bottom=[c + e for c, e in zip(compute, exposed, strict=True)],
+             color="#c8c8c8", label="idle")
+    step_err = whiskers("step_time_s")
+    if step_err:
+        left.errorbar(xs, steps, yerr=step_err, fmt="none", ecolor="black", capsize=5, lw=1)
+    left.set_ylabel("seconds per step")
+    left.set_title("where the step goes", fontsize=9)
+    right.bar(xs, [num(r, "tokens_per_s") for r in reports], color="#55a868")
+    tps_err = whiskers("tokens_per_s")
+    if tps_err:
+        right.errorbar(xs, [num(r, "tokens_per_s") for r in reports], yerr=tps_err,
+                       fmt="none", ecolor="black", capsize=5, lw=1)
+    right.set_ylabel("tokens/s")
+    right.set_title("throughput", fontsize=9)
+    for ax in (left, right):
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
+        ax.grid(axis="y", linewidth=0.3, alpha=0.6)
+        ax.set_ylim(bottom=0)
+    left.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.3),
+                ncol=3)
+    fig.suptitle(title + ("  (whiskers: ranges)" if step_err else ""), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, format=_fmt(path))
+    plt.close(fig)
+
+
 def _fmt(path: str | Path) -> str:
     suffix = Path(path).suffix.lstrip(".").lower()
     return suffix if suffix in ("png", "svg", "pdf") else "png"
