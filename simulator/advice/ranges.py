@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from simulator.machine.topology import Machine
 
 HEADLINE = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "exposed_comm_s")
+# scaling_efficiency_range too, where the run has a one-GPU baseline: each end against one GPU
+# simulated at the same scales (the compute spread cancels, the transports' does not)
 COST_RANGED = ("usd_per_step", "usd_per_million_tokens", "time_to_train_s", "usd_to_train")
 # Assumption: no mechanism is known better than the run-to-run spread of the measurements
 # behind it, taken as 2% (a few percent between repeated nccl-tests or training-step timings
@@ -188,11 +190,19 @@ def add_ranges(result: RunResult, prices: Prices | None = None) -> dict[str, Any
         return api.simulate(replace(result.spec, scales=scales), baseline=False,
                             prices=prices).report
 
-    slow, fast = rerun(_scales(wide, "low")), rerun(_scales(wide, "high"))
+    slow_scales, fast_scales = _scales(wide, "low"), _scales(wide, "high")
+    slow, fast = rerun(slow_scales), rerun(fast_scales)
     corners = (report, slow, fast)
     for key in HEADLINE:
         values = [r[key] for r in corners]
         report[f"{key}_range"] = [min(values), max(values)]
+    if report.get("scaling_efficiency") is not None:  # against one GPU at the same scales
+        values = [report["scaling_efficiency"]]
+        for r, scales in ((slow, slow_scales), (fast, fast_scales)):
+            one = api.single_gpu_tokens_per_s(replace(result.spec, scales=scales))
+            if one:
+                values.append(r["tokens_per_s_per_gpu"] / one)
+        report["scaling_efficiency_range"] = [min(values), max(values)]
     for key in COST_RANGED:
         values = [r["cost"][key] for r in corners]
         if all(v is not None for v in values):

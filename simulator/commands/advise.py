@@ -16,6 +16,7 @@ import os
 import sys
 from typing import Any
 
+from rich.console import Console
 from rich.progress import Progress
 
 from simulator.advice import advise as core
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                 for i, t in enumerate(args.topology)]
     jobs = positive_int(args.jobs, "--jobs")
     show = sys.stderr.isatty() and not os.environ.get("CI") and not args.json
-    with Progress(transient=True, disable=not show, console=None) as progress:
+    with Progress(transient=True, disable=not show, console=Console(stderr=True)) as progress:
         task = progress.add_task("simulating candidates", total=None)
 
         def tick(done: int, total: int) -> None:

@@ -135,7 +135,8 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         ("exposed communication",
          f"{fig.seconds_ranged(exposed, r.get('exposed_comm_s_range'))} "
          f"({exposed / step:.0%} of the step)" if step > 0 else "-"),
-        ("scaling efficiency", "n/a (one GPU cannot hold it)" if eff is None else f"{eff:.1%}"),
+        ("scaling efficiency", "n/a (one GPU cannot hold it)" if eff is None else fig.ranged(
+            f"{eff:.1%}", r.get("scaling_efficiency_range"), lambda x: f"{x:.1%}")),
         ("memory per GPU", memory_verdict(r["memory"])),
         ("bottleneck link", "none" if bn["link"] is None else
          f"{bn['link']} ({bn.get('description') or bn['link']}): "
