@@ -1,0 +1,151 @@
+"""Golden outputs: what a fixed set of `stepsim` commands prints, kept in tests/golden/.
+
+tests/test_golden.py runs every command below and compares its output with the stored file
+byte for byte, so a change meant only to make the simulator faster (or tidier) cannot move a
+figure unnoticed.
+
+    python scripts/golden.py            # say which outputs differ (a unified diff of each)
+    python scripts/golden.py --update   # rewrite the stored outputs from this build
+
+When to run ``--update``: only when a change is *meant* to move figures or wording (new
+physics, a corrected constant, a new report key), in the same commit as that change, with the
+reason in its message. Never to make a speed or refactoring change pass: there, a difference
+is a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import io
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN_DIR = ROOT / "tests" / "golden"
+_DGX1 = str(ROOT / "validation" / "topologies" / "dgx1-v100.yaml")
+
+_SWEEP = ["-t", "8x5090-dual-socket", "-w", "gpt2-medium", "--bucket-mb", "1,5,25,100,400",
+          "--gpus", "1,2,4,8"]
+_COLLECTIVE = ["-t", "8x5090-dual-socket", "--op", "allreduce", "-b", "8", "-e", "8G", "-f", "2"]
+
+# name -> argv; every command of the CLI that prints figures, in text and in JSON
+COMMANDS: dict[str, list[str]] = {
+    "collective-allreduce-dual-socket": ["collective", *_COLLECTIVE],
+    "collective-allreduce-dual-socket.json": ["collective", *_COLLECTIVE, "--json"],
+    "collective-allgather-h100": ["collective", "-t", "8xh100-nvswitch", "--op", "allgather",
+                                  "-b", "1K", "-e", "1G", "-f", "8"],
+    "collective-reducescatter-switch.json": ["collective", "-t", "8x5090-switch", "--op",
+                                             "reducescatter", "-b", "64K", "-e", "256M", "-f",
+                                             "16", "--json"],
+    "collective-broadcast-2080ti.json": ["collective", "-t", "2x2080ti-switch", "--op",
+                                         "broadcast", "-b", "8", "-e", "64M", "-f", "64",
+                                         "--json"],
+    "collective-tree-a100": ["collective", "-t", "8xa100-nvswitch", "--op", "allreduce",
+                             "--algo", "tree", "-b", "1K", "-e", "1G", "-f", "32"],
+    "collective-dgx1.json": ["collective", "-t", _DGX1, "--op", "allreduce", "--bytes", "1G",
+                             "--json"],
+    "topo-dual-socket": ["topo", "-t", "8x5090-dual-socket"],
+    "topo-dual-socket.json": ["topo", "-t", "8x5090-dual-socket", "--json"],
+    "topo-h100.json": ["topo", "-t", "8xh100-nvswitch", "--json"],
+    "topo-dgx1": ["topo", "-t", _DGX1],
+    "topo-mixed.json": ["topo", "-t", "2x5090-2x4090", "--json"],
+    "memory-fsdp-7b": ["memory", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp"],
+    "memory-fsdp-7b.json": ["memory", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp",
+                            "--json"],
+    "memory-tp-70b.json": ["memory", "-t", "8xh100-nvswitch", "-w", "llama2-70b", "-s", "fsdp",
+                           "--tp", "8", "--json"],
+    "memory-max-batch": ["memory", "-t", "8x4090-dual-socket", "-w", "llama3.2-1b", "-s",
+                         "zero2", "--micro-batch", "max"],
+    "run-ddp-7b-lora": ["run", "-t", "8x5090-switch", "-w", "llama2-7b-lora", "-s", "ddp"],
+    "run-ddp-7b-lora.json": ["run", "-t", "8x5090-switch", "-w", "llama2-7b-lora", "-s", "ddp",
+                             "--json"],
+    "run-fsdp-7b.json": ["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp",
+                         "--json"],
+    "run-fsdp-7b-dual-socket": ["run", "-t", "8x5090-dual-socket", "-w", "llama2-7b", "-s",
+                                "fsdp"],
+    "run-tp-fsdp-h100.json": ["run", "-t", "8xh100-nvswitch", "-w", "llama2-13b", "-s",
+                              "tp+fsdp", "--tp", "4", "--json"],
+    "run-tp-ddp-sp-h200.json": ["run", "-t", "8xh200-nvswitch", "-w", "llama3-8b", "-s",
+                                "tp+ddp", "--tp", "2", "--sequence-parallel", "--json"],
+    "run-tp-a100": ["run", "-t", "8xa100-nvswitch", "-w", "mpt-7b", "-s", "tp"],
+    "run-zero2-gpt2.json": ["run", "-t", "8x4090-dual-socket", "-w", "gpt2-medium", "-s",
+                            "zero2", "--bucket-mb", "100", "--json"],
+    "run-zero1-1b-accum.json": ["run", "-t", "8x5090-switch-p2p", "-w", "llama3.2-1b", "-s",
+                                "zero1", "--grad-accum", "4", "--json"],
+    "run-qlora-70b": ["run", "-t", "2x3090ti-nvlink", "-w", "llama2-70b-qlora", "-s", "fsdp"],
+    "run-ddp-no-overlap-resnet.json": ["run", "-t", "4x5090", "-w", "resnet50", "-s", "ddp",
+                                       "--no-overlap", "--json"],
+    "run-ddp-bert-gpus4.json": ["run", "-t", "8xh100-nvswitch", "-w", "bert-large-squad", "-s",
+                                "ddp", "--gpus", "4", "--json"],
+    "run-mixed-box.json": ["run", "-t", "2x5090-2x4090", "-w", "llama3.2-1b", "-s", "ddp",
+                           "--json"],
+    "run-dgx1-ddp.json": ["run", "-t", _DGX1, "-w", "resnet50", "-s", "ddp", "--json"],
+    "compare-machines": ["compare", "-t", "8x5090-switch", "-t", "8x5090-dual-socket", "-w",
+                         "llama3.2-1b", "-s", "ddp"],
+    "compare-strategies.json": ["compare", "-t", "8x5090-switch", "-w", "llama2-7b", "-s",
+                                "fsdp", "-s", "zero2", "-s", "zero3", "--json"],
+    "sweep-buckets-gpus": ["sweep", *_SWEEP],
+    "sweep-buckets-gpus.json": ["sweep", *_SWEEP, "--json"],
+    "sweep-tp.json": ["sweep", "-t", "8xh100-nvswitch", "-w", "llama2-13b", "-s", "tp+fsdp",
+                      "--tp", "1,2,4,8", "--json"],
+    "presets": ["presets"],
+}
+
+
+def output_of(argv: list[str]) -> str:
+    """What `stepsim ARGV` prints on stdout, run in this process (exit status 0 required)."""
+    from simulator.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(argv)
+    if code != 0:
+        raise RuntimeError(f"stepsim {' '.join(argv)} exited {code}")
+    return out.getvalue().replace(str(ROOT), "<repo>")
+
+
+def path_of(name: str) -> Path:
+    return GOLDEN_DIR / (name if name.endswith(".json") else f"{name}.txt")
+
+
+def differences(names: list[str] | None = None) -> dict[str, str]:
+    """name -> unified diff (stored vs now) of every golden output that changed."""
+    out = {}
+    for name in names or list(COMMANDS):
+        now = output_of(COMMANDS[name])
+        path = path_of(name)
+        stored = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if now != stored:
+            out[name] = "".join(difflib.unified_diff(
+                stored.splitlines(keepends=True), now.splitlines(keepends=True),
+                fromfile=f"{path.name} (stored)", tofile=f"{path.name} (this build)", n=1))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--update", action="store_true",
+                        help="rewrite the stored outputs (only for an intended change)")
+    parser.add_argument("names", nargs="*", help="only these outputs (default: all)")
+    args = parser.parse_args(argv)
+    names = args.names or list(COMMANDS)
+    unknown = [n for n in names if n not in COMMANDS]
+    if unknown:
+        parser.error(f"unknown golden output(s): {', '.join(unknown)}")
+    if args.update:
+        GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            path_of(name).write_text(output_of(COMMANDS[name]), encoding="utf-8")
+        print(f"wrote {len(names)} golden outputs to {GOLDEN_DIR.relative_to(ROOT)}/")
+        return 0
+    changed = differences(names)
+    for diff in changed.values():
+        sys.stdout.write(diff)
+    print(f"{len(changed)} of {len(names)} golden outputs differ")
+    return 1 if changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
