@@ -31,6 +31,7 @@ import yaml
 
 from simulator.inputs.config import load_topology
 from simulator.machine import collectives, hardware
+from simulator.machine.nccl_env import NcclEnv
 from simulator.machine.topology import Machine
 from simulator.scales import hop_mechanism
 
@@ -209,8 +210,9 @@ def box_rows(_data: dict[str, Any]) -> list[Row]:
         points = box.get("points") or [{"gpus": box["gpus"], "bytes": int(size),
                                         "busbw_gbps": busbw}
                                        for size, busbw in box["busbw_gbps"].items()]
+        env = NcclEnv.from_environ({k: str(v) for k, v in box.get("nccl_env", {}).items()})
         for point in points:
-            m = load_machine(topology, point["gpus"])
+            m = load_machine(topology, point["gpus"], nccl=env)  # the run's NCCL_* variables
             size = int(point["bytes"])
             r = collectives.simulate(m, box["op"], size)
             rows.append(Row(box["id"], box["op"], m.n_gpus, size, "busbw GB/s",

@@ -26,6 +26,7 @@ from simulator.inputs.schema import MAX_STEP_TOKENS
 from simulator.job import memory
 from simulator.job.workload import Job
 from simulator.machine import collectives, hardware
+from simulator.machine.nccl_env import NO_ENV, NcclEnv, transport_effects
 from simulator.machine.topology import Machine
 from simulator.outputs import report
 from simulator.scales import NEUTRAL, RateScales
@@ -56,6 +57,8 @@ class RunSpec:
     zero_overlap_comm: bool | None = None
     # achieved-rate factors of the mechanisms (simulator/scales.py): ranges re-run at them
     scales: RateScales = NEUTRAL
+    # NCCL_* environment variables in force (machine/nccl_env.py); commands read os.environ
+    nccl: NcclEnv = NO_ENV
 
 
 @dataclass
@@ -71,9 +74,11 @@ class RunResult:
 
 @lru_cache(maxsize=32)
 def load_machine(topology: str, gpus: int | None = None,
-                 scales: RateScales = NEUTRAL) -> Machine:
+                 scales: RateScales = NEUTRAL, nccl: NcclEnv = NO_ENV) -> Machine:
     """The machine of a topology YAML or preset, cut to its first ``gpus`` GPUs (cached),
-    with its mechanisms' rates scaled by ``scales``."""
+    with its mechanisms' rates scaled by ``scales``, under the NCCL variables ``nccl``."""
+    if nccl.active:
+        return load_machine(topology, gpus, scales).with_nccl(nccl)
     if not scales.neutral:
         return load_machine(topology, gpus).with_scales(scales)
     built = Machine.from_config(load_topology(topology))
@@ -161,8 +166,23 @@ def _mean_card_price(machine: Machine) -> float | None:
 
 def memory_of(spec: RunSpec) -> dict[str, Any]:
     """The memory verdict of a spec without simulating it (what advise prunes by)."""
-    machine = load_machine(spec.topology, spec.gpus, spec.scales)
+    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
     return _memory(job_of(spec), machine, spec)
+
+
+def _channel_note(machine: Machine, plain: Machine) -> list[str]:
+    """NCCL_MIN/MAX_NCHANNELS and NCCL_ALGO/PROTO, as a training step feels them."""
+    out = []
+    if machine.n_gpus > 1:
+        now, was = collectives.machine_channels(machine), collectives.machine_channels(plain)
+        if now != was:
+            out.append(f"{now} channels where NCCL would run {was}")
+    for name in ("NCCL_ALGO", "NCCL_PROTO"):
+        value = dict(machine.nccl.settings).get(name)
+        if value is not None:
+            out.append(f"{name}={value}: every collective of the step chooses among what it "
+                       "leaves")
+    return out
 
 
 def recipe(spec: RunSpec) -> dict[str, Any]:
@@ -181,7 +201,7 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
     one = replace(spec, strategy="ddp", gpus=1, tp=None, grad_compression="none",
                   gradient_as_bucket_view=False, sequence_parallel=False,
                   reshard_after_forward=True, zero_overlap_comm=None)
-    one_gpu = load_machine(one.topology, 1, one.scales)
+    one_gpu = load_machine(one.topology, 1, one.scales, one.nccl)
     job = job_of(one)
     if not _memory(job, one_gpu, one)["fits"]:
         return None
@@ -199,7 +219,7 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
     ``ranges``: add ``<key>_range`` beside the headline keys (advice/ranges.py: a few more
     simulations at the ends of the mechanisms' validation spreads).
     """
-    machine = load_machine(spec.topology, spec.gpus, spec.scales)
+    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
     check_recipe(spec.strategy, tp=_tp_degree(spec, machine), overlap=spec.overlap,
                        grad_compression=spec.grad_compression,
                        gradient_as_bucket_view=spec.gradient_as_bucket_view,
@@ -242,6 +262,12 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
     )
     link = metrics["bottleneck"]["link"]
     metrics["bottleneck"]["description"] = machine.describe(link) if link else None
+    if spec.nccl.active:  # what NCCL's variables did to this machine
+        plain = load_machine(spec.topology, spec.gpus, spec.scales)
+        metrics["nccl_env"] = {"variables": dict(spec.nccl.settings),
+                               "ignored": list(spec.nccl.ignored),
+                               "effects": transport_effects(machine, plain)
+                               + _channel_note(machine, plain)}
     cards = machine.cards()
     if len(cards) > 1:  # a mixed box: which card each rank group runs
         metrics["cards"] = {card.name: list(ranks) for card, ranks in cards.items()}

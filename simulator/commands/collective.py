@@ -1,111 +1,182 @@
-"""`stepsim collective`: one collective over a size range, printed like nccl-tests.
+"""`stepsim collective`: one collective over a size range, printed exactly as nccl-tests does.
 
-The text form has nccl-tests' columns (out-of-place only: the simulator has no in-place
-difference) plus the algorithm, protocol and channels NCCL would pick; then one line naming
-the transport and the most utilised link. ``--json`` prints one object per size (a list for
-a range), with the keys of design.md.
+Flags are nccl-tests' where they mean something to a simulation (``-b -e -f -i`` sizes, ``-d``
+datatype, ``-o`` reduction, ``-c 0`` for ``#wrong`` N/A); ``-g -n -w -m -N -z -G`` and an
+integer ``-t`` (nccl-tests' threads; any other ``-t`` is the topology) are accepted and named
+once as ignored. ``--op`` takes the collective or the nccl-tests binary name. NCCL's
+environment variables (NCCL_P2P_DISABLE, NCCL_ALGO, ...) apply as NCCL reads them, and the
+``# stepsim:`` lines after nccl-tests' footer say what they changed, with the algorithm,
+protocol, channels and transport of every size and the busiest link. ``--json`` prints one
+object per size (a list for a range), with the keys of design.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
+from simulator.commands.nccl_notes import env_notes, env_of
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology
 from simulator.machine import collectives
 from simulator.machine.topology import Machine
-from simulator.units import parse_size
+from simulator.outputs import nccl_tests
+from simulator.units import format_size, parse_size
 
-# nccl-tests prints the element type and reduction; stepsim moves bytes, so it reports them as
-# nccl-tests' default run would (float, sum; root 0 for broadcast, -1 otherwise).
-ELEMENT_BYTES = 4
+MAX_ROWS = 10000
+IGNORED = (("-g", "--ngpus"), ("-c", "--check"), ("-n", "--iters"), ("-w", "--warmup_iters"),
+           ("-m", "--agg_iters"), ("-N", "--run_cycles"), ("-z", "--blocking"),
+           ("-G", "--cudagraph"))
 
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "collective", help="time one NCCL collective over a range of sizes, like nccl-tests",
-        description="Simulate an NCCL collective on a machine and print nccl-tests' columns.")
-    parser.add_argument("-t", "--topology", required=True, help="topology YAML or preset name")
+        description="Simulate an NCCL collective on a machine and print nccl-tests' output.")
+    parser.add_argument("-t", "--topology", action="append", required=True, metavar="TOPOLOGY",
+                        help="topology YAML or preset name (an integer is nccl-tests' "
+                             "-t threads, ignored)")
     parser.add_argument("--op", required=True,
-                        help="allreduce | allgather | reducescatter | broadcast")
+                        help="allreduce | allgather | reducescatter | broadcast, or the "
+                             "nccl-tests binary (all_reduce_perf, ...)")
     parser.add_argument("-b", "--minbytes", default="8", help="smallest size (default 8)")
     parser.add_argument("-e", "--maxbytes", default=None, help="largest size (default: -b)")
-    parser.add_argument("-f", "--stepfactor", type=int, default=2,
+    parser.add_argument("-f", "--stepfactor", type=int, default=None,
                         help="multiply the size by this between runs (default 2)")
+    parser.add_argument("-i", "--stepbytes", default=None,
+                        help="add this many bytes between runs (when -f is not given)")
     parser.add_argument("--bytes", default=None, help="one size (instead of -b/-e)")
+    parser.add_argument("-d", "--datatype", default="float",
+                        help=f"element type, as nccl-tests ({', '.join(nccl_tests.DATATYPES)})")
+    parser.add_argument("-o", dest="redop", default="sum",
+                        help="reduction shown in the redop column "
+                             f"({', '.join(nccl_tests.REDOPS)})")
     parser.add_argument("--gpus", type=int, default=None, help="use the first K GPUs")
     parser.add_argument("--algo", default="auto", help="ring | tree | auto (NCCL's choice)")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--nthreads", type=int, default=None, help=argparse.SUPPRESS)
+    for short, long in IGNORED:
+        parser.add_argument(short, long, type=int, default=None, dest=long.lstrip("-"),
+                            help=argparse.SUPPRESS)
     parser.set_defaults(handler=run)
 
 
-def sizes(args: argparse.Namespace) -> list[int]:
+def _topology(values: list[str]) -> tuple[str, list[str]]:
+    """nccl-tests' integer -t (threads) apart from stepsim's -t TOPOLOGY."""
+    threads = [v for v in values if v.isdigit()]
+    names = [v for v in values if not v.isdigit()]
+    if len(names) != 1:
+        raise InputError("give exactly one -t TOPOLOGY (a preset or YAML); an integer -t is "
+                         "nccl-tests' thread count")
+    return names[0], threads
+
+
+def sizes(args: argparse.Namespace) -> tuple[list[int], int, bool]:
+    """The requested sizes, and the step as nccl-tests' preamble prints it."""
     if args.bytes is not None:
-        return [parse_size(args.bytes)]
+        one = parse_size(args.bytes)
+        return [one], 2, True
     low = parse_size(args.minbytes)
     high = parse_size(args.maxbytes) if args.maxbytes is not None else low
-    if low <= 0 or high < low:
-        raise InputError(f"need 0 < -b <= -e, got -b {args.minbytes} -e {args.maxbytes}")
-    if args.stepfactor < 2:
-        raise InputError(f"-f must be at least 2, got {args.stepfactor}")
-    out = []
-    size = low
+    if low < 0 or high < low:
+        raise InputError(f"need 0 <= -b <= -e, got -b {args.minbytes} -e {args.maxbytes}")
+    factor = args.stepfactor if args.stepfactor is not None else (
+        1 if args.stepbytes is not None else 2)
+    step = parse_size(args.stepbytes) if args.stepbytes is not None else 1 << 20
+    if factor < 1 or (factor == 1 and step < 1):
+        raise InputError(f"-f must be at least 1 and -i at least 1, got -f {factor}")
+    out, size = [], low
     while size <= high:
         out.append(size)
-        size *= args.stepfactor
-    return out
+        if len(out) > MAX_ROWS:
+            raise InputError(f"more than {MAX_ROWS} sizes from -b {args.minbytes} to -e "
+                             f"{args.maxbytes}; raise -f or -i")
+        size = size * factor if factor > 1 else size + step
+        if size == 0:
+            size = 1 if factor > 1 else step
+    return out, (factor if factor > 1 else step), factor > 1
+
+
+def operation(name: str) -> str:
+    op = nccl_tests.BINARIES.get(name.removeprefix("./").split("/")[-1], name)
+    if op not in collectives.OPS:
+        raise InputError(f"--op: unknown collective {name!r}; expected one of "
+                         f"{', '.join(collectives.OPS)} or {', '.join(nccl_tests.BINARIES)}")
+    return op
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.op not in collectives.OPS:
-        raise InputError(f"--op: unknown collective {args.op!r}; expected one of "
-                         f"{', '.join(collectives.OPS)}")
+    op = operation(args.op)
     if args.algo not in ("auto", "ring", "tree"):
         raise InputError(f"--algo: expected ring, tree or auto, got {args.algo!r}")
-    byte_sizes = sizes(args)
-    machine = Machine.from_config(load_topology(args.topology))
+    if args.datatype not in nccl_tests.DATATYPES:
+        raise InputError(f"-d: unknown datatype {args.datatype!r}; nccl-tests knows "
+                         f"{', '.join(nccl_tests.DATATYPES)}")
+    if args.redop not in nccl_tests.REDOPS:
+        raise InputError(f"-o: unknown reduction {args.redop!r}; nccl-tests knows "
+                         f"{', '.join(nccl_tests.REDOPS)}")
+    topology, threads = _topology(args.topology)
+    requested, step, is_factor = sizes(args)
+    plain = Machine.from_config(load_topology(topology))
     if args.gpus is not None:
-        machine = machine.subset(args.gpus)
-    results = [collectives.simulate(machine, args.op, n, algo=args.algo) for n in byte_sizes]
+        plain = plain.subset(args.gpus)
+    env = env_of(os.environ)
+    machine = plain.with_nccl(env)
     if args.json:
-        objs = [r.to_json() for r in results]
+        objs = [collectives.simulate(machine, op, n, algo=args.algo).to_json() for n in requested]
         print(json.dumps(objs[0] if args.bytes is not None else objs, indent=2))
         return 0
-    print(render(machine, args.op, results))
+    element = nccl_tests.DATATYPES[args.datatype]
+    shaped = [nccl_tests.sizes(op, n, machine.n_gpus, element) for n in requested]
+    results = [collectives.simulate(machine, op, nbytes, algo=args.algo) for nbytes, _ in shaped]
+    rows = [nccl_tests.Row(nbytes, count, r.time_us, r.algbw_gbps, r.busbw_gbps)
+            for (nbytes, count), r in zip(shaped, results, strict=True)]
+    given = {short: getattr(args, long.lstrip("-")) for short, long in IGNORED}
+
+    def echo(flag: str, default: int) -> int:  # nccl-tests' preamble shows what was asked
+        value = given[flag]
+        return default if value is None else value
+
+    header = nccl_tests.Header(
+        machine.n_gpus, requested[0], requested[-1], step, is_factor,
+        warmup_iters=echo("-w", 5), iters=echo("-n", 20), agg_iters=echo("-m", 1),
+        validation=echo("-c", 1), graph=echo("-G", 0),
+        device_name=f"{machine.gpu.name} (simulated)")
+    notes = _notes(machine, plain, op, args.algo, results, given, threads + (
+        [str(args.nthreads)] if args.nthreads is not None else []))
+    print(nccl_tests.render(header, op, args.datatype, args.redop, rows, notes,
+                            check=given["-c"] != 0))
     return 0
 
 
-def render(machine: Machine, op: str, results: list[collectives.Result]) -> str:
-    n = results[0].gpus if results else machine.n_gpus
-    lines = [f"# stepsim collective: {op} on {machine.name}, {n} GPUs "
-             f"(simulated; out-of-place columns only)",
-             "#",
-             f"# {'size':>12} {'count':>12} {'type':>6} {'redop':>6} {'root':>5} "
-             f"{'time':>10} {'algbw':>7} {'busbw':>7}  {'algo':>5} {'proto':>6} {'nch':>3}",
-             f"# {'(B)':>12} {'(elements)':>12} {'':>6} {'':>6} {'':>5} "
-             f"{'(us)':>10} {'(GB/s)':>7} {'(GB/s)':>7}"]
-    redop = "sum" if op in ("allreduce", "reducescatter") else "none"
-    root = "0" if op == "broadcast" else "-1"
-    for r in results:
-        count = r.bytes // ELEMENT_BYTES
-        if op in ("allgather", "reducescatter"):
-            count //= max(r.gpus, 1)  # nccl-tests counts elements per rank for these
-        lines.append(f"  {r.bytes:>12} {count:>12} {'float':>6} {redop:>6} {root:>5} "
-                     f"{r.time_us:>10.2f} {r.algbw_gbps:>7.2f} {r.busbw_gbps:>7.2f}  "
-                     f"{r.algorithm:>5} {r.protocol:>6} {r.n_channels:>3}")
+def _notes(machine: Machine, plain: Machine, op: str, algo: str,
+           results: list[collectives.Result], given: dict[str, int | None],
+           threads: list[str]) -> list[str]:
+    notes = [f"simulated {op} on {machine.name} ({machine.n_gpus} x {machine.gpu.name}); "
+             "the in-place half repeats the other (the model has no difference)"]
+    flags = [f"{k} {v}" for k, v in given.items() if v is not None]
+    flags += [f"-t {t}" for t in threads]
+    if flags:
+        notes.append(f"ignored nccl-tests flags: {' '.join(flags)} (a simulation runs no "
+                     "threads, iterations, graphs or data checks; --gpus K picks GPUs)")
+    baseline = [collectives.simulate(plain, op, r.bytes, algo=algo) for r in results]
+    notes += env_notes(machine, plain, results, baseline)
+    notes.append(f"{'size':>12}  {'algo':>5}  {'proto':>6}  {'nch':>3}  transport")
+    notes += [f"{r.bytes:>12}  {r.algorithm.capitalize():>5}  {r.protocol:>6}  "
+              f"{r.n_channels:>3}  {r.transport}" for r in results]
     last = results[-1]
-    if last.bottleneck_link is not None:
-        lines.append(f"# transport {last.transport}; bottleneck at {_size(last.bytes)}: "
-                     f"{last.bottleneck_link} ({last.bottleneck_utilization:.0%} utilised): "
+    plan = collectives.plan(machine, op, last.bytes, algo=algo)
+    moving = last.time_us * 1e-6 - plan.latency
+    if plan.bus_bytes and moving > 0 and plan.bus_bytes / moving >= plan.max_rate * 0.99:
+        notes.append(f"at {format_size(last.bytes)} the {plan.n_channels} channels bind, not a "
+                     f"link: {plan.max_rate / plan.n_channels / 1e9:.1f} GB/s each over PCIe "
+                     "(NCCL_MIN_NCHANNELS raises their number)")
+    elif last.bottleneck_link is not None:
+        notes.append(f"bottleneck at {format_size(last.bytes)}: {last.bottleneck_link} "
+                     f"({last.bottleneck_utilization:.0%} utilised): "
                      f"{machine.describe(last.bottleneck_link)}")
-    else:
-        lines.append(f"# transport {last.transport}; no link is used")
-    return "\n".join(lines)
-
-
-def _size(nbytes: int) -> str:
-    from simulator.units import format_size
-
-    return format_size(nbytes)
+    if machine.calibration is not None:
+        notes.append(f"calibrated machine: {machine.calibration.source or 'stepsim calibrate'}")
+    return notes

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -25,6 +26,7 @@ from simulator.commands import figures as fig
 from simulator.commands import price_flags, recipe_flags
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
+from simulator.machine.nccl_env import NcclEnv
 from simulator.outputs import trace
 from simulator.outputs.files import Writer, write_files
 from simulator.strategies import STRATEGIES
@@ -107,7 +109,7 @@ def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
            for field, parse in NUMBER_FLAGS.items()},
         overlap=not args.no_overlap,
         compute_slowdown=fraction(args.compute_slowdown, "--compute-slowdown"),
-        **recipe_flags.fields_from_args(args))
+        nccl=NcclEnv.from_environ(os.environ), **recipe_flags.fields_from_args(args))
 
 
 def memory_verdict(mem: dict[str, Any]) -> str:
@@ -216,6 +218,13 @@ def print_text(result: RunResult, out: Any = None) -> None:
         console.print("buckets: " + bucket_summary(r["buckets"]))
     if r.get("range_basis"):
         console.print(r["range_basis"]["summary"])
+    env = r.get("nccl_env")
+    if env:
+        console.print("NCCL environment (read as NCCL reads it): " + " ".join(
+            f"{k}={v}" for k, v in env["variables"].items()))
+        for line in [f"{x}: ignored, as NCCL ignores it" for x in env["ignored"]] + (
+                env["effects"] or ["it changes nothing on this machine"]):
+            console.print(f"  {line}")
 
 
 def write_outputs(result: RunResult, args: argparse.Namespace) -> None:

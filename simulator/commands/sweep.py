@@ -31,6 +31,7 @@ from simulator.commands import figures as fig
 from simulator.commands import price_flags, recipe_flags
 from simulator.commands.run import NUMBER_FLAGS, add_job_arguments, check_strategy, memory_verdict
 from simulator.errors import InputError
+from simulator.machine.nccl_env import NcclEnv
 from simulator.outputs.files import write_atomically
 from simulator.units import fraction
 
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     swept, combos = points(args)
     base = RunSpec(args.topology, args.workload, check_strategy(args.strategy or "ddp"),
                    overlap=not args.no_overlap, compute_slowdown=slowdown,
+                   nccl=NcclEnv.from_environ(os.environ),
                    **recipe_flags.fields_from_args(args))  # the same at every point
     specs = [replace(base, **{LIST_OPTIONS[k][0]: v for k, v in combo.items()})
              for combo in combos]

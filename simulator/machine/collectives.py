@@ -106,7 +106,9 @@ def comm_channels(search_channels: int) -> int:
 
 def machine_channels(machine: Machine) -> int:
     """Channels of a communicator over the whole machine (NCCL buffers scale with it)."""
-    return comm_channels(machine.ring().n_channels) if machine.n_gpus > 1 else 1
+    if machine.n_gpus == 1:
+        return 1
+    return machine.nccl.channels(comm_channels(machine.ring().n_channels))
 
 
 def plan(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,
@@ -149,25 +151,34 @@ def _make_plan(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...], a
         base = nt.BASE_LATENCY["ring"]["Simple"]
         return Plan(op, nbytes, ranks, "ring", "Simple", "LOC", 1, ranks,
                     machine.wire.call_latency_us * US, 0.0, (), math.inf, base)
+    if nbytes == 0:  # enqueue.cc: "Empty collectives can be discarded" (no kernel)
+        return Plan(op, 0, ranks, "ring", "Simple", "LOC", 0, ranks, 0.0, 0.0, (), math.inf,
+                    0.0)
     ring = machine.ring(ranks)
     order = ring.order
     if op == "broadcast":  # the chain starts at the root (the first rank given)
         root = order.index(ranks[0])
         order = order[root:] + order[:root]
     nvlink = all(machine.path_type(a, b) == "NVL" for a, b in _cycle(order))
+    env = machine.nccl
     graph = nt.Graph(n, ring.n_channels, ring.channel_bandwidth / GB, nvlink,
-                     nt.arch_index(machine.gpu.compute_capability))
+                     nt.arch_index(machine.gpu.compute_capability),
+                     ll128_forced=protocol == "LL128" or env.ll128_forced(op))
     if algo == "tree" and op != "allreduce":
         raise InputError("tree is an all-reduce algorithm in NCCL; use --algo ring or auto")
-    algorithms = nt.ALGORITHMS if algo == "auto" else (algo,)
-    protocols = nt.PROTOCOLS if protocol is None else (protocol,)
+    algorithms: tuple[str, ...] = nt.ALGORITHMS if algo == "auto" else (algo,)
     if algo == "auto" and not _tree_enabled(n):
         algorithms = ("ring",)
+    if algo == "auto" and env.enabled_algorithms(op) is not None:  # NCCL_ALGO
+        algorithms = env.enabled_algorithms(op) or ()
+    protocols: tuple[str, ...] = nt.PROTOCOLS if protocol is None else (protocol,)
+    if protocol is None and env.enabled_protocols(op) is not None:  # NCCL_PROTO
+        protocols = env.enabled_protocols(op) or ()
     try:
         choice = nt.choose(graph, op, nbytes, algorithms, protocols)
     except ValueError as exc:
-        raise InputError(str(exc)) from None
-    channels = nt.channels_used(graph, comm_channels(ring.n_channels), nbytes,
+        raise InputError(f"{exc} ({env.line()})" if env.active else str(exc)) from None
+    channels = nt.channels_used(graph, env.channels(comm_channels(ring.n_channels)), nbytes,
                                 choice.algorithm, choice.protocol)
 
     if choice.algorithm == "tree":  # a chain inside one node: reduce up, broadcast down
@@ -206,7 +217,7 @@ def _usage(machine: Machine, hops: list[tuple[int, int]],
     total: dict[str, float] = {}
     shm_efficiency = machine.wire.shm_pcie_efficiency
     for a, b in hops:
-        shm = machine.transport(a, b) == "SHM"
+        shm = machine.transport(a, b) in ("SHM", "NET")  # GPU stores to host memory
         mechanism = hop_mechanism(machine, a, b)  # its achieved-rate factor (scales.py)
         scale = machine.scales.factor(mechanism) if mechanism else 1.0
         for link_id, weight in machine.route(a, b):

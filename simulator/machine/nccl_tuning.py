@@ -76,6 +76,7 @@ class Graph:
     channel_bw_gbps: float  # NCCL's per-channel bandwidth (its own link constants)
     nvlink: bool  # every ring hop is NVLink (typeIntra <= NVB)
     arch: str  # arch_index()
+    ll128_forced: bool = False  # NCCL_PROTO names LL128: enabled off NVLink too (pEnable 1)
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def bus_bandwidth_gbps(graph: Graph, op: str, algorithm: str, protocol: str) -> 
     """tuning.cc L304-382: NCCL's bus bandwidth for one (algorithm, protocol), 0 = disabled."""
     if algorithm == "tree" and op != "allreduce":
         return 0.0
-    if protocol == "LL128" and not graph.nvlink:
+    if protocol == "LL128" and not (graph.nvlink or graph.ll128_forced):
         return 0.0  # LL128 only where NVIDIA verified 128-byte store ordering (NVLink)
     nch = graph.n_channels
     bw = nch * graph.channel_bw_gbps

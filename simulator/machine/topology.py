@@ -19,7 +19,8 @@ import networkx as nx
 from simulator.errors import InputError
 from simulator.inputs.schema import CalibrationConfig, LinkConfig, NodeConfig, TopologyConfig
 from simulator.machine import hardware
-from simulator.machine.wire import WireParams
+from simulator.machine.nccl_env import NcclEnv
+from simulator.machine.wire import HOST_MEMORY_PASSES, WireParams
 from simulator.scales import NEUTRAL, RateScales
 from simulator.units import GB, US
 
@@ -111,6 +112,7 @@ class Machine:
     scales: RateScales = NEUTRAL  # achieved-rate factors for range propagation (scales.py)
     # the physical collective parameters (wire.py), with the topology's calibration applied
     wire: WireParams = field(default_factory=WireParams)
+    nccl: NcclEnv = field(default_factory=NcclEnv)  # NCCL_* variables in force (nccl_env.py)
 
     @property
     def calibration(self) -> CalibrationConfig | None:
@@ -132,7 +134,7 @@ class Machine:
     # --- construction -----------------------------------------------------------------
 
     @classmethod
-    def from_config(cls, config: TopologyConfig) -> Machine:
+    def from_config(cls, config: TopologyConfig, nccl: NcclEnv | None = None) -> Machine:
         gpu = hardware.resolve_gpu(config.gpu)
         graph = nx.Graph(name=config.name)
         for node in config.nodes:
@@ -165,7 +167,15 @@ class Machine:
             raise InputError(f"{config.name}: node(s) {', '.join(sorted(lonely))} are not "
                              f"connected to {gpu_nodes[0]}")
         gpus = tuple(_node_gpu(graph.nodes[n]["config"], gpu) for n in gpu_nodes)
-        return cls(config, gpu, graph, links, gpu_nodes, nccl_bw, gpus, wire=wire)
+        return cls(config, gpu, graph, links, gpu_nodes, nccl_bw, gpus, wire=wire,
+                   nccl=nccl or NcclEnv())
+
+    def with_nccl(self, nccl: NcclEnv) -> Machine:
+        """The same machine under other NCCL_* variables (a fresh one: paths and rings differ)."""
+        if nccl == self.nccl:
+            return self
+        fresh = Machine.from_config(self.config, nccl)
+        return fresh if self.scales.neutral else fresh.with_scales(self.scales)
 
     def with_scales(self, scales: RateScales) -> Machine:
         """The same machine with its mechanisms' achieved rates scaled (simulator/scales.py)."""
@@ -183,7 +193,7 @@ class Machine:
         nodes = [n for n in self.config.nodes if n.id not in dropped]
         links = [lc for lc in self.config.links if lc.a not in dropped and lc.b not in dropped]
         part = Machine.from_config(self.config.model_copy(update={"nodes": nodes,
-                                                                  "links": links}))
+                                                                  "links": links}), self.nccl)
         return part if self.scales.neutral else part.with_scales(self.scales)
 
     def gpu_of(self, rank: int) -> hardware.GPU:
@@ -251,25 +261,30 @@ class Machine:
 
     def p2p_allowed(self, path_type: str) -> bool:
         """paths.cc ncclTopoCheckP2p: NVLink always; PCIe only if the driver allows peer
-        access and the type is at most NCCL_P2P_LEVEL (LOC = NCCL_P2P_DISABLE)."""
-        if self.config.p2p_level == "LOC":
+        access and the type is at most the P2P level (NCCL_P2P_LEVEL, else the topology's
+        p2p_level; LOC = NCCL_P2P_DISABLE)."""
+        level = self.nccl.p2p_level or self.config.p2p_level
+        if level == "LOC":
             return False
         if path_type in ("NVL", "NVB"):
             return True
-        return self.config.p2p and PATH_RANK[path_type] <= PATH_RANK[self.config.p2p_level]
+        return self.config.p2p and PATH_RANK[path_type] <= PATH_RANK[level]
 
     def transport(self, i: int, j: int) -> str:
-        """"P2P", "SHM" (staged through the receiver's host memory) or "NET"."""
+        """"P2P", "SHM" (staged through the receiver's host memory) or "NET" (NCCL_SHM_DISABLE:
+        sockets over loopback, staged through host memory too)."""
         kind = self.path_type(i, j)
         if kind == "NET":
             return "NET"
-        return "P2P" if i == j or self.p2p_allowed(kind) else "SHM"
+        if i == j or self.p2p_allowed(kind):
+            return "P2P"
+        return "NET" if self.nccl.shm_disable else "SHM"
 
     def nccl_path(self, i: int, j: int) -> Path:
         """The GPU-to-GPU path NCCL's search walks: without P2P it is rerouted through the
         receiver's CPU (paths.cc addInterStep): type max of both halves, bandwidth the min."""
         direct = self.best_path(self.gpu_nodes[i], self.gpu_nodes[j])
-        if self.transport(i, j) != "SHM":
+        if self.transport(i, j) == "P2P" or direct.type == "NET":
             return direct
         cpu = self._staging_cpu(j)
         up, down = self.best_path(self.gpu_nodes[i], cpu), self.best_path(cpu, self.gpu_nodes[j])
@@ -292,17 +307,19 @@ class Machine:
 
         P2P follows NCCL's best path. SHM goes up to the host memory of the receiver's socket
         and back down (shm.cc, NCCL_SHM_LOCALITY=2); the memory is written and read: weight 2.
+        NET over loopback takes the same way with the socket's copies added (wire.py).
         """
         cached = self._routes.get((i, j))
         if cached is not None:
             return cached
         if i == j:
             route: Route = ()
-        elif self.transport(i, j) == "SHM":
+        elif (transport := self.transport(i, j)) != "P2P" and self.path_type(i, j) != "NET":
             cpu = self._staging_cpu(j)
             up = self.best_path(self.gpu_nodes[i], cpu).links
             down = self.best_path(cpu, self.gpu_nodes[j]).links
-            route = _merge([(lid, 1.0) for lid in up] + [(f"mem:{cpu}", 2.0)]
+            passes = float(HOST_MEMORY_PASSES[transport])
+            route = _merge([(lid, 1.0) for lid in up] + [(f"mem:{cpu}", passes)]
                            + [(lid, 1.0) for lid in down])
         else:
             path = self.best_path(self.gpu_nodes[i], self.gpu_nodes[j])

@@ -79,6 +79,14 @@ P2P_SIMPLE_SYNC_US = ((_GB202_STARTUP_US - CALL_LATENCY_US) / _GB202_STEPS
 # (its 4 channels could carry 46): Simple P2P moves 0.958 of the link's payload rate.
 P2P_PCIE_SIMPLE_EFFICIENCY = 25.95 / (hardware.pcie_bandwidth(4, 16) / GB)
 
+# Host-memory passes per byte of a staged transport: SHM writes it there and reads it back
+# (shm.cc); NET over loopback sockets adds the kernel's two copies, each a read and a write
+# (the sender's send() into the socket buffer, the receiver's recv() out of it).
+HOST_MEMORY_PASSES = {"SHM": 2, "NET": 6}
+# assumption: a loopback TCP message through the kernel's stack and NCCL's proxy threads costs
+# about 10 us a step; no published nccl-tests table with NCCL_SHM_DISABLE=1 was found
+NET_SYNC_US = 10.0
+
 # Parameters: (description, unit) for calibrate's reports. Efficiencies are fractions.
 PARAMETERS = {
     "call_latency_us": ("per-call start-up (launch, prologue, final sync)", "us"),
@@ -87,6 +95,7 @@ PARAMETERS = {
     "p2p_simple_sync_us": ("Simple per-step fence + flag over P2P, beyond the route", "us"),
     "shm_ll_sync_us": ("LL per-step host-memory poll over SHM, beyond the route", "us"),
     "shm_simple_sync_us": ("Simple per-step fence + host-memory poll over SHM", "us"),
+    "net_sync_us": ("per-step cost of NET over loopback sockets (NCCL_SHM_DISABLE)", "us"),
     "p2p_pcie_simple_efficiency": ("share of a PCIe link's payload rate Simple P2P uses", ""),
     "shm_pcie_efficiency": ("share of a PCIe link's payload rate SHM kernels use", ""),
     "simple_channel_cap_gbps": ("Simple throughput of one channel over PCIe", "GB/s"),
@@ -107,6 +116,7 @@ class WireParams:
     p2p_simple_sync_us: float = P2P_SIMPLE_SYNC_US
     shm_ll_sync_us: float = SHM_LL_SYNC_US
     shm_simple_sync_us: float = SHM_SIMPLE_SYNC_US
+    net_sync_us: float = NET_SYNC_US
     p2p_pcie_simple_efficiency: float = P2P_PCIE_SIMPLE_EFFICIENCY
     shm_pcie_efficiency: float = SHM_PCIE_EFFICIENCY
     simple_channel_cap_gbps: float = SIMPLE_CHANNEL_CAP_GBPS
@@ -133,6 +143,8 @@ def sync_us(params: WireParams, transport: str, protocol: str) -> float:
     """A protocol's per-step synchronisation on a transport, beyond the route's latencies."""
     if transport == "SHM":
         return params.shm_simple_sync_us if protocol == "Simple" else params.shm_ll_sync_us
+    if transport == "NET":
+        return params.net_sync_us
     return params.p2p_simple_sync_us if protocol == "Simple" else params.p2p_ll_sync_us
 
 

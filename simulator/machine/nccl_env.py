@@ -1,0 +1,189 @@
+"""NCCL's environment variables, read as NCCL reads them, and what they change on a machine.
+
+- ``NCCL_P2P_DISABLE``: ``strtol(value, 0, 0) == 1`` disables P2P (level LOC); any other value
+  does nothing (src/graph/paths.cc ncclGetLevel).
+- ``NCCL_P2P_LEVEL``: a path type name, compared case-sensitively (``strcmp`` against LOC, NVL,
+  NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS), or an old-style number 0-5 (LOC, PIX, PXB, PHB, SYS,
+  SYS); anything else is ignored. NCCL_P2P_DISABLE=1 wins over it.
+- ``NCCL_SHM_DISABLE``: an integer parameter (``strtoll(value, 0, 0)``, src/misc/param.cc);
+  1 disables SHM, so pairs without P2P fall back to the NET transport, sockets over loopback
+  (src/transport/shm.cc), as in a container without ``--ipc=host``.
+- ``NCCL_ALGO`` / ``NCCL_PROTO``: NCCL's list syntax (src/graph/tuning.cc parseList):
+  ``ring,tree``, ``^LL128`` (all but), ``allreduce:tree;broadcast:ring`` (per function),
+  names case-insensitive; an unknown name is an error, as in NCCL (ncclInvalidUsage).
+  Explicitly enabling LL128 enables it even where NCCL's default leaves it off (PCIe).
+- ``NCCL_MIN_NCHANNELS`` / ``NCCL_MAX_NCHANNELS``: clamp the communicator's channels after
+  connect.cc's doubling (min at most 64, max at least 1; NCCL_MIN/MAX_NRINGS are the old names).
+
+Only the environment is read (not /etc/nccl.conf or ~/.nccl.conf).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from simulator.errors import InputError
+
+if TYPE_CHECKING:
+    from simulator.machine.topology import Machine
+
+VARIABLES = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_ALGO",
+             "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
+# topo.cc topoPathTypeStr up to PATH_SYS; paths.cc levelsOldToNew
+PATH_NAMES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+OLD_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
+# init.cc ncclFuncStr, ncclAlgoStr, ncclProtoStr
+FUNCTIONS = {"broadcast": "broadcast", "reduce": None, "allgather": "allgather",
+             "reducescatter": "reducescatter", "allreduce": "allreduce"}
+ALGORITHMS = ("tree", "ring", "collnetdirect", "collnetchain", "nvls", "nvlstree", "pat")
+MODELLED_ALGORITHMS = ("ring", "tree")
+PROTOCOLS = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
+MAX_CHANNELS = 64  # device.h MAXCHANNELS
+
+
+def strtoll(text: str) -> int:
+    """C's strtoll(text, NULL, 0): leading space, sign, 0x hex / 0 octal / decimal; the digits
+    it can read, 0 if none."""
+    match = re.match(r"\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", text)
+    if not match:
+        return 0
+    sign, digits = match.groups()
+    value = int(digits, 16) if digits[:2].lower() == "0x" else int(digits, 8 if
+                                                                   digits[0] == "0" else 10)
+    return -value if sign == "-" else value
+
+
+@dataclass(frozen=True)
+class NcclEnv:
+    """What NCCL's variables say, already parsed; the default changes nothing."""
+
+    settings: tuple[tuple[str, str], ...] = ()  # (variable, value) as given, in VARIABLES order
+    p2p_level: str | None = None  # LOC from NCCL_P2P_DISABLE=1, or NCCL_P2P_LEVEL's type
+    shm_disable: bool = False
+    algorithms: tuple[tuple[str, tuple[str, ...]], ...] = ()  # op -> enabled (NCCL_ALGO)
+    protocols: tuple[tuple[str, tuple[str, ...]], ...] = ()  # op -> enabled (NCCL_PROTO)
+    min_channels: int | None = None
+    max_channels: int | None = None
+    ignored: tuple[str, ...] = field(default=(), compare=False)  # values NCCL would ignore
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> NcclEnv:
+        given = tuple((name, environ[name]) for name in VARIABLES if name in environ)
+        values = dict(given)
+        ignored: list[str] = []
+        level = _p2p_level(values, ignored)
+        shm = "NCCL_SHM_DISABLE" in values and strtoll(values["NCCL_SHM_DISABLE"]) == 1
+        algos = _lists(values.get("NCCL_ALGO"), "NCCL_ALGO", ALGORITHMS)
+        protos = _lists(values.get("NCCL_PROTO"), "NCCL_PROTO", tuple(PROTOCOLS))
+        low = _channels(values, "NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS", environ)
+        high = _channels(values, "NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS", environ)
+        return cls(given, level, shm, algos, protos,
+                   None if low is None else min(max(low, 0), MAX_CHANNELS) or None,
+                   None if high is None else min(max(high, 1), MAX_CHANNELS), tuple(ignored))
+
+    @property
+    def active(self) -> bool:
+        return bool(self.settings)
+
+    def enabled_algorithms(self, op: str) -> tuple[str, ...] | None:
+        """The modelled algorithms NCCL_ALGO leaves for ``op`` (None: not set)."""
+        table = dict(self.algorithms)
+        if op not in table:
+            return None
+        return tuple(a for a in MODELLED_ALGORITHMS if a in table[op])
+
+    def enabled_protocols(self, op: str) -> tuple[str, ...] | None:
+        table = dict(self.protocols)
+        if op not in table:
+            return None
+        return tuple(PROTOCOLS[p] for p in PROTOCOLS if p in table[op])
+
+    def ll128_forced(self, op: str) -> bool:
+        """NCCL_PROTO names LL128 for this op: enabled even off NVLink (tuning.cc pEnable 1)."""
+        return "LL128" in (self.enabled_protocols(op) or ())
+
+    def channels(self, comm_channels: int) -> int:
+        """connect.cc: min(NCCL_MAX_NCHANNELS, channels), then at least NCCL_MIN_NCHANNELS."""
+        n = comm_channels if self.max_channels is None else min(self.max_channels,
+                                                                comm_channels)
+        return n if self.min_channels is None else max(self.min_channels, n)
+
+    def line(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.settings)
+
+
+NO_ENV = NcclEnv()  # no NCCL_* variable set
+
+
+def _p2p_level(values: dict[str, str], ignored: list[str]) -> str | None:
+    if "NCCL_P2P_DISABLE" in values:
+        if strtoll(values["NCCL_P2P_DISABLE"]) == 1:
+            return "LOC"
+        ignored.append(f"NCCL_P2P_DISABLE={values['NCCL_P2P_DISABLE']} (only 1 disables P2P)")
+    text = values.get("NCCL_P2P_LEVEL")
+    if text is None:
+        return None
+    if text in PATH_NAMES:
+        return text
+    if text[:1].isdigit():
+        return OLD_LEVELS[min(strtoll(text), len(OLD_LEVELS) - 1)]
+    ignored.append(f"NCCL_P2P_LEVEL={text} (NCCL compares level names case-sensitively: "
+                   f"{', '.join(PATH_NAMES)})")
+    return None
+
+
+def _lists(text: str | None, name: str,
+           elements: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """tuning.cc parseList: 'a,b' | '^a' | 'func:a,b;func:^c' into op -> enabled elements."""
+    if text is None:
+        return ()
+    enabled = {f: set(elements) for f in FUNCTIONS}
+    for k, token in enumerate(text.split(";")):
+        prefix, sep, items = token.rpartition(":")
+        if not sep:
+            if k:
+                raise InputError(f"{name}={text}: all entries except the first must have a "
+                                 "prefix (function:)")
+            funcs = list(FUNCTIONS)
+        else:
+            funcs = [f for f in FUNCTIONS if f == prefix.strip().lower()]
+            if not funcs:
+                raise InputError(f"{name}={text}: unrecognized function {prefix!r}; NCCL "
+                                 f"knows {', '.join(FUNCTIONS)}")
+        negate = items.startswith("^")
+        names = {e.strip().lower() for e in items.lstrip("^").split(",") if e.strip()}
+        unknown = sorted(names - set(elements))
+        if unknown:
+            raise InputError(f"{name}={text}: unrecognized element {unknown[0]!r}; NCCL knows "
+                             f"{', '.join(elements)}")
+        for f in funcs:
+            enabled[f] = set(elements) - names if negate else names
+    return tuple((op, tuple(e for e in elements if e in enabled[f]))
+                 for f, op in FUNCTIONS.items() if op is not None)
+
+
+def _channels(values: dict[str, str], name: str, old: str,
+              environ: Mapping[str, str]) -> int | None:
+    """NCCL_PARAM integers: the new name wins over the legacy one (connect.cc)."""
+    if name in values and values[name].strip():
+        return strtoll(values[name])
+    if environ.get(old, "").strip():
+        return strtoll(environ[old])
+    return None
+
+
+def transport_effects(machine: Machine, plain: Machine) -> list[str]:
+    """GPU pairs whose transport the variables changed (``plain``: the machine without them)."""
+    pairs = [(i, j) for i in range(machine.n_gpus) for j in range(machine.n_gpus) if i != j]
+    moved: dict[tuple[str, str], int] = {}
+    for i, j in pairs:
+        before, after = plain.transport(i, j), machine.transport(i, j)
+        if before != after:
+            moved[(before, after)] = moved.get((before, after), 0) + 1
+    why = {"SHM": "staged through host memory", "P2P": "peer-to-peer",
+           "NET": "sockets over loopback, staged through host memory"}
+    return [f"{count} of {len(pairs)} GPU pairs use {after} ({why[after]}) instead of {before}"
+            for (before, after), count in sorted(moved.items())]
