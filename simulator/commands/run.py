@@ -14,7 +14,6 @@ import os
 import sys
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -28,7 +27,7 @@ from simulator.errors import InputError
 from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
 from simulator.machine.nccl_env import NcclEnv
 from simulator.outputs import trace
-from simulator.outputs.files import Writer, write_files
+from simulator.outputs.files import Writer, check_outputs, text_writer, write_files
 from simulator.strategies import STRATEGIES
 from simulator.units import GiB, fraction, positive_float, positive_int
 
@@ -231,20 +230,19 @@ def write_outputs(result: RunResult, args: argparse.Namespace) -> None:
     words = "".join(f", {x}" for x in recipe_flags.words(result.report.get("recipe", {})))
     title = (f"{result.job.name} on {result.machine.name}, {result.spec.strategy}{words}: "
              f"step {result.timeline.step_time * 1e3:.1f} ms")
-    writers: dict[str | Path, Writer] = {}
+    writers: list[tuple[str, Writer]] = []
     if args.trace:
-        writers[args.trace] = lambda p: p.write_text(trace.dumps(result.timeline),
-                                                     encoding="utf-8")
+        writers.append((args.trace, text_writer(trace.dumps(result.timeline))))
     if args.gantt or args.memory_png:
         from simulator.outputs import plots  # matplotlib only when a picture is asked for
 
         mem = result.memory
         if args.gantt:
-            writers[args.gantt] = lambda p: plots.gantt(
-                result.timeline, p, title=title, collapse=not args.gantt_per_gpu)
+            writers.append((args.gantt, lambda p: plots.gantt(
+                result.timeline, p, title=title, collapse=not args.gantt_per_gpu)))
         if args.memory_png:
-            writers[args.memory_png] = lambda p: plots.memory_curve(
-                result.timeline, mem["breakdown_bytes"], mem["capacity_bytes"], p, title=title)
+            writers.append((args.memory_png, lambda p: plots.memory_curve(
+                result.timeline, mem["breakdown_bytes"], mem["capacity_bytes"], p, title=title)))
     write_files(writers)
 
 
@@ -252,6 +250,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gantt_per_gpu and not args.gantt:
         raise InputError("--gantt-per-gpu changes the Gantt chart: give --gantt FILE.png too")
     spec = spec_from_args(args, args.topology, args.workload, args.strategy)
+    check_outputs([args.trace, args.gantt, args.memory_png])  # before minutes of work
     result = api.simulate(spec, prices=price_flags.prices(args), ranges=not args.no_ranges)
     write_outputs(result, args)
     if args.json:

@@ -1,15 +1,36 @@
-"""Writing output files all or nothing: a run either leaves every file it was asked for, or none.
+"""Writing output files safely, all or nothing: a run leaves every file it was asked for, or
+none of them changed.
 
-Each file is rendered to a temporary file beside its target; only when all have rendered are
-they renamed into place. Any failure removes the temporaries and is reported as one
-:class:`InputError` line ("cannot write PATH: reason"), never a traceback.
+What is inside: ``write_files({path: writer})``. Each writer renders its file at a temporary
+path beside the target (the temporary keeps the target's suffix, so ``.png`` and ``.gz``
+writers know their format); only when every file has rendered are they moved into place.
+A target that existed is set aside first and put back if a later move fails, so a failure
+part-way leaves the folder as it was. ``text_writer`` writes text, gzipped for ``*.gz``.
+
+What a path may be, and what happens:
+- a regular file, or a path that does not exist yet in an existing folder: replaced by rename
+  (its permissions kept);
+- a symlink: the file it points to is written, so the link stays a link;
+- this process's own stdout or stderr (``/dev/stdout``, ``/dev/fd/1``, or a file the shell
+  redirected them to), a FIFO with a reader, a terminal, ``/dev/null``: streamed, never
+  replaced; nothing else of a run depends on a stream, so streams are written last;
+- a directory, a socket, a block device or any other character device: refused.
+Two outputs naming one file are refused. Every problem is one :class:`InputError` line
+("cannot write PATH: reason"), never a traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import gzip
 import os
+import shutil
+import stat
+import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.errors import InputError
@@ -17,39 +38,203 @@ from simulator.errors import InputError
 Writer = Callable[[Path], object]  # renders one file at the path it is given (result unused)
 
 
-def write_files(writers: Mapping[str | Path, Writer]) -> None:
-    """Render every file, then move them all into place; on any failure leave none behind."""
-    pending: list[tuple[Path, Path]] = []
-    target = Path()
+def text_writer(text: str) -> Writer:
+    """A writer of ``text`` as UTF-8, gzipped when the target ends in ``.gz``."""
+    def write(path: Path) -> None:
+        data = text.encode("utf-8")
+        if path.suffix == ".gz":
+            data = gzip.compress(data, mtime=0)  # mtime 0: the same run gives the same bytes
+        path.write_bytes(data)
+    return write
+
+
+@dataclass
+class _Target:
+    given: str  # as the user wrote it, for messages
+    path: Path  # where the bytes go (a symlink's target)
+    stream: bool  # written in place (stdout, FIFO, terminal, /dev/null), never renamed
+    tmp: Path | None = None
+    backup: Path | None = None
+    moved: bool = False
+
+
+def write_files(writers: Mapping[str | Path, Writer] | Sequence[tuple[str | Path, Writer]], *,
+                announce: bool = True) -> list[str]:
+    """Render every file, then put them all in place; on any failure change none of them.
+
+    ``writers``: path -> writer, or (path, writer) pairs (so that two flags naming one file
+    are seen, and refused). Returns the paths written, as given; with ``announce`` each is
+    named on stderr ("wrote PATH"), so a command's stdout stays its own (JSON, CSV).
+    """
+    pairs = list(writers.items()) if isinstance(writers, Mapping) else list(writers)
+    targets = [_classify(str(p)) for p, _ in pairs]
+    _refuse_duplicates(targets)
+    current = targets[0] if targets else None
     try:
-        for path, write in writers.items():
-            target = Path(path)
-            pending.append((_temporary(target), target))
-            write(pending[-1][0])
-        mode = 0o666 & ~_umask()  # mkstemp makes 0600; give the files the usual mode
-        for tmp, target in pending:
-            os.chmod(tmp, mode)
-            os.replace(tmp, target)
+        for current, (_, write) in zip(targets, pairs, strict=True):
+            current.tmp = _temporary(current)
+            write(current.tmp)
+        for current in targets:
+            if not current.stream:
+                _move_into_place(current)
+        for current in targets:
+            if current.stream:
+                _stream(current)
     except OSError as exc:
-        raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None
+        _roll_back(targets)
+        assert current is not None
+        raise InputError(f"cannot write {current.given}: {_reason(exc)}") from None
+    except BaseException:
+        _roll_back(targets)
+        raise
     finally:
-        for tmp, _ in pending:
-            tmp.unlink(missing_ok=True)
+        for t in targets:
+            for leftover in (t.tmp, t.backup):
+                if leftover is not None:
+                    leftover.unlink(missing_ok=True)
+    written = [t.given for t in targets]
+    if announce:
+        for name in written:
+            print(f"wrote {name}", file=sys.stderr)
+    return written
 
 
-def write_atomically(path: str | Path, write: Writer) -> None:
-    write_files({path: write})
+def check_outputs(paths: Sequence[str | Path | None]) -> None:
+    """Refuse now what ``write_files`` would refuse later (unset paths are skipped)."""
+    _refuse_duplicates([_classify(str(p)) for p in paths if p])
 
 
-def _temporary(target: Path) -> Path:
-    if target.is_dir():
-        raise InputError(f"cannot write {target}: it is a directory")
-    folder = target.parent
-    if not folder.is_dir():
-        raise InputError(f"cannot write {target}: no such folder {folder}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=folder)
+def write_atomically(path: str | Path, write: Writer, *, announce: bool = True) -> None:
+    write_files({path: write}, announce=announce)
+
+
+# --- what a path is ---------------------------------------------------------------------------
+
+def _classify(given: str) -> _Target:
+    """Where ``given`` leads and how to write it; refuses what must not be written."""
+    def refuse(why: str) -> InputError:
+        return InputError(f"cannot write {given}: {why}")
+
+    path = Path(given)
+    if _same_as_std_stream(path):
+        return _Target(given, path, stream=True)
+    real = Path(os.path.realpath(path)) if path.is_symlink() else path  # write the link's file
+    try:
+        info = os.stat(real)
+    except FileNotFoundError:
+        folder = real.parent
+        if not folder.is_dir():
+            raise refuse(f"no such folder {folder}") from None
+        return _Target(given, real, stream=False)
+    except OSError as exc:
+        raise refuse(_reason(exc)) from None
+    mode = info.st_mode
+    if stat.S_ISREG(mode):
+        return _Target(given, real, stream=False)
+    if stat.S_ISDIR(mode):
+        raise refuse("it is a directory")
+    if stat.S_ISFIFO(mode):
+        return _Target(given, real, stream=True)
+    if stat.S_ISCHR(mode) and _harmless_device(info):
+        return _Target(given, real, stream=True)
+    kind = "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) \
+        else "a device"
+    raise refuse(f"it is {kind}; give the path of a regular file")
+
+
+def _same_as_std_stream(path: Path) -> bool:
+    """Whether ``path`` is this process's stdout or stderr (however the shell set them up)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    for fd in (1, 2):
+        with contextlib.suppress(OSError):
+            if os.path.samestat(info, os.fstat(fd)):
+                return True
+    return False
+
+
+def _harmless_device(info: os.stat_result) -> bool:
+    """A terminal or /dev/null: devices that only take bytes. Judged from stat alone:
+    opening an unknown device can already act (a watchdog starts, a tape rewinds)."""
+    safe: set[int] = set()
+    for name in ("/dev/null", "/dev/tty"):
+        with contextlib.suppress(OSError):
+            safe.add(os.stat(name).st_rdev)
+    return info.st_rdev in safe
+
+
+def _refuse_duplicates(targets: list[_Target]) -> None:
+    seen: dict[str, str] = {}
+    for t in targets:
+        key = os.path.realpath(t.path)
+        if key in seen:
+            raise InputError(f"two outputs would write the same file: {seen[key]} and {t.given}")
+        seen[key] = t.given
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+def _temporary(t: _Target) -> Path:
+    folder = t.path.parent if not t.stream else Path(tempfile.gettempdir())
+    fd, tmp = tempfile.mkstemp(prefix=f".{t.path.name}.", suffix=t.path.suffix, dir=folder)
     os.close(fd)
     return Path(tmp)
+
+
+def _move_into_place(t: _Target) -> None:
+    assert t.tmp is not None
+    if t.path.exists():
+        mode = stat.S_IMODE(os.stat(t.path).st_mode)  # keep the file's permissions
+        fd, backup = tempfile.mkstemp(prefix=f".{t.path.name}.", suffix=".old",
+                                      dir=t.path.parent)
+        os.close(fd)
+        t.backup = Path(backup)
+        os.replace(t.path, t.backup)
+    else:
+        mode = 0o666 & ~_umask()  # mkstemp makes 0600; give new files the usual mode
+    os.chmod(t.tmp, mode)
+    os.replace(t.tmp, t.path)
+    t.tmp, t.moved = None, True
+
+
+def _stream(t: _Target) -> None:
+    assert t.tmp is not None
+    if _same_as_std_stream(t.path):
+        out = sys.stdout if os.path.samestat(os.stat(t.path), os.fstat(1)) else sys.stderr
+        out.flush()
+        with open(t.tmp, "rb") as src:
+            shutil.copyfileobj(src, out.buffer)
+        out.flush()
+        return
+    flags = os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(t.path, flags)  # non-blocking: a FIFO nobody reads fails now, not hangs
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise OSError(errno.ENXIO, "a FIFO with no reader") from None
+        raise
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "wb") as dst, open(t.tmp, "rb") as src:
+        shutil.copyfileobj(src, dst)
+
+
+def _roll_back(targets: list[_Target]) -> None:
+    """Put back what was replaced and remove what was created (best effort)."""
+    for t in targets:
+        if not t.moved:
+            continue
+        with contextlib.suppress(OSError):
+            if t.backup is not None:
+                os.replace(t.backup, t.path)
+                t.backup = None
+            else:
+                t.path.unlink()
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
 
 
 def _umask() -> int:
