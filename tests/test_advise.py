@@ -97,7 +97,7 @@ def test_micro_batches_go_up_to_the_largest_that_fits() -> None:
 ])
 def test_an_objective_without_what_it_needs_is_one_line(
         flags: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["advise", "-t", "2x5090", "-w", "gpt2-medium", *flags]) == 2
+    assert main(["advise", "-t", "2x3090ti-nvlink", "-w", "gpt2-medium", *flags]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
 

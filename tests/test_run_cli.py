@@ -137,8 +137,8 @@ def test_compare_puts_machines_side_by_side(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_compare_lists_a_row_only_some_machines_have(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["compare", "-t", "2x5090", "-t", "8xh100-nvswitch", "-w", "gpt2-medium",
-                 "--gpus", "2"]) == 0
+    assert main(["compare", "-t", "2x3090ti-nvlink", "-t", "8xh100-nvswitch", "-w",
+                 "gpt2-medium", "--gpus", "2"]) == 0
     out = capsys.readouterr().out
     price_row = next(line for line in out.splitlines() if "price" in line and "$" in line)
     assert "-" in price_row and "per million tokens" in price_row
