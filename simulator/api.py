@@ -30,7 +30,7 @@ from simulator.machine.nccl_env import NO_ENV, NcclEnv, transport_effects
 from simulator.machine.topology import Machine
 from simulator.outputs import report
 from simulator.scales import NEUTRAL, RateScales
-from simulator.strategies.recipe import check_recipe
+from simulator.strategies.recipe import check_pipeline, check_recipe
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,10 @@ class RunSpec:
     sequence_parallel: bool = False
     reshard_after_forward: bool = True
     zero_overlap_comm: bool | None = None
+    # pipeline parallelism (strategies/pipeline.py): stages, schedule, model chunks per stage
+    pp: int = 1
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
     # achieved-rate factors of the mechanisms (simulator/scales.py): ranges re-run at them
     scales: RateScales = NEUTRAL
     # NCCL_* environment variables in force (machine/nccl_env.py); commands read os.environ
@@ -132,7 +136,8 @@ def _tp_degree(spec: RunSpec, machine: Machine) -> int:
         return 1
     if spec.tp is not None:
         return spec.tp
-    return machine.n_gpus if spec.strategy == "tp" else min(2, machine.n_gpus)
+    per_stage = machine.n_gpus // max(1, spec.pp)
+    return per_stage if spec.strategy == "tp" else min(2, per_stage)
 
 
 def _options(spec: RunSpec) -> strategies.Options:
@@ -142,20 +147,44 @@ def _options(spec: RunSpec) -> strategies.Options:
         gradient_as_bucket_view=spec.gradient_as_bucket_view,
         sequence_parallel=spec.sequence_parallel,
         reshard_after_forward=spec.reshard_after_forward,
-        zero_overlap_comm=spec.zero_overlap_comm)
+        zero_overlap_comm=spec.zero_overlap_comm, pp=spec.pp, schedule=spec.schedule,
+        virtual_stages=spec.virtual_stages)
 
 
-def _memory(job: Job, machine: Machine, spec: RunSpec) -> dict[str, Any]:
+def _memory(job: Job, machine: Machine, spec: RunSpec,
+            pipeline: dict[str, Any] | None = None) -> dict[str, Any]:
     """memory.py's verdict; it names TP x DP as "tp" (DDP over the rest) and TP x FSDP "fsdp".
-    Every rank holds the same share, so a mixed box's verdict is its smallest card's."""
+    Every rank holds the same share, so a mixed box's verdict is its smallest card's; a
+    pipeline's is its fullest stage's, with every stage's peak under ``stages``."""
     name = {"tp+ddp": "tp", "tp+fsdp": "fsdp"}.get(spec.strategy, spec.strategy)
-    return memory.estimate(job, machine.smallest_card(), name, world=machine.n_gpus,
-                           tp=_tp_degree(spec, machine),
-                           sequence_parallel=spec.sequence_parallel,
-                           gradient_as_bucket_view=spec.gradient_as_bucket_view,
-                           reshard_after_forward=spec.reshard_after_forward,
-                           zero_overlap_comm=bool(spec.zero_overlap_comm),
-                           nccl_channels=collectives.machine_channels(machine)).to_json()
+    options: dict[str, Any] = dict(
+        world=machine.n_gpus, tp=_tp_degree(spec, machine),
+        sequence_parallel=spec.sequence_parallel,
+        gradient_as_bucket_view=spec.gradient_as_bucket_view,
+        reshard_after_forward=spec.reshard_after_forward,
+        zero_overlap_comm=bool(spec.zero_overlap_comm),
+        nccl_channels=collectives.machine_channels(machine))
+    if pipeline is None:
+        return memory.estimate(job, machine.smallest_card(), name, **options).to_json()
+    p = pipeline["stages"]
+    stages: list[dict[str, Any]] = []
+    for r, gpus in enumerate(pipeline["stage_gpus"]):
+        blocks = frozenset(b for c, chunk in enumerate(pipeline["blocks"]) if c % p == r
+                           for b in chunk)
+        layers, heads = pipeline["in_flight"][r]
+        card = min((machine.gpu_of(g) for g in gpus), key=lambda c: c.memory_bytes)
+        share = memory.StageShare(p, blocks, layers, heads)
+        stages.append(memory.estimate(job, card, name, **options, stage=share).to_json())
+    worst = max(stages, key=lambda m: m["peak_bytes"] / m["capacity_bytes"])
+    worst = dict(worst, stage=stages.index(worst))
+    worst["stages"] = [{"stage": r, "gpus": gpus, "peak_bytes": m["peak_bytes"],
+                        "capacity_bytes": m["capacity_bytes"], "fits": m["fits"],
+                        "peak_phase": m["peak_phase"],
+                        "activations_bytes": sum(x["bytes"] for x in m["lines"]
+                                                 if x["category"] == "activations")}
+                       for r, (gpus, m) in enumerate(zip(pipeline["stage_gpus"], stages,
+                                                         strict=True))]
+    return worst
 
 
 def _mean_card_price(machine: Machine) -> float | None:
@@ -200,7 +229,8 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
     # same per-GPU recipe (checkpointing kept); the parallelism-only flags do not apply
     one = replace(spec, strategy="ddp", gpus=1, tp=None, grad_compression="none",
                   gradient_as_bucket_view=False, sequence_parallel=False,
-                  reshard_after_forward=True, zero_overlap_comm=None)
+                  reshard_after_forward=True, zero_overlap_comm=None, pp=1,
+                  schedule="1f1b", virtual_stages=1)
     one_gpu = load_machine(one.topology, 1, one.scales, one.nccl)
     job = job_of(one)
     if not _memory(job, one_gpu, one)["fits"]:
@@ -226,12 +256,14 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
                        sequence_parallel=spec.sequence_parallel,
                        reshard_after_forward=spec.reshard_after_forward,
                        zero_overlap_comm=spec.zero_overlap_comm)
+    check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
+                   virtual_stages=spec.virtual_stages)
     job = job_of(spec)
     check_size(job)
     programs = strategies.build(spec.strategy, job, machine, _options(spec))
     timeline = engine.simulate(programs, machine, compute_slowdown=spec.compute_slowdown)
-    mem = _memory(job, machine, spec)
     meta = programs[0].meta
+    mem = _memory(job, machine, spec, meta.get("pipeline"))
     dp = int(meta.get("dp", machine.n_gpus))  # replicas that each take a batch
     tokens = job.tokens_per_micro_batch * job.grad_accum * dp
     machine_gpus = load_machine(spec.topology).n_gpus

@@ -62,7 +62,7 @@ def test_the_slowest_rank_sets_the_pace_of_a_collective() -> None:
     assert t.step_time == pytest.approx(2.5)
     ar0 = [s for s in t.spans_of(0) if s.kind == "allreduce"][0]
     ar1 = [s for s in t.spans_of(1) if s.kind == "allreduce"][0]
-    assert (ar0.start, ar0.end) == (pytest.approx(1.0), pytest.approx(2.5))
+    assert (ar0.start, ar0.end) == (pytest.approx(2.0), pytest.approx(2.5))
     assert ar0.args["wait_s"] == pytest.approx(1.0)  # launched at 1 s, peers ready at 2 s
     assert (ar1.start, "wait_s" in ar1.args) == (pytest.approx(2.0), False)
     assert t.groups == ((0,), (1,))
@@ -107,7 +107,8 @@ def test_a_send_moves_once_the_receiver_has_posted_its_receive() -> None:
     t = engine.simulate([sender, receiver], machine())
     send = [s for s in t.spans_of(0) if s.kind == "p2p"][0]
     recv = [s for s in t.spans_of(1) if s.kind == "p2p"][0]
-    assert send.start == pytest.approx(1.0)  # posted at 1 s, waits for the receiver
+    assert send.start == pytest.approx(1.5)  # posted at 1 s, moves once the receiver posts
+    assert send.args["wait_s"] == pytest.approx(0.5)
     assert send.end == recv.end == pytest.approx(1.5 + 2.0)  # 200 B at 100 B/s from 1.5 s
     assert t.step_time == pytest.approx(4.5)
     assert t.link_bytes == {"g0->g1": pytest.approx(200.0)}

@@ -30,6 +30,9 @@ class Options:
     sequence_parallel: bool = False
     reshard_after_forward: bool = True
     zero_overlap_comm: bool | None = None
+    pp: int = 1
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
 
 
 def build(name, job, machine, options):  # noqa: ANN001, ANN201

@@ -51,6 +51,12 @@ def add_job_arguments(parser: argparse.ArgumentParser, *, many: bool = False) ->
     parser.add_argument("--micro-batch", help="sequences per GPU per micro-step")
     parser.add_argument("--grad-accum", help="micro-steps per optimizer step")
     parser.add_argument("--seq-len", help="tokens per sequence")
+    parser.add_argument("--pp", help="pipeline-parallel stages (the strategy runs inside each)")
+    parser.add_argument("--schedule", default="1f1b",
+                        help="pipeline schedule with --pp: gpipe | 1f1b (default) | interleaved")
+    parser.add_argument("--virtual-stages", default="1",
+                        help="model chunks per stage for --schedule interleaved (Megatron's "
+                        "virtual pipeline size)")
     parser.add_argument("--no-overlap", action="store_true",
                         help="all-reduce after the whole backward (Megatron's local DDP)")
     parser.add_argument("--compute-slowdown", default=None,
@@ -108,6 +114,9 @@ def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
            for field, parse in NUMBER_FLAGS.items()},
         overlap=not args.no_overlap,
         compute_slowdown=fraction(args.compute_slowdown, "--compute-slowdown"),
+        pp=positive_int(args.pp, "--pp", maximum=MAX_GPUS) or 1, schedule=args.schedule,
+        virtual_stages=positive_int(args.virtual_stages, "--virtual-stages",
+                                    maximum=MAX_GPUS) or 1,
         nccl=NcclEnv.from_environ(os.environ), **recipe_flags.fields_from_args(args))
 
 

@@ -232,6 +232,7 @@ class _Run:
                 done[task.id].succeed()
                 continue
             args["task"] = task.id
+            start += args.get("wait_s", 0.0)  # a span shows the data moving, not the wait
             self.spans[p].append(((task.id, 0, 0), Span(gpu, task.stream, work.name, kind,
                                                         start, self.env.now, args)))
             done[task.id].succeed()
@@ -299,6 +300,7 @@ class _Run:
                 meet.plans = [collectives.p2p_plan(self.machine, src, dst, t.nbytes)
                               for src, dst in t.pairs if src != dst]
         channels = max((q.n_channels for m in meets for q in m.plans), default=0)
+        launched = self.env.now
         self.sms[p].comm(channels, +1)
         for meet in meets:  # a batch posts all its transfers at once (ncclGroupStart/End)
             self._join(meet, lambda plans=meet.plans: self.env.all_of(
@@ -306,8 +308,12 @@ class _Run:
         for meet in meets:
             yield from self._wait(meet)
         self.sms[p].comm(channels, -1)
-        return {"bytes": sum(t.nbytes for t in transfers), "sends": len(work.sends),
+        args = {"bytes": sum(t.nbytes for t in transfers), "sends": len(work.sends),
                 "recvs": len(work.recvs), **work.args}
+        began = min((m.started for m in meets), default=launched)
+        if began > launched:
+            args["wait_s"] = began - launched
+        return args
 
     def move(self, work: Move) -> Generator[simpy.Event, Any, dict[str, Any]]:
         yield self.env.all_of([self.fabric.transfer(dict(f.usage), f.nbytes, f.max_rate,

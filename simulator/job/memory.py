@@ -255,7 +255,19 @@ def activations_per_token(job: Job, *, tp: int = 1, sequence_parallel: bool = Fa
     return per_rank, 0.0
 
 
-def _activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool | None) -> list[Line]:
+@dataclass(frozen=True)
+class StageShare:
+    """What one pipeline stage holds (strategies/pipeline.py): its blocks, and the activations
+    alive at once under its schedule (the first stage of 1F1B holds p micro-batches')."""
+
+    pp: int
+    blocks: frozenset[int]
+    layers_in_flight: int  # layer-micro-batches whose activations are alive at once
+    heads_in_flight: int  # micro-batches whose logits and loss are alive (the last stage)
+
+
+def _activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool | None,
+                      stage: StageShare | None = None) -> list[Line]:
     if job.arch is None:  # generic layer list: the given per-sample bytes
         total = sum(layer.activation_bytes_per_sample for layer in job.generic_layers) * b
         return [Line("activations", f"activations of {job.n_blocks} layers (as given, "
@@ -267,9 +279,12 @@ def _activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool | None) -
     if flash is None:
         flash = job.training.attention == "flash"
     attn = "flash attention" if flash else "eager attention (s x s scores)"
-    lines = [Line("activations", f"{a.layers} layers, checkpointing {mode}, {attn}, "
-                  f"{tokens} tokens", stored * tokens * a.layers, "backward")]
-    if mode == "full":
+    layers = a.layers if stage is None else stage.layers_in_flight
+    what = (f"{a.layers} layers" if stage is None else
+            f"{layers} layer-micro-batches in flight (pipeline stage)")
+    lines = [Line("activations", f"{what}, checkpointing {mode}, {attn}, {tokens} tokens",
+                  stored * tokens * layers, "backward")]
+    if mode == "full" and layers:
         lines.append(Line("activations", "one layer recomputed during backward",
                           working * tokens, "backward"))
     head = 2 * a.hidden * e / (tp if sp else 1)  # final-norm input and lm_head input
@@ -284,19 +299,26 @@ def _activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool | None) -
     else:
         logits = a.vocab * (e + 8) / tp
         what = f"final norm, lm_head input and fp32 logits/loss (vocab {a.vocab})"
-    lines.append(Line("activations", what, (head + logits) * tokens, "backward"))
+    heads = 1 if stage is None else stage.heads_in_flight
+    if heads:
+        lines.append(Line("activations", what + (f" x {heads} micro-batches" if heads > 1
+                                                 else ""), (head + logits) * tokens * heads,
+                          "backward"))
     return lines
 
 
-def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int) -> tuple[
-        list[Line], dict[str, float]]:
-    """Weights, gradients, optimizer per rank, plus sizes the buffer lines need."""
+def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
+                 stage: StageShare | None = None) -> tuple[list[Line], dict[str, float]]:
+    """Weights, gradients, optimizer per rank (of its stage's blocks under pipeline
+    parallelism), plus sizes the buffer lines need."""
     frozen_bytes = job.activation_bytes  # frozen LoRA base kept in the compute dtype
     w = g = o = frozen = quant = 0.0
     unit: dict[int, float] = {}  # unsharded compute-dtype bytes per block (FSDP units)
     unit_grads: dict[int, float] = {}
     autocast = 0.0
     for p in job.params:
+        if stage is not None and p.block not in stage.blocks:
+            continue
         n = p.numel / tp if len(p.shape) > 1 else p.numel
         if p.trainable:
             w += r.weight * n / (dp if r.shard_weights else 1)
@@ -400,11 +422,11 @@ def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: d
     return lines
 
 
-def _reserve_lines(dp: int, tp: int, nccl_channels: int) -> list[Line]:
+def _reserve_lines(dp: int, tp: int, nccl_channels: int, pp: int = 1) -> list[Line]:
     """Memory outside PyTorch's caching allocator: CUDA context, cuBLAS, NCCL."""
     lines = [Line("other", "reserve: CUDA context and kernels", CUDA_CONTEXT_BYTES),
              Line("other", "reserve: cuBLAS workspace", CUBLAS_WORKSPACE_BYTES)]
-    communicators = (dp > 1) + (tp > 1)
+    communicators = (dp > 1) + (tp > 1) + (pp > 1)  # a pipeline's p2p communicator too
     if communicators:
         lines.append(Line("other", f"reserve: NCCL buffers, {communicators} communicator(s) x "
                           f"{nccl_channels} channels", communicators * nccl_channels
@@ -416,17 +438,21 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
              micro_batch: int | None = None, sequence_parallel: bool = False,
              flash_attention: bool | None = None, gradient_as_bucket_view: bool = False,
              reshard_after_forward: bool = True, zero_overlap_comm: bool = False,
-             nccl_channels: int = NCCL_DEFAULT_CHANNELS) -> MemoryReport:
+             nccl_channels: int = NCCL_DEFAULT_CHANNELS,
+             stage: StageShare | None = None) -> MemoryReport:
     """Memory of one rank. ``strategy`` is the data-parallel scheme over world / tp ranks
-    ("tp" alone: DDP over the remaining ranks, or none when tp == world)."""
+    ("tp" alone: DDP over the remaining ranks, or none when tp == world); under pipeline
+    parallelism ``stage`` says what this rank's stage holds (dp = world / (tp x pp))."""
+    pp = stage.pp if stage is not None else 1
     if strategy == "tp" and tp == 1:
-        tp = world
-    _check(job, strategy, world, tp)
-    dp = world // tp
+        tp = world // pp
+    _check(job, strategy, world // pp, tp)
+    dp = world // tp // pp
     b = micro_batch or job.micro_batch
     r = recipe(strategy, job.precision, job.optimizer)
-    states, sizes = _state_lines(job, r, strategy, dp, tp)
-    lines = states + _activation_lines(job, b, tp, sequence_parallel and tp > 1, flash_attention)
+    states, sizes = _state_lines(job, r, strategy, dp, tp, stage)
+    lines = states + _activation_lines(job, b, tp, sequence_parallel and tp > 1, flash_attention,
+                                       stage)
     lines += _buffer_lines(job, r, strategy, dp, tp, sizes,
                            gradient_as_bucket_view=gradient_as_bucket_view,
                            reshard_after_forward=reshard_after_forward,
@@ -435,7 +461,7 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
         tensors = sum(x.bytes for x in lines if alive(x, moment))
         lines.append(Line("other", f"allocator rounding and fragmentation ({FRAGMENTATION:.0%} "
                           "of tensor bytes, assumed)", FRAGMENTATION * tensors, f"only:{moment}"))
-    lines += _reserve_lines(dp, tp, nccl_channels)
+    lines += _reserve_lines(dp, tp, nccl_channels, pp)
     notes = [f"recipe: {r.description}",
              "peak = the largest of the start of backward (every activation alive), the end "
              "of backward (every gradient) and the optimizer step"]

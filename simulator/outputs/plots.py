@@ -37,7 +37,9 @@ def _gpus(group: Sequence[int]) -> str:
 
 
 def _streams(timeline: Timeline, rep: int) -> list[str]:
-    return list(dict.fromkeys(s.stream for s in timeline.spans if s.gpu == rep))
+    """The streams one representative uses, in the timeline's order (compute first)."""
+    used = {s.stream for s in timeline.spans if s.gpu == rep}
+    return [s for s in timeline.streams() if s in used]
 
 
 def _lanes(timeline: Timeline, collapse: bool) -> list[tuple[str, int, str]]:

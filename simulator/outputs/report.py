@@ -66,6 +66,33 @@ def rank_split(timeline: Timeline) -> list[dict[str, Any]]:
             for group in timeline.rank_groups]
 
 
+def pipeline_report(timeline: Timeline) -> dict[str, Any]:
+    """The pipeline's shape and its bubble. Over the pipeline phase (first forward to last
+    backward, on any stage), each stage's idle share is the time it runs no compute;
+    ``bubble_fraction`` is the pacing stage's (the one that computes most: the others also
+    wait for it), the figure the closed form (p-1)/(m+p-1) (or /v, interleaved) describes."""
+    meta = timeline.meta["pipeline"]
+    reps = [timeline.representative(gpus[0]) for gpus in meta["stage_gpus"]]
+    work = [s for s in timeline.spans if s.kind in ("forward", "backward")]
+    start = min((s.start for s in work), default=0.0)
+    end = max((s.end for s in work), default=0.0)
+    busy = []
+    for rep in reps:
+        busy.append(union_length((max(s.start, start), min(s.end, end)) for s in timeline.spans
+                                 if s.gpu == rep and s.is_compute))
+    length = end - start
+    idle = [1.0 - b / length if length > 0 else 0.0 for b in busy]
+    pacing = max(range(len(busy)), key=busy.__getitem__)
+    p = meta["stages"]
+    return {"stages": p, "schedule": meta["schedule"], "micro_batches": meta["micro_batches"],
+            "virtual_stages": meta["virtual_stages"], "bubble_fraction": idle[pacing],
+            "bubble_fraction_closed_form": meta["closed_form_bubble"], "pacing_stage": pacing,
+            "stage_idle_fraction": idle, "stage_gpus": meta["stage_gpus"],
+            "stage_layers": [sum((meta["layers"][c] for c in range(r, len(meta["layers"]), p)),
+                                 []) for r in range(p)],
+            "pipeline_phase_s": length}
+
+
 def bottleneck(timeline: Timeline) -> dict[str, Any]:
     """The busiest link over the step (bytes / (capacity * step time))."""
     used = [k for k, b in timeline.link_bytes.items() if b > 0]
@@ -141,9 +168,14 @@ def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step:
         "fits": bool(memory["fits"]),
         "breakdown_bytes": {k: int(memory["breakdown_bytes"].get(k, 0)) for k in BREAKDOWN_KEYS},
     }
+    for key in ("stage", "stages"):  # a pipeline: the fullest stage, and every stage's peak
+        if key in memory:
+            report["memory"][key] = memory[key]
     report["bottleneck"] = bottleneck(timeline)
     if len(timeline.rank_groups) > 1:
         report["ranks"] = rank_split(timeline)
+    if "pipeline" in timeline.meta:
+        report["pipeline"] = pipeline_report(timeline)
     if "buckets" in timeline.meta:
         report["buckets"] = bucket_list(timeline)
     if cost is not None:

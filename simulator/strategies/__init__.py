@@ -1,13 +1,14 @@
 """Parallelism strategies: job + machine + options -> per-rank `Program`s for the engine.
 
 ``build(name, job, machine, options)`` with name one of ``STRATEGIES``:
-ddp (ddp.py), zero1 / zero2 (zero.py), fsdp and zero3 (fsdp.py), tp, tp+ddp, tp+fsdp (tensor.py).
+ddp (ddp.py), zero1 / zero2 (zero.py), fsdp and zero3 (fsdp.py), tp, tp+ddp, tp+fsdp (tensor.py);
+with ``options.pp`` > 1 the strategy runs inside each stage of a pipeline (pipeline.py).
 It returns one program per group of identical ranks: symmetric data parallelism is one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from simulator.errors import InputError
@@ -36,6 +37,9 @@ class StrategyOptions:
     backward_prefetch: bool = True  # FSDP2 default: one unit ahead in backward
     gradient_as_bucket_view: bool = False  # PyTorch DDP default
     zero_overlap_comm: bool | None = None  # DeepSpeed overlap_comm; None = its default
+    pp: int = 1  # pipeline stages (pipeline.py); the strategy runs inside each stage
+    schedule: str = "1f1b"  # gpipe | 1f1b | interleaved (schedules.py)
+    virtual_stages: int = 1  # model chunks per stage (interleaved)
     dp_groups: tuple[tuple[int, ...], ...] = ()  # set by tensor.py for TP x DP
 
     @property
@@ -51,6 +55,15 @@ def build(name: str, job: Job, machine: Machine, options: StrategyOptions | None
     """The programs of one training step of ``job`` on ``machine`` with strategy ``name``:
     one per group of identical ranks (per kind of card on a mixed box)."""
     opts = options or StrategyOptions()
+    if opts.pp > 1:
+        from simulator.strategies import pipeline
+
+        inner = {"tp": "ddp", "tp+ddp": "ddp", "tp+fsdp": "fsdp"}.get(name, name)
+        if name not in STRATEGIES:
+            raise InputError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+        tp = opts.tp or (1 if not name.startswith("tp") else
+                         machine.n_gpus // opts.pp if name == "tp" else 2)
+        return pipeline.build(job, machine, replace(opts, tp=tp), data_parallel=inner)
     cards = machine.cards()
     if len(cards) == 1:
         return [_build_one(name, job, machine, opts)]

@@ -39,3 +39,15 @@ def check_recipe(strategy: str, *, tp: int, overlap: bool, grad_compression: str
         refuse("--no-reshard-after-forward", FSDP_STRATEGIES, "it is an FSDP option")
     if zero_overlap_comm and strategy not in ZERO_STRATEGIES:
         refuse("--overlap-comm", ZERO_STRATEGIES, "it is a DeepSpeed ZeRO-1/2 option")
+
+
+def check_pipeline(strategy: str, *, pp: int, schedule: str, virtual_stages: int) -> None:
+    """Pipeline flags without a pipeline, or with a strategy that cannot run under one."""
+    if pp < 1:
+        raise InputError(f"--pp {pp}: must be at least 1")
+    if pp == 1 and (schedule != "1f1b" or virtual_stages != 1):
+        flag = "--schedule" if schedule != "1f1b" else "--virtual-stages"
+        raise InputError(f"{flag} describes a pipeline: give --pp P (P > 1) too")
+    if pp > 1 and strategy in ("zero2", "zero3"):
+        raise InputError(f"-s {strategy} with --pp: DeepSpeed refuses ZeRO-2 and ZeRO-3 with "
+                         "pipeline parallelism (use ddp, zero1, fsdp, tp, tp+ddp or tp+fsdp)")

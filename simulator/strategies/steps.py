@@ -37,9 +37,17 @@ Emit = Callable[[Program, Op, tuple[int, ...], str], int]
 
 
 def compute_only(gpu: GPU) -> Emit:
-    """The plain emitter: the op on the compute stream."""
+    """The plain emitter: the op on the compute stream (each op timed once: micro-steps and
+    pipeline micro-batches repeat the same ops)."""
+    timed: dict[int, tuple[Op, float]] = {}  # id -> (the op, kept alive so ids stay unique)
+
     def emit(program: Program, op: Op, deps: tuple[int, ...], prefix: str) -> int:
-        return program.add("compute", as_compute(op, gpu, prefix=prefix), deps)
+        hit = timed.get(id(op))
+        if hit is None or hit[0] is not op:
+            hit = timed[id(op)] = (op, compute.op_time(op, gpu))
+        work = Compute(prefix + op.name, _KIND.get(op.phase, "other"), hit[1], op.flops,
+                       op.block)
+        return program.add("compute", work, deps)
     return emit
 
 
