@@ -124,9 +124,14 @@ def advise(machines: Sequence[Machine], workload: str, *, objective: str = "thro
     lines = answer["explanation"]
     names = ", ".join(api.load_machine(m.topology).name for m in machines)
     considered = sum(len(v) for v in verdicts.values())
-    lines.append(f"{workload} on {names}: {considered} strategy and checkpointing choices, "
-                 f"{len(reports)} configurations that fit simulated in {elapsed:.1f} s "
-                 f"({workers} process{'es' if workers > 1 else ''}), ranked by {objective}")
+    fitting = sum(len(c.first) + sum(len(s) for s in c.smaller.values())
+                  for c in choices.values())
+    lines.append(f"{workload} on {names}: {considered} strategy, recipe and checkpointing "
+                 f"choices; {fitting} configurations fit in memory (every micro-batch); "
+                 f"{len(reports)} simulated in {elapsed:.1f} s ({workers} "
+                 f"process{'es' if workers > 1 else ''}: each choice at its largest "
+                 f"micro-batch, then the smaller ones of the {LEADERS} leaders), ranked by "
+                 f"{objective}")
     if not reports:
         for m in machines:
             lines.extend(not_fitting_lines(verdicts[m.topology]))
