@@ -30,7 +30,13 @@ from simulator.machine.nccl_env import NO_ENV, NcclEnv, transport_effects
 from simulator.machine.topology import Machine
 from simulator.outputs import report
 from simulator.scales import NEUTRAL, RateScales
-from simulator.strategies.recipe import check_pipeline, check_recipe
+from simulator.strategies.buckets import DEFAULT_BUCKET_CAP_MB
+from simulator.strategies.recipe import (
+    DDP_STRATEGIES,
+    TP_STRATEGIES,
+    check_pipeline,
+    check_recipe,
+)
 
 
 @dataclass(frozen=True)
@@ -130,14 +136,26 @@ def check_size(job: Job) -> None:
             f"most {MAX_SIMULATED_OPS:,} (fewer layers; `stepsim memory` has no such limit)")
 
 
-def _tp_degree(spec: RunSpec, machine: Machine) -> int:
-    """The TP degree the strategies use: all GPUs for tp, 2 for tp+ddp/tp+fsdp, unless --tp."""
-    if not spec.strategy.startswith("tp"):
+def tp_degree(strategy: str, tp: int | None, n_gpus: int, pp: int = 1) -> int:
+    """The TP degree a strategy runs: --tp if given, else all GPUs of a pipeline stage for tp
+    and 2 for tp+ddp and tp+fsdp (tensor.py's defaults); 1 for the rest. `run` and `memory`
+    both use this."""
+    if strategy not in TP_STRATEGIES:
         return 1
-    if spec.tp is not None:
-        return spec.tp
-    per_stage = machine.n_gpus // max(1, spec.pp)
-    return per_stage if spec.strategy == "tp" else min(2, per_stage)
+    if tp is not None:
+        return tp
+    per_stage = n_gpus // max(1, pp)
+    return per_stage if strategy == "tp" else min(2, per_stage)
+
+
+def memory_scheme(strategy: str) -> str:
+    """memory.py's name for a strategy: the data-parallel scheme beside the TP degree (TP alone
+    and TP x DDP are DDP over the world / tp replicas, TP x FSDP is FSDP over them)."""
+    return {"tp": "ddp", "tp+ddp": "ddp", "tp+fsdp": "fsdp"}.get(strategy, strategy)
+
+
+def _tp_degree(spec: RunSpec, machine: Machine) -> int:
+    return tp_degree(spec.strategy, spec.tp, machine.n_gpus, spec.pp)
 
 
 def _options(spec: RunSpec) -> strategies.Options:
@@ -156,7 +174,7 @@ def _memory(job: Job, machine: Machine, spec: RunSpec,
     """memory.py's verdict; it names TP x DP as "tp" (DDP over the rest) and TP x FSDP "fsdp".
     Every rank holds the same share, so a mixed box's verdict is its smallest card's; a
     pipeline's is its fullest stage's, with every stage's peak under ``stages``."""
-    name = {"tp+ddp": "tp", "tp+fsdp": "fsdp"}.get(spec.strategy, spec.strategy)
+    name = memory_scheme(spec.strategy)
     options: dict[str, Any] = dict(
         world=machine.n_gpus, tp=_tp_degree(spec, machine),
         sequence_parallel=spec.sequence_parallel,
@@ -214,9 +232,20 @@ def _channel_note(machine: Machine, plain: Machine) -> list[str]:
     return out
 
 
-def recipe(spec: RunSpec) -> dict[str, Any]:
-    """The recipe flags as the report lists them (framework option names)."""
-    return {"activation_checkpointing": spec.checkpointing, "comm_hook": spec.grad_compression,
+def degrees(spec: RunSpec, job: Job, machine: Machine, dp: int) -> dict[str, Any]:
+    """What was simulated, as numbers: the parallel degrees, the batch, the bucket size."""
+    ddp = spec.strategy in DDP_STRATEGIES and dp > 1  # torch DDP buckets the gradients
+    return {"parallelism": {"world": machine.n_gpus, "tp": _tp_degree(spec, machine), "dp": dp},
+            "micro_batch": job.micro_batch, "seq_len": job.seq_len,
+            "grad_accum": job.grad_accum,
+            "bucket_mb": (spec.bucket_mb or DEFAULT_BUCKET_CAP_MB) if ddp else None}
+
+
+def recipe(spec: RunSpec, job: Job | None = None) -> dict[str, Any]:
+    """The recipe flags as the report lists them (framework option names); with ``job``, the
+    checkpointing the job actually runs (the workload's unless overridden)."""
+    checkpointing = job.checkpointing if job is not None else spec.checkpointing
+    return {"activation_checkpointing": checkpointing, "comm_hook": spec.grad_compression,
             "gradient_as_bucket_view": spec.gradient_as_bucket_view,
             "sequence_parallel": spec.sequence_parallel,
             "reshard_after_forward": spec.reshard_after_forward,
@@ -290,7 +319,8 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
         cost=costs, cost_basis=basis, energy=power,
         extra={"topology": machine.name, "workload": job.name, "strategy": spec.strategy,
                "gpu": machine.gpu.name, "tokens_per_step": tokens,
-               "overlap": spec.overlap, "recipe": recipe(spec)},
+               "overlap": spec.overlap, "recipe": recipe(spec, job),
+               **degrees(spec, job, machine, dp)},
     )
     link = metrics["bottleneck"]["link"]
     metrics["bottleneck"]["description"] = machine.describe(link) if link else None

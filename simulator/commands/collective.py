@@ -18,8 +18,10 @@ import os
 from typing import Any
 
 from simulator.commands.nccl_notes import env_notes, env_of
+from simulator.commands.parsing import whole
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology
+from simulator.inputs.schema import MAX_GPUS
 from simulator.machine import collectives
 from simulator.machine.topology import Machine
 from simulator.outputs import nccl_tests
@@ -53,7 +55,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("-o", dest="redop", default="sum",
                         help="reduction shown in the redop column "
                              f"({', '.join(nccl_tests.REDOPS)})")
-    parser.add_argument("--gpus", type=int, default=None, help="use the first K GPUs")
+    parser.add_argument("--gpus", type=whole(1, MAX_GPUS), default=None,
+                        help="use the first K GPUs")
     parser.add_argument("--algo", default="auto", help="ring | tree | auto (NCCL's choice)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--nthreads", type=int, default=None, help=argparse.SUPPRESS)

@@ -44,7 +44,8 @@ def _label(report: dict[str, Any], varying: set[str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     combos = list(itertools.product(args.topology, args.workload, args.strategy or ["ddp"]))
-    specs = [spec_from_args(args, t, w, s) for t, w, s in combos]
+    strategies = tuple(args.strategy or ["ddp"])
+    specs = [spec_from_args(args, t, w, s, others=strategies) for t, w, s in combos]
     machines = len(args.topology)
     reports = [api.simulate(spec, prices=price_flags.prices(
         args, args.topology.index(t), machines), ranges=not args.no_ranges).report

@@ -12,13 +12,23 @@ import argparse
 import json
 from typing import Any
 
+from simulator import api
+from simulator.commands.parsing import whole
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology, load_workload
-from simulator.inputs.schema import CHECKPOINTING_MODES, WorkloadConfig
+from simulator.inputs.schema import (
+    CHECKPOINTING_MODES,
+    MAX_BATCH,
+    MAX_GPUS,
+    MAX_TOKENS,
+    WorkloadConfig,
+)
 from simulator.job import memory, memory_search
 from simulator.job.workload import Job
 from simulator.machine import collectives
 from simulator.machine.topology import Machine
+from simulator.strategies import STRATEGIES
+from simulator.strategies.recipe import TP_STRATEGIES, check_strategy, unused_flags
 from simulator.units import GiB, positive_int
 
 
@@ -30,18 +40,20 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("-t", "--topology", required=True, help="topology YAML or preset name")
     parser.add_argument("-w", "--workload", required=True, help="workload YAML or preset name")
     parser.add_argument("-s", "--strategy", default="ddp",
-                        help=f"{' | '.join(memory.STRATEGIES)} (default ddp); with --tp T the "
-                             "data-parallel scheme over the remaining GPUs")
-    parser.add_argument("--gpus", type=int, default=None,
+                        help=f"{' | '.join(STRATEGIES)} (default ddp), as `stepsim run` takes "
+                        "them")
+    parser.add_argument("--gpus", type=whole(1, MAX_GPUS), default=None,
                         help="use the first K GPUs (default: all GPUs of the machine)")
-    parser.add_argument("--tp", type=int, default=None,
-                        help="tensor-parallel size (default 1; -s tp: all GPUs)")
+    parser.add_argument("--tp", type=whole(1, MAX_GPUS), default=None,
+                        help="tensor-parallel degree (tp, tp+ddp, tp+fsdp; default as run: "
+                        "all GPUs for tp, 2 for the others)")
     parser.add_argument("--sequence-parallel", action="store_true",
                         help="Megatron sequence parallelism with --tp (splits norm activations)")
     parser.add_argument("--micro-batch", default=None, metavar="B|max",
                         help="micro-batch per GPU (default: the workload's); 'max' searches the "
                              "largest micro-batch that fits")
-    parser.add_argument("--seq-len", type=int, default=None, help="sequence length override")
+    parser.add_argument("--seq-len", type=whole(1, MAX_TOKENS), default=None,
+                        help="sequence length override")
     parser.add_argument("--checkpointing", default=None, metavar="MODE",
                         help="activation checkpointing override: none | selective | full")
     parser.add_argument("--largest-model", action="store_true",
@@ -59,8 +71,6 @@ def _workload(args: argparse.Namespace) -> WorkloadConfig:
                              f"{', '.join(CHECKPOINTING_MODES)}, got {args.checkpointing!r}")
         cfg = cfg.with_training(activation_checkpointing=args.checkpointing)
     if args.seq_len is not None:
-        if args.seq_len < 1:
-            raise InputError(f"--seq-len must be at least 1, got {args.seq_len}")
         cfg = cfg.model_copy(update={"training": cfg.training.model_copy(
             update={"seq_len": args.seq_len})})
     return cfg
@@ -68,13 +78,18 @@ def _workload(args: argparse.Namespace) -> WorkloadConfig:
 
 def _micro_batch(text: str | None) -> int | None:
     """A micro-batch, or None for the preset's / `max` (the search)."""
-    return None if text == "max" else positive_int(text, "--micro-batch")
+    return None if text == "max" else positive_int(text, "--micro-batch", maximum=MAX_BATCH)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.strategy not in memory.STRATEGIES:
-        raise InputError(f"-s: unknown strategy {args.strategy!r}; choose from "
-                         f"{', '.join(memory.STRATEGIES)}")
+    strategy = check_strategy(args.strategy)
+    for message in dict(unused_flags(strategy, tp=args.tp, bucket_mb=None,
+                                     overlap=True)).values():
+        raise InputError(message)
+    if args.sequence_parallel and strategy not in TP_STRATEGIES:
+        raise InputError(f"--sequence-parallel does not apply to -s {strategy}: it splits "
+                         f"activations over a TP group (use it with {', '.join(TP_STRATEGIES)})")
+    scheme = api.memory_scheme(strategy)
     cfg = _workload(args)
     micro_batch = _micro_batch(args.micro_batch)
     machine = Machine.from_config(load_topology(args.topology))
@@ -82,32 +97,31 @@ def run(args: argparse.Namespace) -> int:
         machine = machine.subset(args.gpus)
     world = machine.n_gpus
     channels = collectives.machine_channels(machine)
-    options: dict[str, Any] = {"world": world, "tp": args.tp or 1,
+    options: dict[str, Any] = {"world": world, "tp": api.tp_degree(strategy, args.tp, world),
                                "sequence_parallel": args.sequence_parallel,
                                "nccl_channels": channels}
     job = Job.from_config(cfg, micro_batch=micro_batch)
     card = machine.smallest_card()  # every rank holds the same share: the smallest card binds
-    report = memory.estimate(job, card, args.strategy, **options)
+    report = memory.estimate(job, card, scheme, **options)
     out: dict[str, Any] = {"topology": machine.name, "workload": job.name,
-                           "gpu": card.name, **report.to_json()}
+                           "gpu": card.name, **report.to_json(), "strategy": strategy}
     hints: list[str] = []
     if args.micro_batch == "max":
-        best = memory_search.largest_micro_batch(job, card, args.strategy, **options)
+        best = memory_search.largest_micro_batch(job, card, scheme, **options)
         out["largest_micro_batch"] = best
         if best == 0 and job.checkpointing != "full" and job.arch is not None:
             full = Job.from_config(cfg.with_training(activation_checkpointing="full"))
-            best_full = memory_search.largest_micro_batch(full, card, args.strategy,
-                                                          **options)
+            best_full = memory_search.largest_micro_batch(full, card, scheme, **options)
             out["largest_micro_batch_full_checkpointing"] = best_full
             hints.append(f"with full activation checkpointing: largest micro-batch {best_full}")
     elif (not report.fits and job.checkpointing != "full" and job.arch is not None
           and report.model_state_bytes < report.capacity_bytes):
         full = Job.from_config(cfg.with_training(activation_checkpointing="full"),
                                micro_batch=micro_batch)
-        other = memory.estimate(full, card, args.strategy, **options)
+        other = memory.estimate(full, card, scheme, **options)
         hints.append(f"with full activation checkpointing: {other.verdict()}")
     if args.largest_model:
-        found = memory_search.largest_model(cfg, card, args.strategy, **options,
+        found = memory_search.largest_model(cfg, card, scheme, **options,
                                      micro_batch=micro_batch)
         out["largest_model"] = None if found is None else {
             "parameters": found.parameters, "layers": found.layers, "hidden": found.hidden,
@@ -127,7 +141,7 @@ def _gib(nbytes: float) -> str:
 def render(report: memory.MemoryReport, out: dict[str, Any], hints: list[str]) -> str:
     r = report
     rows = [r.verdict(),
-            f"{out['workload']} on {out['topology']} ({out['gpu']}): {r.strategy}, {r.world} "
+            f"{out['workload']} on {out['topology']} ({out['gpu']}): {out['strategy']}, {r.world} "
             f"GPU(s) = tp {r.tp} x dp {r.dp}; micro-batch {r.micro_batch}, seq {r.seq_len}, "
             f"checkpointing {r.checkpointing}",
             f"parameters {r.parameters:,} ({r.trainable_parameters:,} trainable); model states "

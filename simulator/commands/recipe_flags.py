@@ -59,7 +59,7 @@ def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def words(rec: dict[str, Any]) -> list[str]:
     """The recipe choices that differ from the frameworks' defaults, in their own names."""
     out = []
-    if rec.get("activation_checkpointing"):
+    if rec.get("activation_checkpointing") not in (None, "none"):
         out.append(f"checkpointing {rec['activation_checkpointing']}")
     if rec.get("comm_hook", "none") != "none":
         out.append(f"{rec['comm_hook']}_compress_hook")

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -29,6 +30,7 @@ from simulator.machine.nccl_env import NcclEnv
 from simulator.outputs import trace
 from simulator.outputs.files import Writer, check_outputs, text_writer, write_files
 from simulator.strategies import STRATEGIES
+from simulator.strategies.recipe import check_strategy, unused_flags
 from simulator.units import GiB, fraction, positive_float, positive_int
 
 MIN_BUCKET_MB = 2.0**-20  # one byte
@@ -100,15 +102,16 @@ def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def check_strategy(name: str) -> str:
-    if name not in STRATEGIES:
-        raise InputError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
-    return name
+# a run flag a strategy may not use -> the RunSpec field and value that leave it unset
+_UNSET: dict[str, tuple[str, Any]] = {"--tp": ("tp", None), "--bucket-mb": ("bucket_mb", None),
+                                      "--no-overlap": ("overlap", True)}
 
 
 def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
-                   strategy: str | None) -> RunSpec:
-    return RunSpec(
+                   strategy: str | None, *, others: tuple[str, ...] = ()) -> RunSpec:
+    """The RunSpec of the flags, refusing a flag the strategy has no use for. ``others``: the
+    other strategies of a `compare`; a flag one of them uses is left out here, not refused."""
+    spec = RunSpec(
         topology=topology, workload=workload, strategy=check_strategy(strategy or "ddp"),
         **{field: parse(getattr(args, field), flag_name(field))
            for field, parse in NUMBER_FLAGS.items()},
@@ -118,6 +121,18 @@ def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
         virtual_stages=positive_int(args.virtual_stages, "--virtual-stages",
                                     maximum=MAX_GPUS) or 1,
         nccl=NcclEnv.from_environ(os.environ), **recipe_flags.fields_from_args(args))
+
+    def unused(name: str) -> dict[str, str]:
+        return dict(unused_flags(name, tp=spec.tp, bucket_mb=spec.bucket_mb,
+                                 overlap=spec.overlap))
+
+    unset: dict[str, Any] = {}
+    for flag, message in unused(spec.strategy).items():
+        if all(flag in unused(other) for other in others):
+            raise InputError(message)
+        field, value = _UNSET[flag]
+        unset[field] = value
+    return replace(spec, **unset)
 
 
 def memory_verdict(mem: dict[str, Any]) -> str:

@@ -29,10 +29,12 @@ from simulator.advice.cost import Prices
 from simulator.api import RunSpec
 from simulator.commands import figures as fig
 from simulator.commands import price_flags, recipe_flags
+from simulator.commands.parsing import whole
 from simulator.commands.run import NUMBER_FLAGS, add_job_arguments, check_strategy, memory_verdict
 from simulator.errors import InputError
 from simulator.machine.nccl_env import NcclEnv
 from simulator.outputs.files import write_atomically
+from simulator.strategies.recipe import unused_flags
 from simulator.units import fraction
 
 # option name -> (RunSpec field, parser of one value): run's number flags, as lists
@@ -48,7 +50,7 @@ def add_parser(subparsers: Any) -> None:
     add_job_arguments(parser)
     parser.add_argument("--png", metavar="FILE.png", help="chart of the sweep")
     parser.add_argument("--json", action="store_true", help="print a list of run reports")
-    parser.add_argument("--jobs", type=int, default=None,
+    parser.add_argument("--jobs", type=whole(1, 256), default=None,
                         help="parallel worker processes (default 1: a point is faster than a "
                         "process start)")
     parser.set_defaults(handler=run)
@@ -86,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
                    **recipe_flags.fields_from_args(args))  # the same at every point
     specs = [replace(base, **{LIST_OPTIONS[k][0]: v for k, v in combo.items()})
              for combo in combos]
+    for message in dict(unused_flags(base.strategy, tp=specs[0].tp, bucket_mb=specs[0].bucket_mb,
+                                     overlap=base.overlap)).values():
+        raise InputError(message)
     # the first point runs here, so bad input fails in this process with one clear line
     prices = price_flags.prices(args)
     ranges = not args.no_ranges

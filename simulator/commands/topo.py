@@ -14,8 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from simulator.commands.parsing import whole
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology
+from simulator.inputs.schema import MAX_GPUS
 from simulator.machine.topology import Machine
 from simulator.outputs.files import write_atomically
 from simulator.units import GB
@@ -27,7 +29,7 @@ def add_parser(subparsers: Any) -> None:
         description="Show how NCCL sees a machine: path types, P2P or SHM, bottleneck GB/s per "
                     "GPU pair, and the ring order and channels it would choose.")
     parser.add_argument("-t", "--topology", help="topology YAML file or bundled preset name")
-    parser.add_argument("--gpus", type=int, default=None, metavar="K",
+    parser.add_argument("--gpus", type=whole(1, MAX_GPUS), default=None, metavar="K",
                         help="use only the first K GPUs")
     parser.add_argument("--png", metavar="FILE", help="draw the machine graph to a PNG file")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")

@@ -14,6 +14,14 @@ FSDP_STRATEGIES = ("fsdp", "tp+fsdp")
 ZERO_STRATEGIES = ("zero1", "zero2")
 
 
+def check_strategy(name: str) -> str:
+    from simulator.strategies import STRATEGIES
+
+    if name not in STRATEGIES:
+        raise InputError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    return name
+
+
 def check_recipe(strategy: str, *, tp: int, overlap: bool, grad_compression: str,
           gradient_as_bucket_view: bool, sequence_parallel: bool, reshard_after_forward: bool,
           zero_overlap_comm: bool | None) -> None:
@@ -51,3 +59,21 @@ def check_pipeline(strategy: str, *, pp: int, schedule: str, virtual_stages: int
     if pp > 1 and strategy in ("zero2", "zero3"):
         raise InputError(f"-s {strategy} with --pp: DeepSpeed refuses ZeRO-2 and ZeRO-3 with "
                          "pipeline parallelism (use ddp, zero1, fsdp, tp, tp+ddp or tp+fsdp)")
+
+
+def unused_flags(strategy: str, *, tp: int | None, bucket_mb: float | None,
+                 overlap: bool) -> list[tuple[str, str]]:
+    """The run flags given that ``strategy`` would ignore, each with why: (flag, message)."""
+    def why(flag: str, wants: tuple[str, ...], what: str) -> tuple[str, str]:
+        return flag, (f"{flag} does not apply to -s {strategy}: {what} "
+                      f"(use it with {', '.join(wants)})")
+
+    out = []
+    if tp is not None and strategy not in TP_STRATEGIES:
+        out.append(why("--tp", TP_STRATEGIES, "it sets the tensor-parallel degree"))
+    if bucket_mb is not None and strategy not in DDP_STRATEGIES:
+        out.append(why("--bucket-mb", DDP_STRATEGIES, "it is torch DDP's bucket_cap_mb"))
+    if not overlap and strategy not in DDP_STRATEGIES:
+        out.append(why("--no-overlap", DDP_STRATEGIES,
+                       "it models Megatron's local DDP (all-reduce after backward)"))
+    return out

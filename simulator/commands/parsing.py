@@ -1,0 +1,101 @@
+"""The one argument-parser style of every `stepsim` command.
+
+``Parser`` is argparse with three changes: a bad or unknown flag is one line (``UsageError``,
+exit 2, no usage block; a near miss is suggested), a prefix of a flag is not taken for the
+flag (``allow_abbrev=False``: ``--bucket-m`` is an error, not ``--bucket-mb``), and a
+value-taking flag given twice is refused instead of the last one silently winning. Number
+flags are read by ``whole`` and ``number``, which word their errors like the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from simulator.errors import InputError
+
+
+class UsageError(InputError):
+    """A command line argparse cannot read; ``prog`` names the (sub)command."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        self.prog = prog
+        super().__init__(message)
+
+
+class _Once(argparse.Action):
+    """Store a flag's value, refusing the flag a second time (argparse keeps the last)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        given: set[str] = namespace.__dict__.setdefault("_given", set())
+        if self.dest in given:
+            parser.error(f"{option_string} is given twice; give it once")
+        given.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse.ArgumentParser in stepsim's style (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        optional = bool(args) and str(args[0]).startswith("-")
+        if optional and kwargs.get("action", "store") == "store" and "nargs" not in kwargs:
+            kwargs["action"] = _Once
+        return super().add_argument(*args, **kwargs)
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra:  # here, so a subcommand's stray flag is reported by that subcommand
+            self.error(self._unknown(extra))
+        return parsed, extra
+
+    def error(self, message: str) -> NoReturn:
+        message = message.removeprefix("argument ")
+        raise UsageError(self.prog, f"{message} (`{self.prog} --help` lists the flags)")
+
+    def _unknown(self, extra: list[str]) -> str:
+        first = extra[0]
+        flags = [s for a in self._actions for s in a.option_strings]
+        near = difflib.get_close_matches(first.split("=", 1)[0], flags, n=1)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        return f"unrecognized argument{'s' if len(extra) > 1 else ''}: {' '.join(extra)}{hint}"
+
+
+def whole(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for a whole number within bounds."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r:.40}") \
+                from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"at most {maximum:,}, got {value:,}")
+        return value
+    return parse
+
+
+def number(minimum: float = -math.inf, maximum: float = math.inf) -> Callable[[str], float]:
+    """An argparse ``type`` for a finite number within bounds."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r:.40}") from None
+        if not math.isfinite(value) or not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"must be a number from {minimum:g} to "
+                                             f"{maximum:g}, got {text}")
+        return value
+    return parse
