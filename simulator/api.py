@@ -235,7 +235,8 @@ def _channel_note(machine: Machine, plain: Machine) -> list[str]:
 def degrees(spec: RunSpec, job: Job, machine: Machine, dp: int) -> dict[str, Any]:
     """What was simulated, as numbers: the parallel degrees, the batch, the bucket size."""
     ddp = spec.strategy in DDP_STRATEGIES and dp > 1  # torch DDP buckets the gradients
-    return {"parallelism": {"world": machine.n_gpus, "tp": _tp_degree(spec, machine), "dp": dp},
+    return {"parallelism": {"world": machine.n_gpus, "tp": _tp_degree(spec, machine), "dp": dp,
+                            "pp": spec.pp},
             "micro_batch": job.micro_batch, "seq_len": job.seq_len,
             "grad_accum": job.grad_accum,
             "bucket_mb": (spec.bucket_mb or DEFAULT_BUCKET_CAP_MB) if ddp else None}

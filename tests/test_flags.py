@@ -58,8 +58,8 @@ def test_compare_gives_a_flag_only_to_the_strategies_that_use_it(
     assert main(["compare", *SMALL, "-s", "ddp", "-s", "tp+ddp", "--tp", "2", "--no-ranges",
                  "--json"]) == 0
     ddp, tp = json.loads(capsys.readouterr().out)
-    assert ddp["parallelism"] == {"world": 8, "tp": 1, "dp": 8}
-    assert tp["parallelism"] == {"world": 8, "tp": 2, "dp": 4}
+    assert ddp["parallelism"] == {"world": 8, "tp": 1, "dp": 8, "pp": 1}
+    assert tp["parallelism"] == {"world": 8, "tp": 2, "dp": 4, "pp": 1}
 
 
 def _json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
@@ -79,7 +79,7 @@ def test_run_and_memory_agree_on_the_degrees_and_the_verdict(
     mem = _json(["memory", *argv], capsys)
     run = _json(["run", *argv, "--no-ranges"], capsys)
     assert (run["parallelism"]["tp"], run["parallelism"]["dp"]) == (mem["tp"], mem["dp"])
-    assert run["parallelism"]["tp"] * run["parallelism"]["dp"] == 8
+    assert run["parallelism"]["tp"] * run["parallelism"]["dp"] * run["parallelism"]["pp"] == 8
     assert run["memory"]["peak_bytes"] == mem["peak_bytes"]
     if tp == 1:  # TP of one is data parallelism: the memory of DDP/FSDP, not of TP 8
         plain = "fsdp" if strategy == "tp+fsdp" else "ddp"
@@ -90,7 +90,7 @@ def test_run_and_memory_agree_on_the_degrees_and_the_verdict(
 def test_run_json_says_what_was_simulated(capsys: pytest.CaptureFixture[str]) -> None:
     r = _json(["run", "-t", "8x5090-switch", "-w", "llama2-7b-lora", "--micro-batch", "2",
                "--grad-accum", "3", "--bucket-mb", "50", "--no-ranges", "--json"], capsys)
-    assert r["parallelism"] == {"world": 8, "tp": 1, "dp": 8}
+    assert r["parallelism"] == {"world": 8, "tp": 1, "dp": 8, "pp": 1}
     assert (r["micro_batch"], r["seq_len"], r["grad_accum"], r["bucket_mb"]) == (2, 4096, 3, 50)
     assert r["recipe"]["activation_checkpointing"] == "full"  # the preset's own
     fsdp = _json(["run", *SMALL, "-s", "fsdp", "--no-ranges", "--json"], capsys)
