@@ -158,7 +158,7 @@ def _tp_degree(spec: RunSpec, machine: Machine) -> int:
     return tp_degree(spec.strategy, spec.tp, machine.n_gpus, spec.pp)
 
 
-def _options(spec: RunSpec) -> strategies.Options:
+def options_of(spec: RunSpec) -> strategies.Options:
     return strategies.Options(
         bucket_mb=spec.bucket_mb, tp=spec.tp, overlap=spec.overlap,
         grad_compression=spec.grad_compression,  # type: ignore[arg-type]  # checked on parse
@@ -217,6 +217,19 @@ def memory_of(spec: RunSpec) -> dict[str, Any]:
     return _memory(job_of(spec), machine, spec)
 
 
+def calibration_summary(machine: Machine, workload: str) -> dict[str, Any]:
+    """The topology's calibration as a run uses it: what was fitted, and whether this job's
+    compute rests on a measured step."""
+    calibration = machine.calibration
+    assert calibration is not None
+    compute = [c for c in calibration.compute if c.workload == workload]
+    others = sorted({c.workload for c in calibration.compute} - {workload})
+    return {"source": calibration.source,
+            "fitted": {f.parameter: f.value for f in calibration.fitted},
+            "compute_achieved_fraction": {c.gpu: c.achieved_fraction for c in compute} or None,
+            "compute_calibrated_for_other_workloads": others}
+
+
 def _channel_note(machine: Machine, plain: Machine) -> list[str]:
     """NCCL_MIN/MAX_NCHANNELS and NCCL_ALGO/PROTO, as a training step feels them."""
     out = []
@@ -261,11 +274,11 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
                   gradient_as_bucket_view=False, sequence_parallel=False,
                   reshard_after_forward=True, zero_overlap_comm=None, pp=1,
                   schedule="1f1b", virtual_stages=1)
-    one_gpu = load_machine(one.topology, 1, one.scales, one.nccl)
     job = job_of(one)
+    one_gpu = load_machine(one.topology, 1, one.scales, one.nccl).for_job(job.name)
     if not _memory(job, one_gpu, one)["fits"]:
         return None
-    programs = strategies.build("ddp", job, one_gpu, _options(one))
+    programs = strategies.build("ddp", job, one_gpu, options_of(one))
     timeline = engine.simulate(programs, one_gpu, compute_slowdown=one.compute_slowdown)
     tokens = job.tokens_per_micro_batch * job.grad_accum
     return tokens / timeline.step_time if timeline.step_time > 0 else None
@@ -279,7 +292,8 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
     ``ranges``: add ``<key>_range`` beside the headline keys (advice/ranges.py: a few more
     simulations at the ends of the mechanisms' validation spreads).
     """
-    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
+    job = job_of(spec)
+    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl).for_job(job.name)
     check_recipe(spec.strategy, tp=_tp_degree(spec, machine), overlap=spec.overlap,
                        grad_compression=spec.grad_compression,
                        gradient_as_bucket_view=spec.gradient_as_bucket_view,
@@ -288,9 +302,8 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
                        zero_overlap_comm=spec.zero_overlap_comm)
     check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
                    virtual_stages=spec.virtual_stages)
-    job = job_of(spec)
     check_size(job)
-    programs = strategies.build(spec.strategy, job, machine, _options(spec))
+    programs = strategies.build(spec.strategy, job, machine, options_of(spec))
     timeline = engine.simulate(programs, machine, compute_slowdown=spec.compute_slowdown)
     meta = programs[0].meta
     mem = _memory(job, machine, spec, meta.get("pipeline"))
@@ -325,6 +338,8 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
     )
     link = metrics["bottleneck"]["link"]
     metrics["bottleneck"]["description"] = machine.describe(link) if link else None
+    if machine.calibration is not None:  # a calibrated machine says so, and what it holds
+        metrics["calibration"] = calibration_summary(machine, job.name)
     if spec.nccl.active:  # what NCCL's variables did to this machine
         plain = load_machine(spec.topology, spec.gpus, spec.scales)
         metrics["nccl_env"] = {"variables": dict(spec.nccl.settings),

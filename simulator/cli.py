@@ -19,7 +19,8 @@ from simulator.commands.parsing import Parser, UsageError
 from simulator.errors import InputError
 from simulator.outputs.jsondoc import SCHEMA_VERSION
 
-COMMANDS = ("run", "collective", "memory", "topo", "compare", "sweep", "advise", "presets")
+COMMANDS = ("run", "collective", "memory", "topo", "calibrate", "compare", "sweep", "advise",
+            "presets")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -146,6 +146,7 @@ CALIBRATES = {
     "host_memory_gb_per_s": "shm", "p2p_pcie_simple_efficiency": "pcie_p2p",
     "p2p_ll_sync_us": "pcie_p2p", "p2p_simple_sync_us": "pcie_p2p",
     "simple_channel_cap_gbps": "pcie_p2p", "ll_channel_cap_gbps": "pcie_p2p",
+    "nvlink_simple_efficiency": "nvlink",
 }
 
 

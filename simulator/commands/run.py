@@ -241,6 +241,18 @@ def print_text(result: RunResult, out: Any = None) -> None:
         console.print("buckets: " + bucket_summary(r["buckets"]))
     if r.get("range_basis"):
         console.print(r["range_basis"]["summary"])
+    cal = r.get("calibration")
+    if cal:
+        console.print(f"calibrated machine ({cal['source'] or 'stepsim calibrate'}): "
+                      + (", ".join(f"{k} {v:.3g}" for k, v in cal["fitted"].items())
+                         or "no collective parameter fitted"))
+        if cal["compute_achieved_fraction"]:
+            console.print("  compute from a measured step of this job: " + ", ".join(
+                f"{gpu} at {f:.0%} of the modelled speed"
+                for gpu, f in cal["compute_achieved_fraction"].items()))
+        elif cal["compute_calibrated_for_other_workloads"]:
+            console.print("  compute is modelled: the measured step was of "
+                          + ", ".join(cal["compute_calibrated_for_other_workloads"]))
     env = r.get("nccl_env")
     if env:
         console.print("NCCL environment (read as NCCL reads it): " + " ".join(

@@ -100,7 +100,7 @@ def memory_rate(gpu: GPU) -> float:
 
 def memory_time(nbytes: float, gpu: GPU) -> float:
     """One memory-bound kernel moving ``nbytes`` through HBM (copies, scaling)."""
-    return (nbytes / memory_rate(gpu) + LAUNCH_OVERHEAD) / gpu.rate_scale
+    return (nbytes / memory_rate(gpu) + LAUNCH_OVERHEAD) / achieved(gpu)
 
 
 def wave_efficiency(m: int, n: int, sms: int) -> float:
@@ -138,9 +138,15 @@ def kernel_time(k: Kernel, gpu: GPU) -> float:
     else:  # memory-bound elementwise work: FLOPs on CUDA cores never bind here
         rate = math.inf
     compute = k.flops / rate if k.flops else 0.0
-    # gpu.rate_scale: the achieved-rate factor ranges propagate (simulator/scales.py); it
-    # scales the whole kernel, as the one-GPU step residuals it comes from measure it
-    return (max(compute, k.bytes / memory_rate(gpu)) + LAUNCH_OVERHEAD) / gpu.rate_scale
+    return (max(compute, k.bytes / memory_rate(gpu)) + LAUNCH_OVERHEAD) / achieved(gpu)
+
+
+def achieved(gpu: GPU) -> float:
+    """What the model's kernel times are divided by: the achieved-rate factor ranges
+    propagate (``rate_scale``, simulator/scales.py) times the fraction a measured step of the
+    user's job reached (``achieved_fraction``, a calibrated topology's calibration.compute).
+    Both scale whole kernels, as the one-GPU steps they come from measure them."""
+    return gpu.rate_scale * gpu.achieved_fraction
 
 
 def op_time(op: Op, gpu: GPU) -> float:

@@ -226,9 +226,12 @@ def _usage(machine: Machine, hops: list[tuple[int, int]],
             if kind == "nvlink":
                 occupancy /= NVLINK_EFFICIENCY
             if protocol == "Simple":  # flag + fence stalls: calibrated per transport
-                pcie_p2p = kind == "pcie" and not shm
-                occupancy /= (machine.wire.p2p_pcie_simple_efficiency if pcie_p2p
-                              else SIMPLE_EFFICIENCY)
+                if kind == "nvlink":
+                    occupancy /= machine.wire.nvlink_simple_efficiency
+                elif kind == "pcie" and not shm:
+                    occupancy /= machine.wire.p2p_pcie_simple_efficiency
+                else:
+                    occupancy /= SIMPLE_EFFICIENCY
             if kind == "pcie" and shm:
                 occupancy /= shm_efficiency
             total[link_id] = total.get(link_id, 0.0) + occupancy / scale

@@ -51,6 +51,9 @@ class GPU:
     # multiplier on achieved compute rates, 1.0 in the catalog; only Machine.with_scales sets
     # it, to propagate ranges (simulator/scales.py)
     rate_scale: float = 1.0
+    # modelled / measured compute time of the user's own job on this card, 1.0 in the catalog;
+    # only Machine.for_job sets it, from the topology's calibration.compute (stepsim calibrate)
+    achieved_fraction: float = 1.0
 
     @property
     def power_limit(self) -> float:

@@ -113,6 +113,7 @@ class Machine:
     # the physical collective parameters (wire.py), with the topology's calibration applied
     wire: WireParams = field(default_factory=WireParams)
     nccl: NcclEnv = field(default_factory=NcclEnv)  # NCCL_* variables in force (nccl_env.py)
+    _jobs: dict[str, Machine] = field(default_factory=dict, repr=False)
 
     @property
     def calibration(self) -> CalibrationConfig | None:
@@ -169,6 +170,23 @@ class Machine:
         gpus = tuple(_node_gpu(graph.nodes[n]["config"], gpu) for n in gpu_nodes)
         return cls(config, gpu, graph, links, gpu_nodes, nccl_bw, gpus, wire=wire,
                    nccl=nccl or NcclEnv())
+
+    def for_job(self, workload: str) -> Machine:
+        """The machine whose cards run at the compute fraction measured for this workload
+        (the topology's calibration.compute, `stepsim calibrate --step-time`); itself if none."""
+        calibration = self.config.calibration
+        fractions = {c.gpu: c.achieved_fraction for c in calibration.compute
+                     if c.workload == workload} if calibration else {}
+        if not fractions:
+            return self
+        if workload not in self._jobs:
+            def measured(card: hardware.GPU) -> hardware.GPU:
+                share = fractions.get(card.name)
+                return card if share is None else replace(card, achieved_fraction=share)
+
+            self._jobs[workload] = replace(self, gpu=measured(self.gpu),
+                                           gpus=tuple(measured(g) for g in self.gpus), _jobs={})
+        return self._jobs[workload]
 
     def with_nccl(self, nccl: NcclEnv) -> Machine:
         """The same machine under other NCCL_* variables (a fresh one: paths and rings differ)."""

@@ -97,6 +97,7 @@ PARAMETERS = {
     "shm_simple_sync_us": ("Simple per-step fence + host-memory poll over SHM", "us"),
     "net_sync_us": ("per-step cost of NET over loopback sockets (NCCL_SHM_DISABLE)", "us"),
     "p2p_pcie_simple_efficiency": ("share of a PCIe link's payload rate Simple P2P uses", ""),
+    "nvlink_simple_efficiency": ("share of NVLink's payload rate Simple uses", ""),
     "shm_pcie_efficiency": ("share of a PCIe link's payload rate SHM kernels use", ""),
     "simple_channel_cap_gbps": ("Simple throughput of one channel over PCIe", "GB/s"),
     "ll_channel_cap_gbps": ("LL throughput of one channel over PCIe", "GB/s"),
@@ -118,6 +119,7 @@ class WireParams:
     shm_simple_sync_us: float = SHM_SIMPLE_SYNC_US
     net_sync_us: float = NET_SYNC_US
     p2p_pcie_simple_efficiency: float = P2P_PCIE_SIMPLE_EFFICIENCY
+    nvlink_simple_efficiency: float = SIMPLE_EFFICIENCY
     shm_pcie_efficiency: float = SHM_PCIE_EFFICIENCY
     simple_channel_cap_gbps: float = SIMPLE_CHANNEL_CAP_GBPS
     # no published row is LL-channel-bound: GB202's LL rows (64K-1M) are wire-bound (LL moves
