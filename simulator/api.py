@@ -1,8 +1,18 @@
 """The Python entry point to stepsim: specs in, results out. Every command calls it.
 
-``simulate(RunSpec(...)) -> RunResult`` runs one training step (the `stepsim run` pipeline:
-machine and job from their YAML or preset names, the strategy's program, the engine, the
-report). Machines and jobs are cached per process, so sweeps and comparisons build each once.
+- ``simulate(RunSpec(...)) -> RunResult``: one training step (the `stepsim run` pipeline:
+  machine and job from their YAML or preset names, the strategy's programs, the engine, the
+  report).
+- ``memory(RunSpec(...)) -> MemoryResult``: the same spec's memory verdict without
+  simulating (`stepsim memory`), optionally with the largest micro-batch or model that fits.
+- ``collective(CollectiveSpec(...)) -> list[collectives.Result]``: one NCCL collective over
+  a range of sizes on a fresh fabric, as nccl-tests times it (`stepsim collective`).
+- ``load_machine(topology, gpus)`` and ``presets(kind)``: a machine and the bundled inputs.
+
+Specs are frozen dataclasses (hashable, picklable), so they cross process boundaries: a
+sweep can fan out over ``concurrent.futures``, Dask or Ray and call ``simulate`` in each
+worker (``RunResult.report`` is plain JSON-able data; docs/api.md shows a Dask sweep).
+Machines and jobs are cached per process, so sweeps and comparisons build each once.
 
 >>> from simulator import api
 >>> r = api.simulate(api.RunSpec("8x5090-switch", "llama2-7b-lora", "ddp"))  # doctest: +SKIP
@@ -21,9 +31,10 @@ from simulator.advice import cost, energy
 from simulator.engine.program import Program
 from simulator.engine.timeline import Timeline
 from simulator.errors import InputError
-from simulator.inputs.config import load_topology, load_workload
-from simulator.inputs.schema import MAX_STEP_TOKENS
-from simulator.job import memory
+from simulator.inputs.config import load_topology, load_workload, preset_names
+from simulator.inputs.schema import MAX_STEP_TOKENS, TopologyConfig, WorkloadConfig
+from simulator.job import memory as memory_model
+from simulator.job import memory_search
 from simulator.job.workload import Job
 from simulator.machine import collectives, hardware
 from simulator.machine.nccl_env import NO_ENV, NcclEnv, transport_effects
@@ -36,6 +47,7 @@ from simulator.strategies.recipe import (
     TP_STRATEGIES,
     check_pipeline,
     check_recipe,
+    check_strategy,
 )
 
 
@@ -169,21 +181,25 @@ def options_of(spec: RunSpec) -> strategies.Options:
         virtual_stages=spec.virtual_stages)
 
 
+def _memory_options(spec: RunSpec, machine: Machine) -> dict[str, Any]:
+    """memory.estimate's keywords for a spec: the same recipe the simulation runs."""
+    return dict(world=machine.n_gpus, tp=_tp_degree(spec, machine),
+                sequence_parallel=spec.sequence_parallel,
+                gradient_as_bucket_view=spec.gradient_as_bucket_view,
+                reshard_after_forward=spec.reshard_after_forward,
+                zero_overlap_comm=bool(spec.zero_overlap_comm),
+                nccl_channels=collectives.machine_channels(machine))
+
+
 def _memory(job: Job, machine: Machine, spec: RunSpec,
             pipeline: dict[str, Any] | None = None) -> dict[str, Any]:
     """memory.py's verdict; it names TP x DP as "tp" (DDP over the rest) and TP x FSDP "fsdp".
     Every rank holds the same share, so a mixed box's verdict is its smallest card's; a
     pipeline's is its fullest stage's, with every stage's peak under ``stages``."""
     name = memory_scheme(spec.strategy)
-    options: dict[str, Any] = dict(
-        world=machine.n_gpus, tp=_tp_degree(spec, machine),
-        sequence_parallel=spec.sequence_parallel,
-        gradient_as_bucket_view=spec.gradient_as_bucket_view,
-        reshard_after_forward=spec.reshard_after_forward,
-        zero_overlap_comm=bool(spec.zero_overlap_comm),
-        nccl_channels=collectives.machine_channels(machine))
+    options = _memory_options(spec, machine)
     if pipeline is None:
-        return memory.estimate(job, machine.smallest_card(), name, **options).to_json()
+        return memory_model.estimate(job, machine.smallest_card(), name, **options).to_json()
     p = pipeline["stages"]
     stages: list[dict[str, Any]] = []
     for r, gpus in enumerate(pipeline["stage_gpus"]):
@@ -191,8 +207,8 @@ def _memory(job: Job, machine: Machine, spec: RunSpec,
                            for b in chunk)
         layers, heads = pipeline["in_flight"][r]
         card = min((machine.gpu_of(g) for g in gpus), key=lambda c: c.memory_bytes)
-        share = memory.StageShare(p, blocks, layers, heads)
-        stages.append(memory.estimate(job, card, name, **options, stage=share).to_json())
+        share = memory_model.StageShare(p, blocks, layers, heads)
+        stages.append(memory_model.estimate(job, card, name, **options, stage=share).to_json())
     worst = max(stages, key=lambda m: m["peak_bytes"] / m["capacity_bytes"])
     worst = dict(worst, stage=stages.index(worst))
     worst["stages"] = [{"stage": r, "gpus": gpus, "peak_bytes": m["peak_bytes"],
@@ -228,6 +244,88 @@ def calibration_summary(machine: Machine, workload: str) -> dict[str, Any]:
             "fitted": {f.parameter: f.value for f in calibration.fitted},
             "compute_achieved_fraction": {c.gpu: c.achieved_fraction for c in compute} or None,
             "compute_calibrated_for_other_workloads": others}
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    """A spec's memory verdict on one GPU, and what was searched around it."""
+
+    report: memory_model.MemoryReport  # the lines, the peak and its moment, the verdict
+    summary: dict[str, Any]  # the `stepsim memory --json` object
+    hints: tuple[str, ...] = ()  # what would fit instead, in words
+
+
+def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
+           largest_model: bool = False) -> MemoryResult:
+    """The memory ``simulate(spec)`` would report, without simulating; optionally the largest
+    micro-batch, or model of the same family, that fits (``spec.micro_batch`` None with
+    ``largest_micro_batch``: searched from 1)."""
+    if spec.pp > 1:
+        raise InputError("the memory of a pipeline is per stage: `stepsim run --pp` reports "
+                         "every stage's peak")
+    check_strategy(spec.strategy)
+    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
+    job = job_of(spec)
+    card = machine.smallest_card()  # every rank holds the same share: the smallest card binds
+    scheme, options = memory_scheme(spec.strategy), _memory_options(spec, machine)
+    found = memory_model.estimate(job, card, scheme, **options)
+    summary: dict[str, Any] = {"topology": machine.name, "workload": job.name, "gpu": card.name,
+                               **found.to_json(), "strategy": spec.strategy}
+    hints: list[str] = []
+    full = replace(spec, checkpointing="full")
+    can_checkpoint = job.checkpointing != "full" and job.arch is not None
+    if largest_micro_batch:
+        best = memory_search.largest_micro_batch(job, card, scheme, **options)
+        summary["largest_micro_batch"] = best
+        if best == 0 and can_checkpoint:
+            best_full = memory_search.largest_micro_batch(job_of(full), card, scheme, **options)
+            summary["largest_micro_batch_full_checkpointing"] = best_full
+            hints.append(f"with full activation checkpointing: largest micro-batch {best_full}")
+    elif not found.fits and can_checkpoint and found.model_state_bytes < found.capacity_bytes:
+        other = memory_model.estimate(job_of(full), card, scheme, **options)
+        hints.append(f"with full activation checkpointing: {other.verdict()}")
+    if largest_model:
+        cfg = load_workload(spec.workload)
+        if spec.checkpointing is not None:
+            cfg = cfg.with_training(activation_checkpointing=spec.checkpointing)
+        if spec.seq_len is not None:
+            cfg = cfg.with_training(seq_len=spec.seq_len)
+        big = memory_search.largest_model(cfg, card, scheme, **options,
+                                          micro_batch=spec.micro_batch)
+        summary["largest_model"] = None if big is None else {
+            "parameters": big.parameters, "layers": big.layers, "hidden": big.hidden,
+            "heads": big.heads, "kv_heads": big.kv_heads, "ffn_hidden": big.ffn_hidden,
+            "peak_bytes": big.report.peak_bytes}
+    return MemoryResult(found, summary, tuple(hints))
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """One NCCL collective over a list of sizes (bytes), as nccl-tests runs it."""
+
+    topology: str
+    op: str  # allreduce, allgather, reducescatter, broadcast
+    sizes: tuple[int, ...]
+    gpus: int | None = None
+    algo: str = "auto"  # ring, tree or auto (NCCL's choice)
+    nccl: NcclEnv = NO_ENV
+
+
+def collective(spec: CollectiveSpec) -> list[collectives.Result]:
+    """Each size alone on a fresh fabric: time, algbw and busbw as nccl-tests prints them."""
+    if spec.op not in collectives.OPS:
+        raise InputError(f"unknown collective {spec.op!r}; expected one of "
+                         f"{', '.join(collectives.OPS)}")
+    if spec.algo not in ("auto", "ring", "tree"):
+        raise InputError(f"algorithm {spec.algo!r}: expected ring, tree or auto")
+    machine = load_machine(spec.topology, spec.gpus, nccl=spec.nccl)
+    return [collectives.simulate(machine, spec.op, n, algo=spec.algo) for n in spec.sizes]
+
+
+def presets(kind: str) -> list[tuple[str, TopologyConfig | WorkloadConfig]]:
+    """The bundled topologies or workloads (``kind``), by name, as loaded and validated."""
+    load = load_topology if kind == "topologies" else load_workload
+    return [(name, load(name)) for name in preset_names(kind)]
 
 
 def _channel_note(machine: Machine, plain: Machine) -> list[str]:
@@ -359,3 +457,9 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
     return result
 
 
+
+
+def run(spec: RunSpec, **options: Any) -> dict[str, Any]:
+    """``simulate(spec, **options).report``: the JSON-able answer alone, what a worker process
+    sends back (a module-level function, so executors pickle it by name)."""
+    return simulate(spec, **options).report

@@ -17,10 +17,10 @@ import json
 import os
 from typing import Any
 
+from simulator import api
 from simulator.commands.nccl_notes import env_notes, env_of
 from simulator.commands.parsing import whole
 from simulator.errors import InputError
-from simulator.inputs.config import load_topology
 from simulator.inputs.schema import MAX_GPUS
 from simulator.machine import collectives
 from simulator.machine.topology import Machine
@@ -122,18 +122,21 @@ def run(args: argparse.Namespace) -> int:
                          f"{', '.join(nccl_tests.REDOPS)}")
     topology, threads = _topology(args.topology)
     requested, step, is_factor = sizes(args)
-    plain = Machine.from_config(load_topology(topology))
-    if args.gpus is not None:
-        plain = plain.subset(args.gpus)
     env = env_of(os.environ)
-    machine = plain.with_nccl(env)
+    plain = api.load_machine(topology, args.gpus)
+    machine = api.load_machine(topology, args.gpus, nccl=env)
+
+    def simulate(nbytes: list[int]) -> list[collectives.Result]:
+        return api.collective(api.CollectiveSpec(topology, op, tuple(nbytes), args.gpus,
+                                                 args.algo, env))
+
     if args.json:
-        objs = [collectives.simulate(machine, op, n, algo=args.algo).to_json() for n in requested]
+        objs = [r.to_json() for r in simulate(requested)]
         print(json.dumps(objs[0] if args.bytes is not None else objs, indent=2))
         return 0
     element = nccl_tests.DATATYPES[args.datatype]
     shaped = [nccl_tests.sizes(op, n, machine.n_gpus, element) for n in requested]
-    results = [collectives.simulate(machine, op, nbytes, algo=args.algo) for nbytes, _ in shaped]
+    results = simulate([nbytes for nbytes, _ in shaped])
     rows = [nccl_tests.Row(nbytes, count, r.time_us, r.algbw_gbps, r.busbw_gbps)
             for (nbytes, count), r in zip(shaped, results, strict=True)]
     given = {short: getattr(args, long.lstrip("-")) for short, long in IGNORED}

@@ -13,22 +13,13 @@ import json
 from typing import Any
 
 from simulator import api
+from simulator.api import RunSpec
 from simulator.commands.parsing import whole
 from simulator.errors import InputError
-from simulator.inputs.config import load_topology, load_workload
-from simulator.inputs.schema import (
-    CHECKPOINTING_MODES,
-    MAX_BATCH,
-    MAX_GPUS,
-    MAX_TOKENS,
-    WorkloadConfig,
-)
-from simulator.job import memory, memory_search
-from simulator.job.workload import Job
-from simulator.machine import collectives
-from simulator.machine.topology import Machine
+from simulator.inputs.schema import CHECKPOINTING_MODES, MAX_BATCH, MAX_GPUS, MAX_TOKENS
+from simulator.job import memory
 from simulator.strategies import STRATEGIES
-from simulator.strategies.recipe import TP_STRATEGIES, check_strategy, unused_flags
+from simulator.strategies.recipe import check_recipe, check_strategy, unused_flags
 from simulator.units import GiB, positive_int
 
 
@@ -63,74 +54,35 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _workload(args: argparse.Namespace) -> WorkloadConfig:
-    cfg = load_workload(args.workload)
-    if args.checkpointing is not None:
-        if args.checkpointing not in CHECKPOINTING_MODES:
-            raise InputError("--checkpointing: expected one of "
-                             f"{', '.join(CHECKPOINTING_MODES)}, got {args.checkpointing!r}")
-        cfg = cfg.with_training(activation_checkpointing=args.checkpointing)
-    if args.seq_len is not None:
-        cfg = cfg.model_copy(update={"training": cfg.training.model_copy(
-            update={"seq_len": args.seq_len})})
-    return cfg
-
-
-def _micro_batch(text: str | None) -> int | None:
-    """A micro-batch, or None for the preset's / `max` (the search)."""
-    return None if text == "max" else positive_int(text, "--micro-batch", maximum=MAX_BATCH)
-
-
-def run(args: argparse.Namespace) -> int:
+def spec_of(args: argparse.Namespace) -> RunSpec:
+    """The RunSpec the flags describe: the same spec `stepsim run` would simulate."""
     strategy = check_strategy(args.strategy)
     for message in dict(unused_flags(strategy, tp=args.tp, bucket_mb=None,
                                      overlap=True)).values():
         raise InputError(message)
-    if args.sequence_parallel and strategy not in TP_STRATEGIES:
-        raise InputError(f"--sequence-parallel does not apply to -s {strategy}: it splits "
-                         f"activations over a TP group (use it with {', '.join(TP_STRATEGIES)})")
-    scheme = api.memory_scheme(strategy)
-    cfg = _workload(args)
-    micro_batch = _micro_batch(args.micro_batch)
-    machine = Machine.from_config(load_topology(args.topology))
-    if args.gpus is not None:
-        machine = machine.subset(args.gpus)
-    world = machine.n_gpus
-    channels = collectives.machine_channels(machine)
-    options: dict[str, Any] = {"world": world, "tp": api.tp_degree(strategy, args.tp, world),
-                               "sequence_parallel": args.sequence_parallel,
-                               "nccl_channels": channels}
-    job = Job.from_config(cfg, micro_batch=micro_batch)
-    card = machine.smallest_card()  # every rank holds the same share: the smallest card binds
-    report = memory.estimate(job, card, scheme, **options)
-    out: dict[str, Any] = {"topology": machine.name, "workload": job.name,
-                           "gpu": card.name, **report.to_json(), "strategy": strategy}
-    hints: list[str] = []
-    if args.micro_batch == "max":
-        best = memory_search.largest_micro_batch(job, card, scheme, **options)
-        out["largest_micro_batch"] = best
-        if best == 0 and job.checkpointing != "full" and job.arch is not None:
-            full = Job.from_config(cfg.with_training(activation_checkpointing="full"))
-            best_full = memory_search.largest_micro_batch(full, card, scheme, **options)
-            out["largest_micro_batch_full_checkpointing"] = best_full
-            hints.append(f"with full activation checkpointing: largest micro-batch {best_full}")
-    elif (not report.fits and job.checkpointing != "full" and job.arch is not None
-          and report.model_state_bytes < report.capacity_bytes):
-        full = Job.from_config(cfg.with_training(activation_checkpointing="full"),
-                               micro_batch=micro_batch)
-        other = memory.estimate(full, card, scheme, **options)
-        hints.append(f"with full activation checkpointing: {other.verdict()}")
-    if args.largest_model:
-        found = memory_search.largest_model(cfg, card, scheme, **options,
-                                     micro_batch=micro_batch)
-        out["largest_model"] = None if found is None else {
-            "parameters": found.parameters, "layers": found.layers, "hidden": found.hidden,
-            "heads": found.heads, "kv_heads": found.kv_heads, "ffn_hidden": found.ffn_hidden,
-            "peak_bytes": found.report.peak_bytes}
+    mode = args.checkpointing
+    if mode is not None and mode not in CHECKPOINTING_MODES:
+        raise InputError(f"--checkpointing: expected one of {', '.join(CHECKPOINTING_MODES)}, "
+                         f"got {mode!r}")
+    micro_batch = None if args.micro_batch == "max" else positive_int(
+        args.micro_batch, "--micro-batch", maximum=MAX_BATCH)
+    spec = RunSpec(args.topology, args.workload, strategy, gpus=args.gpus, tp=args.tp,
+                   micro_batch=micro_batch, seq_len=args.seq_len, checkpointing=mode,
+                   sequence_parallel=args.sequence_parallel)
+    check_recipe(strategy, tp=api.tp_degree(strategy, args.tp, api.load_machine(
+        args.topology, args.gpus).n_gpus), overlap=True, grad_compression="none",
+        gradient_as_bucket_view=False, sequence_parallel=args.sequence_parallel,
+        reshard_after_forward=True, zero_overlap_comm=None)
+    return spec
+
+
+def run(args: argparse.Namespace) -> int:
+    result = api.memory(spec_of(args), largest_micro_batch=args.micro_batch == "max",
+                        largest_model=args.largest_model)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json.dumps(result.summary, indent=2))
         return 0
-    print(render(report, out, hints))
+    print(render(result.report, result.summary, list(result.hints)))
     return 0
 
 

@@ -6,7 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from simulator.inputs.config import load_topology, load_workload, preset_names
+from simulator import api
+from simulator.inputs.schema import TopologyConfig, WorkloadConfig
 
 
 def add_parser(subparsers: Any) -> None:
@@ -28,14 +29,14 @@ def _first_sentence(text: str, limit: int = 90) -> str:
 
 def listing() -> dict[str, list[dict[str, str]]]:
     topologies = []
-    for name in preset_names("topologies"):
-        cfg = load_topology(name)
+    for name, cfg in api.presets("topologies"):
+        assert isinstance(cfg, TopologyConfig)
         gpus = sum(1 for n in cfg.nodes if n.kind == "gpu")
         topologies.append({"name": name, "gpus": f"{gpus} x {cfg.gpu}",
                            "description": _first_sentence(cfg.description)})
     workloads = []
-    for name in preset_names("workloads"):
-        w = load_workload(name)
+    for name, w in api.presets("workloads"):
+        assert isinstance(w, WorkloadConfig)
         t = w.training
         recipe = f"{t.finetune}, seq {t.seq_len}, micro-batch {t.micro_batch}, {t.precision}"
         workloads.append({"name": name, "recipe": recipe,

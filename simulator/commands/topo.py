@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from simulator import api
 from simulator.commands.parsing import whole
 from simulator.errors import InputError
-from simulator.inputs.config import load_topology
 from simulator.inputs.schema import MAX_GPUS
 from simulator.machine.topology import Machine
 from simulator.outputs.files import write_atomically
@@ -42,9 +42,7 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.topology is None:
         raise InputError("give -t TOPOLOGY (a preset or YAML), or `stepsim topo import FILE`")
-    machine = Machine.from_config(load_topology(args.topology))
-    if args.gpus is not None:
-        machine = machine.subset(args.gpus)
+    machine = api.load_machine(args.topology, args.gpus)
     report = summary(machine)
     if args.png:
         draw(machine, Path(args.png))
