@@ -85,9 +85,11 @@ def test_mfu_definition() -> None:
 
 
 def test_optimizer_is_memory_bound_over_adam_states() -> None:
-    job = Job.from_config(load_workload("llama2-7b"))
+    job = Job.from_config(load_workload("llama2-7b"))  # HF Trainer: adamw_torch_fused, clip 1.0
     total = sum(op.bytes for op in job.optimizer_ops())
-    assert total == pytest.approx(30 * job.n_trainable)  # fp32 grad, master, m, v + bf16 copy
+    # fused AdamW reads fp32 p, g, m, v and writes p, m, v (28 B); clipping reads g twice and
+    # writes it once (12 B)
+    assert total == pytest.approx(40 * job.n_trainable)
     seconds = sum(compute.op_time(op, A100) for op in job.optimizer_ops())
     assert seconds > total / A100.memory_bandwidth
 
@@ -104,7 +106,9 @@ def test_mpt7b_compute_alone_beats_the_fsdp_run() -> None:
     """llm-foundry 8xA100 FSDP (measurements.yaml 8xa100-mpt-fsdp): 4641 tokens/s/GPU with
     communication; compute alone must be faster, and not absurdly so."""
     job = Job.from_config(load_workload("mpt-7b"))
-    t = compute.step_compute_time(job, A100)
+    # forward and backward, and the optimizer over the 1/8 shard FSDP gives each GPU
+    t = sum(compute.op_time(op, A100) for op in job.forward_ops() + job.backward_ops()) \
+        + sum(compute.op_time(op, A100) for op in job.optimizer_ops()) / 8
     tokens = job.tokens_per_micro_batch / t
     assert 4641 < tokens < 1.3 * 4641
     assert 0.642 < compute.mfu(job.model_flops_per_step(), t, A100) < 0.85

@@ -299,7 +299,7 @@ def test_real_gantt_per_gpu_draws_a_lane_per_gpu(tmp_path: Path,
     (["-s", "fsdp", "--overlap-comm"], "--overlap-comm does not apply to -s fsdp"),
     (["--no-overlap", "--comm-hook", "bf16"], "local DDP"),
     (["--comm-hook", "fp8"], "--comm-hook: expected one of none, bf16"),
-    (["--checkpointing", "some"], "--checkpointing: expected one of none, selective, full"),
+    (["--checkpointing", "some"], "--checkpointing: expected one of none, selective, op, full"),
     (["--gantt-per-gpu"], "--gantt FILE.png"),
 ])
 def test_real_recipe_flags_that_do_not_apply_exit_2_with_one_line(

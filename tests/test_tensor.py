@@ -34,7 +34,8 @@ def job(checkpointing: str = "none", hidden: int = 1024) -> Job:
         "name": "tiny", "model": {"family": "llama", "layers": LAYERS, "hidden": hidden,
                                   "heads": 8, "ffn_hidden": hidden * 11 // 4, "vocab": 32000},
         "training": {"seq_len": 512, "micro_batch": 2, "precision": "bf16",
-                     "optimizer": "adamw", "activation_checkpointing": checkpointing}}))
+                     "optimizer": "adamw", "activation_checkpointing": checkpointing,
+                     "framework": "megatron"}}))  # Megatron's TP runs its fused kernels
 
 
 def tp_comms(program: Program) -> list[Comm]:

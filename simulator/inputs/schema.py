@@ -299,16 +299,26 @@ class LoraConfig(Frozen):
     targets: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"], max_length=64)
 
 
-Checkpointing = Literal["none", "selective", "full"]
+Checkpointing = Literal["none", "selective", "op", "full"]
 CHECKPOINTING_MODES: tuple[str, ...] = get_args(Checkpointing)
+Kernels = Literal["eager", "compiled", "fused"]
+CrossEntropy = Literal["fp32", "chunked", "fused"]
+Precision = Literal["bf16", "fp16", "fp32", "pure-bf16"]
+Optimizer = Literal["adamw", "adamw-8bit", "sgd"]
+Framework = Literal["hf", "torchtune", "torchtitan", "llm-foundry", "megatron"]
 
 
 class TrainingConfig(Frozen):
     seq_len: PositiveInt = Field(le=MAX_TOKENS)
     micro_batch: PositiveInt = Field(default=1, le=MAX_BATCH)
     grad_accum: PositiveInt = Field(default=1, le=MAX_BATCH)
-    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
-    optimizer: Literal["adamw", "sgd"] = "adamw"
+    # the recipe (simulator/job/recipe.py): a framework bundle sets the defaults of the keys
+    # below it that the workload leaves out
+    framework: Framework = "hf"
+    kernels: Kernels = "eager"
+    cross_entropy: CrossEntropy = "fp32"
+    precision: Precision = "bf16"
+    optimizer: Optimizer = "adamw"
     activation_checkpointing: Checkpointing = "none"
     finetune: Literal["full", "lora", "qlora"] = "full"
     lora: LoraConfig | None = None

@@ -1,7 +1,8 @@
 """Memory per GPU for one training step, line by line, and the fits verdict.
 
 Inside: ``estimate(job, gpu, strategy, world=...)`` -> ``MemoryReport`` (itemised lines in five
-categories: weights, gradients, optimizer, activations, other) and ``activations_per_token``.
+categories: weights, gradients, optimizer, activations, other); the activation lines come from
+simulator/job/activations.py (``activations_per_token``).
 The searches built on it (largest micro-batch, largest model) are in simulator/job/memory_search.py.
 
 The training recipe per strategy (all cost 16 bytes per trainable parameter with mixed-precision
@@ -16,8 +17,9 @@ Sharding: ZeRO-1 divides the optimizer by the data-parallel degree N, ZeRO-2 als
 ZeRO-3 and FSDP everything: 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N (ZeRO paper, figure 1). Tensor
 parallelism divides every matrix by t (norm weights stay replicated).
 
-Activations follow Korthikanti et al. 2022 (arXiv:2205.05198, table 2), built per saved tensor so
-that GQA, SwiGLU and dropout-free models are counted as they are; see ``activations_per_token``.
+Activations are counted per saved tensor as the kernel regime and the checkpointing mode keep
+them (simulator/job/checkpointing.py); under fused kernels that is Korthikanti et al. 2022
+(arXiv:2205.05198, table 2).
 Assumption: the peak is the start of backward with every activation alive and every gradient
 resident (the ZeRO-style sum); the optimizer step is checked as a second phase.
 """
@@ -27,9 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simulator.errors import InputError
-from simulator.job.workload import QA_LABELS, Job
+from simulator.job import optimizer as optim
+from simulator.job.activations import StageShare, activation_lines, activations_per_token
+from simulator.job.workload import Job
 from simulator.machine.hardware import GPU
 from simulator.units import GiB, MiB
+
+__all__ = ["MemoryReport", "StageShare", "activations_per_token", "estimate", "recipe"]
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "tp")
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "other")
@@ -55,18 +61,6 @@ NCCL_DEFAULT_CHANNELS = 2  # assumption: NCCL's ring search gives 2 channels on 
 FRAGMENTATION = 0.05
 # DeepSpeed ZeRO-1/2 gradient reduce bucket: reduce_bucket_size default 5e8 elements (config.py).
 ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000
-# Hidden-state dropout in training (HF configs: GPT2Config resid_pdrop/embd_pdrop 0.1; Llama has
-# no dropout modules; MPT-7B config resid_pdrop 0; BertConfig hidden_dropout_prob equals its
-# attention dropout, the workload's `dropout`). Dropout masks are 1 byte per element.
-HIDDEN_DROPOUT = {"gpt2": True, "llama": False, "mpt": False}
-
-
-def _hidden_dropout(job: Job) -> bool:
-    a = job.arch
-    assert a is not None
-    return job.training.dropout > 0 if a.encoder else HIDDEN_DROPOUT.get(a.family, False)
-
-
 @dataclass(frozen=True)
 class Line:
     category: str  # one of CATEGORIES
@@ -176,24 +170,30 @@ class Recipe:
     description: str
 
 
-def recipe(strategy: str, precision: str, optimizer: str) -> Recipe:
-    states = 2 if optimizer == "adamw" else 1  # Adam m, v; SGD momentum buffer
-    opt_name = "Adam m and v" if states == 2 else "SGD momentum"
+def recipe(strategy: str, precision: str, optimizer: str,
+           implementation: str = "foreach") -> Recipe:
+    """Bytes per trainable parameter of weights, gradients and optimizer states."""
+    st = optim.states(optimizer, implementation, 2 if precision == "pure-bf16" else 4)
+    opt, opt_name = st.bytes_per_param, st.description
     shard_o = strategy in ("zero1", "zero2", "zero3", "fsdp")
     shard_g = strategy in ("zero2", "zero3", "fsdp")
     shard_w = strategy in ("zero3", "fsdp")
+    if precision == "pure-bf16":
+        return Recipe(2, 2, opt, shard_w, shard_g, shard_o,
+                      f"pure bf16: bf16 weights, gradients and {opt_name}, no fp32 master "
+                      "copy (torchtune dtype: bf16)")
     if precision == "fp32":
-        return Recipe(4, 4, 4 * states, shard_w, shard_g, shard_o,
+        return Recipe(4, 4, opt, shard_w, shard_g, shard_o,
                       f"fp32 training: fp32 weights, gradients and {opt_name}")
     if strategy.startswith("zero"):
-        return Recipe(2, 2, 4 + 4 * states, shard_w, shard_g, shard_o,
+        return Recipe(2, 2, 4 + opt, shard_w, shard_g, shard_o,
                       f"DeepSpeed mixed precision: {precision} weights and gradients, "
                       f"fp32 master weights + {opt_name} in the optimizer")
     if strategy == "fsdp":
-        return Recipe(4, 4, 4 * states, shard_w, shard_g, shard_o,
+        return Recipe(4, 4, opt, shard_w, shard_g, shard_o,
                       f"FSDP2 mixed precision: sharded fp32 weights (the master copy) and "
                       f"fp32 gradients, {opt_name}; {precision} compute copies per unit")
-    return Recipe(4, 4, 4 * states, shard_w, shard_g, shard_o,
+    return Recipe(4, 4, opt, shard_w, shard_g, shard_o,
                   f"PyTorch AMP: fp32 weights and gradients, {opt_name}, autocast "
                   f"{precision} weight copies")
 
@@ -211,100 +211,6 @@ def _check(job: Job, strategy: str, world: int, tp: int) -> None:
         if job.heads % tp or job.kv_heads % tp:
             raise InputError(f"tensor-parallel size {tp} must divide the {job.heads} heads "
                              f"and {job.kv_heads} KV heads")
-
-
-def activations_per_token(job: Job, *, tp: int = 1, sequence_parallel: bool = False,
-                          flash_attention: bool | None = None, checkpointing: str | None = None,
-                          seq_len: int | None = None) -> tuple[float, float]:
-    """Activation bytes per token of one transformer layer: (stored, working set).
-
-    *stored* is what a layer keeps for backward under the checkpointing mode; *working set* is
-    one layer's full activations, held while that layer is recomputed (full checkpointing).
-    Per saved tensor (e = 2 bytes under bf16/fp16), as Korthikanti et al. table 2 counts them:
-    replicated across TP ranks: both norm inputs and outputs 4he, dropout masks 2h bytes;
-    split by t: Q, K, V (h + 2 h_kv) e, attention output h e, MLP 2f e (GELU: its input and
-    output) or 4f e (SwiGLU: gate, up, SiLU(gate), product); attention scores 5as bytes
-    (softmax 2, dropout mask 1, dropout output 2) without flash attention, and only the fp32
-    log-sum-exp 4a with it (FlashAttention, Dao et al. 2022, arXiv:2205.14135, keeps no s x s
-    matrix). For a GPT (f = 4h, dropout, no flash) this is exactly s b h (34 + 5as/h).
-    Norms are taken to save their input in the compute dtype, as fused kernels do; Hugging
-    Face's eager LlamaRMSNorm also keeps an fp32 upcast, which this does not count.
-    """
-    a = job.arch
-    if a is None:
-        raise InputError("per-layer activations need a transformer `model`")
-    mode = checkpointing or job.checkpointing
-    s = seq_len or job.seq_len
-    e = job.activation_bytes
-    h = a.hidden
-    replicated = 4 * h * e + (2 * h if _hidden_dropout(job) else 0)
-    mlp = (4 if a.mlp == "swiglu" else 2) * a.ffn_hidden * e
-    # with flash attention: the fp32 log-sum-exp per head; without: softmax (+ mask, dropout)
-    attention_dropout = job.training.dropout > 0
-    eager = a.heads * s * (e + (1 + e if attention_dropout else 0))
-    if flash_attention is None:  # the workload says which attention kernels it runs
-        flash_attention = job.training.attention == "flash"
-    scores = 4 * a.heads if flash_attention else eager
-    split = (h + 2 * a.kv_dim) * e + h * e + mlp + scores
-    per_rank = (replicated + split) / tp if sequence_parallel else replicated + split / tp
-    if mode == "selective":  # recompute the attention core; keeps Q, K, V (Korthikanti 4.2)
-        per_rank -= scores / tp
-    if mode == "full":  # only the layer input is kept (Korthikanti table 2, "full")
-        stored = h * e / (tp if sequence_parallel else 1)
-        return stored, per_rank
-    return per_rank, 0.0
-
-
-@dataclass(frozen=True)
-class StageShare:
-    """What one pipeline stage holds (strategies/pipeline.py): its blocks, and the activations
-    alive at once under its schedule (the first stage of 1F1B holds p micro-batches')."""
-
-    pp: int
-    blocks: frozenset[int]
-    layers_in_flight: int  # layer-micro-batches whose activations are alive at once
-    heads_in_flight: int  # micro-batches whose logits and loss are alive (the last stage)
-
-
-def _activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool | None,
-                      stage: StageShare | None = None) -> list[Line]:
-    if job.arch is None:  # generic layer list: the given per-sample bytes
-        total = sum(layer.activation_bytes_per_sample for layer in job.generic_layers) * b
-        return [Line("activations", f"activations of {job.n_blocks} layers (as given, "
-                     f"micro-batch {b}, checkpointing not modelled)", total, "backward")]
-    a, s, e, mode = job.arch, job.seq_len, job.activation_bytes, job.checkpointing
-    tokens = b * s
-    stored, working = activations_per_token(job, tp=tp, sequence_parallel=sp,
-                                            flash_attention=flash)
-    if flash is None:
-        flash = job.training.attention == "flash"
-    attn = "flash attention" if flash else "eager attention (s x s scores)"
-    layers = a.layers if stage is None else stage.layers_in_flight
-    what = (f"{a.layers} layers" if stage is None else
-            f"{layers} layer-micro-batches in flight (pipeline stage)")
-    lines = [Line("activations", f"{what}, checkpointing {mode}, {attn}, {tokens} tokens",
-                  stored * tokens * layers, "backward")]
-    if mode == "full" and layers:
-        lines.append(Line("activations", "one layer recomputed during backward",
-                          working * tokens, "backward"))
-    head = 2 * a.hidden * e / (tp if sp else 1)  # final-norm input and lm_head input
-    # Logits: the 16-bit lm_head output (returned to the caller), the fp32 log-softmax saved by
-    # cross_entropy after the upcast (HF ForCausalLMLoss does logits.float(); Megatron's
-    # vocab-parallel cross-entropy also works in fp32), and its fp32 gradient at the start of
-    # backward: (e + 4 + 4) bytes per vocabulary entry, split over TP ranks (vocab-parallel).
-    logits: float
-    if a.encoder:  # a task head (QA: start and end logits per token), no vocabulary projection
-        logits = QA_LABELS * (e + 8)
-        what = f"task head input and fp32 logits/loss ({QA_LABELS} per token)"
-    else:
-        logits = a.vocab * (e + 8) / tp
-        what = f"final norm, lm_head input and fp32 logits/loss (vocab {a.vocab})"
-    heads = 1 if stage is None else stage.heads_in_flight
-    if heads:
-        lines.append(Line("activations", what + (f" x {heads} micro-batches" if heads > 1
-                                                 else ""), (head + logits) * tokens * heads,
-                          "backward"))
-    return lines
 
 
 def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
@@ -369,7 +275,7 @@ def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: d
                   *, gradient_as_bucket_view: bool, reshard_after_forward: bool,
                   zero_overlap_comm: bool = False) -> list[Line]:
     e = job.activation_bytes
-    mixed = job.precision != "fp32"
+    mixed = job.precision in ("bf16", "fp16")  # fp32 master weights, 16-bit compute
     lines: list[Line] = []
     if strategy in ("ddp", "tp") and dp > 1 and not gradient_as_bucket_view:
         # DistributedDataParallel(gradient_as_bucket_view=False) is PyTorch's default (and HF
@@ -413,12 +319,12 @@ def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: d
     if job.finetune == "qlora" and sizes["largest_quantized"]:
         lines.append(Line("other", "QLoRA dequantised weight of the largest layer",
                           sizes["largest_quantized"] / tp * e, "backward"))
-    if not strategy.startswith("zero"):  # DeepSpeed's fused optimizers need no temporaries
-        # torch.optim foreach (the CUDA default) "uses ~ sizeof(params) more peak memory than
-        # the for-loop version" (torch.optim docs): one fp32 intermediate per parameter
+    temporary = optim.states(job.optimizer, job.recipe.optimizer_impl,
+                             job.grad_bytes).step_temporary_per_param
+    if temporary and not strategy.startswith("zero"):  # DeepSpeed's optimizers are fused
         local = sizes["trainable_local"] / (dp if r.shard_optimizer else 1)
-        lines.append(Line("other", "optimizer step: foreach fp32 intermediates", 4 * local,
-                          "step"))
+        lines.append(Line("other", "optimizer step: foreach AdamW denominator temporaries",
+                          temporary * local, "step"))
     return lines
 
 
@@ -449,10 +355,10 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
     _check(job, strategy, world // pp, tp)
     dp = world // tp // pp
     b = micro_batch or job.micro_batch
-    r = recipe(strategy, job.precision, job.optimizer)
+    r = recipe(strategy, job.precision, job.optimizer, job.recipe.optimizer_impl)
     states, sizes = _state_lines(job, r, strategy, dp, tp, stage)
-    lines = states + _activation_lines(job, b, tp, sequence_parallel and tp > 1, flash_attention,
-                                       stage)
+    lines = states + activation_lines(job, b, tp, sequence_parallel and tp > 1, flash_attention,
+                                      stage)
     lines += _buffer_lines(job, r, strategy, dp, tp, sizes,
                            gradient_as_bucket_view=gradient_as_bucket_view,
                            reshard_after_forward=reshard_after_forward,

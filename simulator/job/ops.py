@@ -1,63 +1,54 @@
-"""The ops of one micro-batch of a Job: FLOPs, HBM bytes and the gradients each op completes.
+"""The ops of one micro-batch of a Job: kernels, FLOPs, HBM bytes and the gradients each completes.
 
 An `Op` is a few kernels of one block (the attention projections, the attention core, the MLP,
-a norm). Each `Kernel` is a GEMM (with its shape, for tile efficiency), a flash-attention kernel,
-or a memory-bound elementwise kernel; simulator/job/compute.py times each kernel by a roofline.
+a norm). Its GEMMs are built here; its memory-bound work comes from the job's kernel regime
+(``training.kernels``: simulator/job/eager.py, compiled.py, fused.py), the attention core from
+attention.py, the loss from loss.py and the optimizer step from optimizer.py.
+simulator/job/compute.py times each kernel by a roofline.
 
 Conventions (each with its source or reason):
 - FLOPs per GEMM 2*m*n*k; forward per layer 24*b*s*h^2 + 4*b*s^2*h for a standard GPT
   (Narayanan et al. 2021, arXiv:2104.04473, appendix).
-- Attention core with FlashAttention: the kernel *executes* half of the 4*b*s^2*h FLOPs under a
-  causal mask (it skips masked tiles); FlashAttention-2's own benchmark counts causal FLOPs
-  halved (flash-attention benchmarks/benchmark_flash_attention.py: ``// (2 if causal else 1)``)
-  and its efficiency figures, used in compute.py, are on that count. Backward executes 2.5x the
-  forward FLOPs (same file: 5 GEMMs instead of 2, because it recomputes the scores).
-  Model FLOPs for MFU (`model_flops_per_micro_batch`) count the full 4*b*s^2*h, as Megatron-LM
-  and the closed form 72*B*s*L*h^2*(1 + s/6h + V/12Lh) do.
 - Backward of a linear layer = input-gradient GEMM + weight-gradient GEMM (2x forward); a frozen
   weight (LoRA, QLoRA) skips the weight-gradient GEMM; QLoRA dequantises the NF4 weight to 16 bit
   before every use, forward and backward (bitsandbytes MatMul4Bit), reading 0.5 and writing
-  2 bytes per weight.
-- Elementwise ops (norms, rotary, activation, residual adds, loss) are memory bound and modelled
-  as fused kernels that read their inputs and write their outputs once (Megatron-LM's fused
-  kernels, torch.compile); their backward moves twice the bytes (reads the output gradient and the
-  saved input, writes the input gradient).
-- Gradients are accumulated in fp32 (AMP keeps fp32 weights, so their .grad is fp32).
+  2 bytes per weight. PEFT's LoRA branch scales and adds its output (forward) and adds its input
+  gradient into the base layer's (backward).
+- A tensor read by several linear layers (the norm output before q, k and v; before gate and
+  up) gets one input gradient from each: eager autograd adds them pairwise, Inductor folds the
+  sum into the next kernel, fused stacks run one wide GEMM (Megatron's linear_qkv, linear_fc1).
+- Weight gradients are written in the gradient dtype (fp32 under AMP, whose weights are fp32;
+  bf16 under pure-bf16 training).
 - Gradient order (`Op.grads`): backward ops run in reverse forward order; an op's gradients are
   complete when it ends, listed in reverse registration order (autograd runs later-created nodes
   first). Llama block: down_proj; up_proj, gate_proj; post_attention_layernorm; o_proj; v, k, q;
   input_layernorm. A tied embedding's gradient completes at the embedding's backward (last).
-- Activation checkpointing (per block, as HF gradient_checkpointing and FSDP wrap it): `full`
-  recomputes the block's forward just before its backward; `selective` recomputes only the
-  attention core (Korthikanti et al. 2022, arXiv:2205.05198).
+- Activation checkpointing per block (simulator/job/checkpointing.py says what each mode keeps):
+  `full` recomputes the block's forward before its backward (HF gradient_checkpointing,
+  torchtitan ``mode = 'full'``); `selective` recomputes the attention core (Korthikanti et al.
+  2022); `op` recomputes all but the saved GEMMs and the attention kernel (torchtitan's
+  op-level policy).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from types import ModuleType
 from typing import TYPE_CHECKING, Literal
 
+from simulator.job import attention, checkpointing, compiled, eager, fused, loss, optimizer
+from simulator.job.kernels import NONE, Kernel, Shape, Stage, gemm, memory, pointwise
 from simulator.job.workload import QA_LABELS
 
 if TYPE_CHECKING:
     from simulator.inputs.schema import GenericLayer
     from simulator.job.workload import Job, Module
 
+__all__ = ["Kernel", "Op", "build", "gemm", "memory", "model_flops_per_micro_batch"]
+
 Phase = Literal["forward", "backward", "recompute", "optimizer"]
-KernelKind = Literal["gemm", "attention_fwd", "attention_bwd", "memory", "dense"]
-
-GRAD_BYTES = 4  # fp32 gradients under AMP (weights are fp32; .grad has the weight's dtype)
+REGIMES: dict[str, ModuleType] = {"eager": eager, "compiled": compiled, "fused": fused}
 NF4_BYTES = 0.5  # QLoRA base weight: 4 bits per weight (Dettmers et al. 2023)
-
-
-@dataclass(frozen=True)
-class Kernel:
-    kind: KernelKind
-    flops: float
-    bytes: float
-    shape: tuple[int, int, int] | None = None  # GEMM (m, n, k)
-    element_bytes: int = 2  # operand size: 4 under fp32 training (compute.py picks the rate)
-    weight_grad: bool = False  # dW = dY^T X: needs the layer input, not the input gradient
 
 
 @dataclass(frozen=True)
@@ -77,16 +68,6 @@ class Op:
                   sum(k.bytes for k in kernels), grads, tuple(kernels))
 
 
-def gemm(m: int, n: int, k: int, a: int, *, extra_bytes: float = 0.0) -> Kernel:
-    """C[m,n] = A[m,k] @ B[k,n] with a-byte elements."""
-    return Kernel("gemm", 2.0 * m * n * k, (m * k + k * n + m * n) * a + extra_bytes, (m, n, k),
-                  a)
-
-
-def memory(nbytes: float, flops: float = 0.0) -> Kernel:
-    return Kernel("memory", flops, nbytes)
-
-
 # Which op of a block each module's weights belong to (leaf name; GPT-2's c_proj by parent).
 _ROLE = {
     "input_layernorm": "attn_norm", "ln_1": "attn_norm", "norm_1": "attn_norm",
@@ -96,8 +77,8 @@ _ROLE = {
     "gate_proj": "mlp_in", "up_proj": "mlp_in", "c_fc": "mlp_in",
     "down_proj": "mlp_out",
 }
-_BLOCK_OPS = ("attn_norm", "qkv", "attention", "attn_out", "mlp_norm", "mlp_in", "mlp_act",
-              "mlp_out")
+BLOCK_OPS = ("attn_norm", "qkv", "attention", "attn_out", "mlp_norm", "mlp_in", "mlp_act",
+             "mlp_out")
 # BERT is post-LN: each sub-layer's LayerNorm follows its residual add (modeling_bert.py
 # BertSelfOutput / BertOutput: LayerNorm(dropout(dense(x)) + input)).
 _POST_LN_BLOCK_OPS = ("qkv", "attention", "attn_out", "attn_norm", "mlp_in", "mlp_act",
@@ -107,6 +88,8 @@ _POST_LN_BLOCK_OPS = ("qkv", "attention", "attn_out", "attn_norm", "mlp_in", "ml
 _BERT_ROLE = (("attention.self.", "qkv"), ("attention.output.dense", "attn_out"),
               ("attention.output.LayerNorm", "attn_norm"), ("intermediate.dense", "mlp_in"),
               ("output.dense", "mlp_out"), ("output.LayerNorm", "mlp_norm"))
+# GPT-2's MLP activation is transformers' NewGELUActivation, written op by op
+_GELU = {"gpt2": "python"}
 
 
 def _role(mod: Module, n_layers: int) -> str:
@@ -135,6 +118,10 @@ class _Builder:
         self.job, self.arch = job, job.arch
         self.a = job.activation_bytes
         self.T = job.tokens_per_micro_batch
+        A = self.arch
+        self.shape = Shape(self.T, A.hidden, A.kv_dim, A.ffn_hidden, A.heads, self.a)
+        self.kernels = job.recipe.kernels
+        self.regime = REGIMES[self.kernels]
         # module -> indices of its params (params follow modules in order)
         self.mod_params: dict[str, list[int]] = {}
         i = 0
@@ -148,148 +135,185 @@ class _Builder:
             self.mod_params[mod.path] = idx
         self.by_op: dict[tuple[int, str], list[Module]] = {}
         for mod in job.modules:
-            key = (mod.block, _role(mod, self.arch.layers))
+            key = (mod.block, _role(mod, A.layers))
             self.by_op.setdefault(key, []).append(mod)
-        if self.arch.tied and not self.arch.encoder:  # the head GEMM uses the embedding's weight
-            self.by_op.setdefault((self.arch.layers, "lm_head"), [])
-        self.block_ops = _POST_LN_BLOCK_OPS if self.arch.encoder else _BLOCK_OPS
-        # BERT drops the hidden states too (embeddings, after each sub-layer's dense), at the
-        # attention-dropout rate: BertConfig hidden_dropout_prob = attention_probs_dropout_prob
-        self.hidden_dropout = self.arch.encoder and job.training.dropout > 0
+        if A.tied and not A.encoder:  # the head GEMM uses the embedding's weight
+            self.by_op.setdefault((A.layers, "lm_head"), [])
+        self.block_ops = _POST_LN_BLOCK_OPS if A.encoder else BLOCK_OPS
+        self.loss = loss.cross_entropy(job.recipe.cross_entropy,
+                                       self.T * (QA_LABELS if A.encoder else A.vocab), self.a,
+                                       compiled=job.recipe.loss_compiled)
+        self._stages: dict[tuple[int, str], Stage] = {}
+
+    # --- the regime's memory-bound stages -----------------------------------------------------
+    def stage(self, block: int, op: str) -> Stage:
+        """The memory-bound work of one block op under the job's kernel regime."""
+        key = (block, op)
+        if key not in self._stages:
+            self._stages[key] = self._stage(block, op)
+        return self._stages[key]
+
+    def _stage(self, block: int, op: str) -> Stage:
+        A, s, r, k = self.arch, self.shape, self.regime, self.kernels
+        dropout = self.job.hidden_dropout
+        post_ln = A.encoder
+        # where the residual add before a norm is folded into it (see compiled.py, fused.py)
+        if op == "attn_norm":
+            fold = k != "eager" if post_ln else (k == "fused" and block > 0)
+            return r.norm(s, A.norm, residual=fold)  # type: ignore[no-any-return]
+        if op == "mlp_norm":
+            return r.norm(s, A.norm, residual=k != "eager")  # type: ignore[no-any-return]
+        if op == "final_norm":  # compiled runs compile each block: the final norm stays eager
+            regime = eager if k == "compiled" else r
+            return regime.norm(s, A.norm, residual=k == "fused")  # type: ignore[no-any-return]
+        if op == "embedding_norm":  # BertEmbeddings: LayerNorm, then dropout
+            drop = Stage.of([pointwise("native_dropout", s.n_h, reads=s.e, writes=s.e + 1)],
+                            [pointwise("native_dropout_backward", s.n_h, reads=s.e + 1,
+                                       writes=s.e)], saved_per_token=s.hidden) \
+                if dropout else NONE
+            return r.norm(s, A.norm) + drop  # type: ignore[no-any-return]
+        if op == "qkv":
+            rope = r.rotary(s, self.job.recipe.rotary) if A.positions == "rotary" else NONE
+            fused_qkv = A.family in ("gpt2", "mpt")
+            return rope + r.attention_layout(s, qkv_fused=fused_qkv)  # type: ignore[no-any-return]
+        if op in ("attn_out", "mlp_out"):
+            into = k == "fused" or (k == "compiled" and (op == "attn_out" or post_ln))
+            return r.residual(s, dropout=dropout, into_norm=into)  # type: ignore[no-any-return]
+        if op == "mlp_act":
+            return r.activation(s, A.mlp, gelu=_GELU.get(A.family, "native"))  # type: ignore[no-any-return]
+        return NONE
+
+    def _accumulate(self, n: float, consumers: int) -> list[Kernel]:
+        """Input gradients of one tensor from ``consumers`` linear layers, summed."""
+        if consumers < 2 or self.kernels == "fused":
+            return []
+        if self.kernels == "compiled":  # folded into the next kernel: one more read each
+            return [pointwise("sum_input_grads", n, reads=(consumers - 1) * self.a, writes=0)]
+        return [pointwise("accumulate_input_grad", n, reads=2 * self.a, writes=self.a)
+                for _ in range(consumers - 1)]
 
     # --- linear layers ----------------------------------------------------------------------
     def _linear_fwd(self, mod: Module) -> list[Kernel]:
         T, a, i, o = self.T, self.a, mod.in_features, mod.out_features
         out: list[Kernel] = []
         if self._quantized(mod):
-            out.append(memory(i * o * (NF4_BYTES + 2)))
+            out.append(memory(i * o * (NF4_BYTES + 2), name="dequantize_nf4"))
         out.append(gemm(T, o, i, a))
         if mod.lora:
             r = self.job.lora_rank
-            out += [gemm(T, r, i, a), gemm(T, o, r, a), memory(5 * T * o * a)]
+            out += [gemm(T, r, i, a), gemm(T, o, r, a), memory(5 * T * o * a, name="lora_add")]
         return out
 
     def _linear_bwd(self, mod: Module) -> list[Kernel]:
         T, a, i, o = self.T, self.a, mod.in_features, mod.out_features
         out: list[Kernel] = []
         if self._quantized(mod):
-            out.append(memory(i * o * (NF4_BYTES + 2)))
+            out.append(memory(i * o * (NF4_BYTES + 2), name="dequantize_nf4"))
         out.append(gemm(T, i, o, a))  # dX = dY @ W
-        trainable_w = self.job.finetune == "full"
-        if trainable_w:  # dW = dY^T @ X, written as fp32 grad; bias grad is a column sum of dY
-            extra = (o * i * (GRAD_BYTES - a)) + (T * o * a if mod.bias else 0)
+        if self.job.finetune == "full":  # dW = dY^T @ X; a bias grad is a column sum of dY
+            extra = (o * i * (self.job.grad_bytes - a)) + (T * o * a if mod.bias else 0)
             out.append(replace(gemm(o, i, T, a, extra_bytes=extra), weight_grad=True))
         if mod.lora:
             r = self.job.lora_rank
-            out += [memory(2 * T * o * a),  # grad of the scaling
+            out += [memory(2 * T * o * a, name="lora_scale_backward"),
                     gemm(o, r, T, a), gemm(T, r, o, a),  # dB, dH
                     gemm(r, i, T, a), gemm(T, i, r, a),  # dA, dX (LoRA branch)
-                    memory(3 * T * i * a)]  # add into dX
+                    memory(3 * T * i * a, name="lora_add_input_grad")]
         return out
 
     def _quantized(self, mod: Module) -> bool:
         return self.job.finetune == "qlora" and mod.kind in ("linear", "conv1d") \
             and mod.path != "lm_head"
 
+    def _linears_fwd(self, mods: list[Module]) -> list[Kernel]:
+        return [k for mod in mods if mod.kind in ("linear", "conv1d")
+                for k in self._linear_fwd(mod)]
+
+    def _head_fwd(self, mods: list[Module]) -> list[Kernel]:
+        """The LM head, in as many GEMMs as the loss has chunks."""
+        A, c = self.arch, self.loss.chunks
+        if not mods:  # tied: the embedding's weight
+            return [gemm(self.T // c, A.vocab, A.hidden, self.a) for _ in range(c)]
+        if c == 1:
+            return self._linears_fwd(mods)
+        return [replace(k, flops=k.flops / c, bytes=k.bytes / c,
+                        shape=(k.shape[0] // c, *k.shape[1:]) if k.shape else None)
+                for k in self._linears_fwd(mods) for _ in range(c)]
+
     # --- forward and backward kernels of each op ----------------------------------------------
     def forward(self, block: int, op: str) -> list[Kernel]:
-        A, T, a = self.arch, self.T, self.a
-        h, kvd, f = A.hidden, A.kv_dim, A.ffn_hidden
+        A, T, a, j = self.arch, self.T, self.a, self.job
         mods = self.by_op.get((block, op), [])
-        if op in ("attn_norm", "mlp_norm", "final_norm"):
-            return [memory(2 * T * h * a, 5.0 * T * h)]
-        if op == "embedding_norm":  # BertEmbeddings: LayerNorm, then dropout
-            return [memory(2 * T * h * a, 5.0 * T * h)] + self._dropout(T * h)
+        stage = self.stage(block, op).forward
         if op == "attention":
-            if self.job.training.attention == "eager":
-                return self._eager_attention(backward=False)
-            b, s = self.job.micro_batch, self.job.seq_len
-            # causal: flash-attention skips masked tiles; an encoder attends to all s keys
-            flops = 4.0 * b * s * s * h / (1 if A.encoder else 2)
-            return [Kernel("attention_fwd", flops, (2 * T * h + 2 * T * kvd) * a)]
-        if op == "mlp_act":  # SwiGLU reads gate and up, GELU reads one input
-            reads = 2 if A.mlp == "swiglu" else 1
-            return [memory((reads + 1) * T * f * a, 8.0 * T * f)]
+            b, s = j.micro_batch, j.seq_len
+            if j.training.attention == "eager":
+                return attention.eager(b, s, A.heads, A.head_dim, a, dropout=j.training.dropout,
+                                       unfused_mask=A.encoder, backward=False)
+            return [attention.flash(b, s, A.hidden, self.kv_in, a, causal=not A.encoder,
+                                    backward=False)]
         if op == "embedding":  # gather rows of each table (read + write), add position rows
             n_tables = len(mods)
-            return [memory((2 * n_tables + 3 * (n_tables - 1)) * T * h * a)]
-        if op == "loss":  # logits upcast to fp32, log-softmax, NLL (HF: logits.float())
-            width = QA_LABELS if A.encoder else A.vocab  # QA: start and end logit per token
-            return [memory(T * width * (a + 4 + 8), 5.0 * T * width)]
-        if op == "lm_head" and A.tied:
-            return [gemm(T, A.vocab, h, a)]
-        kernels = [k for mod in mods for k in self._linear_fwd(mod)]
-        if op == "qkv" and A.positions == "rotary":
-            kernels.append(memory(2 * T * (h + kvd) * a))
-        if op in ("attn_out", "mlp_out"):  # (BERT: dropout, then) the residual add
-            kernels += self._dropout(T * h) + [memory(3 * T * h * a)]
-        return kernels
+            gather = memory((2 * n_tables + 3 * (n_tables - 1)) * T * A.hidden * a,
+                            name="embedding")
+            return [gather] + ([memory(T * A.hidden * (2 * a + 1), name="native_dropout")]
+                               if j.hidden_dropout else [])
+        if op == "embedding_norm":
+            return list(stage)
+        if op == "loss":
+            return list(self.loss.forward)
+        if op == "lm_head":
+            return self._head_fwd(mods)
+        return self._linears_fwd(mods) + list(stage)
 
-    def _dropout(self, elements: int) -> list[Kernel]:
-        """Hidden-state dropout: read x, write the output and a 1-byte mask (none if off).
-        Its backward reads the gradient and the mask and writes the gradient: the same bytes."""
-        return [memory(elements * (2 * self.a + 1))] if self.hidden_dropout else []
+    @property
+    def kv_in(self) -> int:
+        """The K/V width the attention kernel is given (repeated per query head or not)."""
+        A = self.arch
+        return A.hidden if self.shape.repeats_kv and self.kernels != "fused" else A.kv_dim
 
     def backward(self, block: int, op: str) -> list[Kernel]:
-        A, T, a = self.arch, self.T, self.a
-        h, kvd = A.hidden, A.kv_dim
+        A, T, a, j = self.arch, self.T, self.a, self.job
         mods = self.by_op.get((block, op), [])
+        stage = list(self.stage(block, op).backward)
         if op == "attention":
-            if self.job.training.attention == "eager":
-                return self._eager_attention(backward=True)
-            (fwd,) = self.forward(block, op)
-            return [Kernel("attention_bwd", 2.5 * fwd.flops, (4 * T * h + 4 * T * kvd) * a)]
-        full = self.job.finetune == "full"
-        if op == "lm_head" and A.tied:
-            dx = [gemm(T, h, A.vocab, a)]
-            dw = gemm(A.vocab, h, T, a, extra_bytes=A.vocab * h * (GRAD_BYTES - a))
-            return dx + ([replace(dw, weight_grad=True)]
-                         if full else [])
-        if op == "embedding":  # dense fp32 grad of the table(s), scatter-add of dY
+            b, s = j.micro_batch, j.seq_len
+            if j.training.attention == "eager":
+                return attention.eager(b, s, A.heads, A.head_dim, a, dropout=j.training.dropout,
+                                       unfused_mask=A.encoder, backward=True)
+            return [attention.flash(b, s, A.hidden, self.kv_in, a, causal=not A.encoder,
+                                    backward=True)]
+        if op == "loss":
+            return list(self.loss.backward)
+        full = j.finetune == "full"
+        if op == "lm_head":
+            c = self.loss.chunks
+            dx = [gemm(T // c, A.hidden, A.vocab, a) for _ in range(c)]
+            if not full:
+                return dx
+            g = j.grad_bytes
+            dw = replace(gemm(A.vocab, A.hidden, T // c, a,
+                              extra_bytes=A.vocab * A.hidden * (g - a)), weight_grad=True)
+            # each chunk's weight gradient is added to the previous ones (autograd input buffer)
+            adds = [pointwise("accumulate_head_grad", A.vocab * A.hidden, reads=2 * g, writes=g)
+                    for _ in range(c - 1)]
+            return dx + [dw] * c + adds
+        if op == "embedding":  # dense grad of the table(s), scatter-add of dY
+            drop = [memory(T * A.hidden * (2 * a + 1), name="native_dropout_backward")] \
+                if j.hidden_dropout else []
             if not full:  # frozen embeddings: nothing to compute
-                return []
+                return drop
             tables = sum(m.in_features * m.out_features for m in mods)
-            return [memory(tables * GRAD_BYTES + len(mods) * T * h * (a + GRAD_BYTES))]
+            g = j.grad_bytes
+            return drop + [memory(tables * g + len(mods) * T * A.hidden * (a + g),
+                                  name="embedding_dense_backward")]
         if mods and all(m.kind in ("linear", "conv1d") for m in mods):
             kernels = [k for mod in reversed(mods) for k in self._linear_bwd(mod)]
-            if op == "qkv" and A.positions == "rotary":
-                kernels.append(memory(2 * T * (h + kvd) * a))
-            if op in ("attn_out", "mlp_out"):
-                kernels = self._dropout(T * h) + kernels
-            return kernels
-        return [Kernel(k.kind, 2 * k.flops, 2 * k.bytes, k.shape, k.element_bytes)
-                for k in self.forward(block, op)]
-
-    def _eager_attention(self, *, backward: bool) -> list[Kernel]:
-        """Attention with the b*heads*s*s scores in HBM (Megatron-LM CoreAttention: batched
-        GEMM, fused scale-mask-softmax, dropout, batched GEMM); the full s*s is computed.
-        BERT's eager attention scales and masks the scores in two kernels of their own before
-        the softmax (HF modeling_bert.py and NVIDIA DeepLearningExamples modeling.py
-        BertSelfAttention: ``scores / sqrt(d)``, ``+ attention_mask``, ``softmax``)."""
-        A, a = self.arch, self.a
-        b, s, d, heads = self.job.micro_batch, self.job.seq_len, A.head_dim, A.heads
-        scores = b * heads * s * s  # elements
-        p = self.job.training.dropout
-        # unfused scale and mask add: each reads and writes the scores (the b*s mask is small);
-        # backward: the scale's gradient is one more pass, the mask add's is the identity
-        unfused = 2 * scores * a if A.encoder else 0.0
-        if not backward:
-            out = [gemm(b * heads * s, s, d, a)]  # Q K^T
-            if unfused:
-                out += [memory(unfused), memory(unfused)]
-            out.append(memory(2 * scores * a))  # softmax: read scores, write probabilities
-            if p > 0:  # read probabilities, write dropped ones and a 1-byte mask
-                out.append(memory(scores * (2 * a + 1)))
-            out.append(gemm(b * heads * s, d, s, a))  # P V
-            return out
-        out = [gemm(b * heads * s, s, d, a), gemm(b * heads * s, d, s, a)]  # dP, dV
-        if p > 0:
-            out.append(memory(scores * (2 * a + 1)))
-        out.append(memory(3 * scores * a))  # softmax backward: read P and dP, write dS
-        if unfused:
-            out.append(memory(unfused))
-        out += [gemm(b * heads * s, d, s, a), gemm(b * heads * s, d, s, a)]  # dQ, dK
-        return out
+            kernels += self._accumulate(T * mods[0].in_features, len(mods))
+            if op in ("attn_out", "mlp_out"):  # the residual's backward runs first
+                return stage + kernels
+            return kernels + stage  # qkv: the repeat/rotary backward ran before the GEMMs
+        return stage
 
     def grads(self, block: int, op: str) -> tuple[int, ...]:
         idx = [i for mod in self.by_op.get((block, op), []) for i in self.mod_params[mod.path]]
@@ -306,7 +330,7 @@ class _Builder:
 
 
 def _label(block: int, op: str) -> str:
-    return f"layers.{block}.{op}" if op in _BLOCK_OPS else op
+    return f"layers.{block}.{op}" if op in BLOCK_OPS else op
 
 
 def build(job: Job, phase: Phase) -> list[Op]:
@@ -318,35 +342,36 @@ def build(job: Job, phase: Phase) -> list[Op]:
     seq = bld.sequence()
     if phase == "forward":
         return [Op.of(_label(b, op), b, "forward", bld.forward(b, op)) for b, op in seq]
-    recompute = {"none": (), "selective": ("attention",),
-                 "full": bld.block_ops}[job.checkpointing]
     out: list[Op] = []
     current: int | None = None
     for b, op in reversed(seq):
         if b != current and 0 <= b < job.n_blocks:  # entering a block's backward
             current = b
-            for rop in (x for x in bld.block_ops if x in recompute):
-                out.append(Op.of(_label(b, rop), b, "recompute", bld.forward(b, rop)))
+            block = [(rop, bld.forward(b, rop)) for rop in bld.block_ops]
+            for rop, kernels in checkpointing.recompute(job.checkpointing, block):
+                out.append(Op.of(_label(b, rop), b, "recompute", kernels))
         if phase == "backward":
             out.append(Op.of(_label(b, op), b, "backward", bld.backward(b, op), bld.grads(b, op)))
     return out
 
 
-def optimizer_ops(job: Job) -> list[Op]:
-    """One memory-bound op per block over its trainable parameters (fused multi-tensor step).
+def builder(job: Job) -> _Builder:
+    """The op builder of a transformer job (checkpointing.py reads its stages and shapes)."""
+    return _Builder(job)
 
-    AdamW, mixed precision: reads fp32 grad, master weight, m, v (16 B); writes master, m, v
-    and the 16-bit working copy (14 B) = 30 B per parameter. SGD with momentum: 22 B. Under
-    fp32 there is no 16-bit copy (28 / 20 B).
-    """
-    per_param = {"adamw": 30, "sgd": 22}[job.optimizer] - (2 if job.precision == "fp32" else 0)
-    flops_per_param = {"adamw": 12, "sgd": 4}[job.optimizer]
+
+def optimizer_ops(job: Job) -> list[Op]:
+    """One op per block over its trainable parameters (simulator/job/optimizer.py)."""
+    rec = job.recipe
+    p = job.grad_bytes
     out = []
     for b in job.blocks:
-        n = sum(job.params[i].numel for i in job.block_params(b) if job.params[i].trainable)
+        idx = [i for i in job.block_params(b) if job.params[i].trainable]
+        n = sum(job.params[i].numel for i in idx)
         if n:
-            out.append(Op.of(f"optimizer.{b}", b, "optimizer",
-                             [memory(n * per_param, n * flops_per_param)]))
+            kernels = optimizer.step_kernels(rec.optimizer, rec.optimizer_impl, n, p, p,
+                                             clip=rec.clip_grad, tensors=len(idx))
+            out.append(Op.of(f"optimizer.{b}", b, "optimizer", kernels))
     return out
 
 
@@ -383,7 +408,7 @@ def _build_generic(job: Job, phase: Phase) -> list[Op]:
     layers = list(enumerate(job.generic_layers))
     if phase == "forward":
         return [Op.of(x.name, i, "forward", _generic_fwd(x, a, mb)) for i, x in layers]
-    recompute = job.checkpointing != "none"  # a layer is the unit: selective acts as full
+    recompute = job.checkpointing != "none"  # a layer is the unit: every mode acts as full
     ops: list[Op] = []
     for i, x in reversed(layers):
         fwd = _generic_fwd(x, a, mb)
@@ -394,8 +419,7 @@ def _build_generic(job: Job, phase: Phase) -> list[Op]:
         grads = tuple(reversed(job.block_params(i)))
         # 2x the forward: the dense part has an input- and a weight-gradient pass; the
         # memory-bound part reads the output gradient and the saved input and writes the input
-        # gradient (BatchNorm backward also re-reads its input for the statistics' gradients),
-        # the elementwise convention of the module docstring
+        # gradient (BatchNorm backward also re-reads its input for the statistics' gradients)
         ops.append(Op.of(x.name, i, "backward",
                          [replace(k, flops=2 * k.flops, bytes=2 * k.bytes) for k in fwd], grads))
     return ops

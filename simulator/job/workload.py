@@ -42,6 +42,8 @@ from simulator.inputs.schema import (
     TrainingConfig,
     WorkloadConfig,
 )
+from simulator.job.recipe import Recipe
+from simulator.job.recipe import resolve as resolve_recipe
 
 if TYPE_CHECKING:
     from simulator.job.ops import Op, Phase
@@ -293,6 +295,7 @@ class Job:
     grad_accum: int
     modules: tuple[Module, ...]
     params: list[ParamTensor] = field(hash=False, compare=False)
+    recipe: Recipe = field(default_factory=lambda: resolve_recipe(TrainingConfig(seq_len=1)))
 
     @staticmethod
     def from_config(cfg: WorkloadConfig, *, micro_batch: int | None = None,
@@ -328,7 +331,8 @@ class Job:
             m, peft=t.finetune != "full", finetune=t.finetune, lora_rank=lora_rank)]
         return Job(name=cfg.name, arch=arch, generic_layers=tuple(cfg.layers or ()), training=t,
                    micro_batch=micro_batch or t.micro_batch, seq_len=seq_len or t.seq_len,
-                   grad_accum=grad_accum or t.grad_accum, modules=tuple(mods), params=params)
+                   grad_accum=grad_accum or t.grad_accum, modules=tuple(mods), params=params,
+                   recipe=resolve_recipe(t))
 
     # --- sizes ------------------------------------------------------------------------------
     @property
@@ -390,15 +394,37 @@ class Job:
 
     @property
     def precision(self) -> str:
-        return self.training.precision
+        return self.recipe.precision
 
     @property
     def optimizer(self) -> str:
-        return self.training.optimizer
+        return self.recipe.optimizer
 
     @property
     def checkpointing(self) -> str:
-        return self.training.activation_checkpointing
+        return self.recipe.activation_checkpointing
+
+    @property
+    def kernels(self) -> str:
+        return self.recipe.kernels
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per weight and gradient element of the trainable weights: fp32 under mixed
+        precision (PyTorch AMP and FSDP keep fp32 master weights, so .grad is fp32) and fp32
+        training, bf16 under pure-bf16 training."""
+        return 2 if self.precision == "pure-bf16" else 4
+
+    @property
+    def hidden_dropout(self) -> bool:
+        """Whether the hidden states are dropped (a 1-byte mask per element): GPT2Config
+        resid_pdrop/embd_pdrop 0.1; Llama has no dropout modules; MPT-7B config resid_pdrop 0;
+        BertConfig hidden_dropout_prob equals its attention dropout, the workload's ``dropout``."""
+        if self.arch is None:
+            return False
+        if self.arch.encoder:
+            return self.training.dropout > 0
+        return self.arch.family == "gpt2"
 
     @property
     def finetune(self) -> str:

@@ -1,0 +1,195 @@
+"""Eager PyTorch: the kernels a transformer block launches when its modules run as written.
+
+One function per stage between GEMMs. Each lists the aten kernels the module's forward
+launches, the kernels autograd runs for it in backward (torch/csrc/autograd derivatives.yaml),
+and the bytes per token it saves for backward (autograd saves an input only when the other
+input's gradient needs it). Sizes are per element of the stage's tensor; e is the activation
+dtype's size, fp32 upcasts are 4 bytes. Kernels over one value per row (a variance, its rsqrt)
+move negligible bytes but still launch.
+
+Sources, one per stage:
+- RMSNorm: transformers models/llama/modeling_llama.py LlamaRMSNorm.forward (``to(float32)``,
+  ``pow(2).mean(-1)``, ``* rsqrt(variance + eps)``, ``.to(input_dtype)``, ``weight *``); the same
+  ops in torchtitan models/norms.py RMSNorm and torchtune modules/rms_norm.py.
+- LayerNorm: nn.LayerNorm is one native kernel each way (aten native_layer_norm and
+  native_layer_norm_backward, the latter a dx kernel and a gamma/beta kernel): GPT-2, BERT,
+  llm-foundry's LPLayerNorm.
+- Rotary, three ways: transformers apply_rotary_pos_emb (``q * cos + rotate_half(q) * sin``,
+  rotate_half = ``cat((-x2, x1))``); torchtitan models/llama/model.py apply_rotary_emb (fp32
+  ``view_as_complex`` times ``freqs_cis``, ``type_as``); torchtune modules/
+  position_embeddings.py RotaryPositionalEmbeddings (fp32 pairs, four products, ``stack``).
+- Attention layout: repeat_kv (transformers integrations/sdpa_attention.py, torchtitan
+  model.py) copies K and V to every query head before SDPA under grouped-query attention; a
+  fused QKV projection (GPT-2 c_attn ``split``, MPT Wqkv ``chunk``) is split by views, and its
+  backward concatenates dq, dk, dv.
+- SwiGLU: LlamaMLP ``act_fn(gate_proj(x)) * up_proj(x)`` (silu and mul kernels), torchtitan
+  FeedForward ``F.silu(w1(x)) * w3(x)``.
+- GELU: GPT-2's ``gelu_new`` is transformers activations.py NewGELUActivation, eight aten ops
+  (``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))``); MPT and BERT use the native
+  GELU kernel.
+- Residual: ``residual + hidden_states`` (one add); GPT-2 drops the branch first
+  (resid_pdrop, aten native_dropout: a 1-byte mask); in backward the stream's two gradients
+  (through the branch and around it) meet in one add.
+"""
+
+from __future__ import annotations
+
+from simulator.job.kernels import FP32, Kernel, Shape, Stage, pointwise, tiny
+
+RotaryStyle = str  # "rotate_half" (transformers), "complex" (torchtitan), "pairs" (torchtune)
+
+
+def _cast(name: str, n: float, src: int, dst: int) -> list[Kernel]:
+    """``x.to(dtype)``: no kernel when the dtype already matches."""
+    return [] if src == dst else [pointwise(name, n, reads=src, writes=dst)]
+
+
+def norm(s: Shape, kind: str, *, residual: bool = False) -> Stage:
+    """Pre-LN norm on the residual stream (eager never fuses the residual add into it)."""
+    n, e = s.n_h, s.e
+    if kind == "layernorm":
+        return Stage.of([pointwise("native_layer_norm", n, reads=e, writes=e)],
+                        [pointwise("layer_norm_backward.dx", n, reads=2 * e, writes=e),
+                         pointwise("layer_norm_backward.dgamma_dbeta", n, reads=2 * e, writes=0),
+                         tiny("layer_norm_backward.sum")],
+                        saved_per_token=e * s.hidden)  # its input (mean, rstd: one per row)
+    f32 = FP32
+    forward = [*_cast("to_fp32", n, e, f32),
+               pointwise("pow", n, reads=f32, writes=f32),
+               pointwise("mean", n, reads=f32, writes=0),
+               tiny("add_eps"), tiny("rsqrt"),
+               pointwise("mul_rsqrt", n, reads=f32, writes=f32),
+               *_cast("to_dtype", n, f32, e),
+               pointwise("mul_weight", n, reads=e, writes=e)]
+    backward = [pointwise("mul_weight.grad_input", n, reads=e, writes=e),
+                pointwise("mul_weight.grad_weight", n, reads=2 * e, writes=e),
+                pointwise("sum_tokens.grad_weight", n, reads=e, writes=0),
+                *_cast("to_dtype.backward", n, e, f32),
+                pointwise("mul_rsqrt.grad_x", n, reads=f32, writes=f32),
+                pointwise("mul_rsqrt.grad_rsqrt", n, reads=2 * f32, writes=f32),
+                pointwise("sum_row.grad_rsqrt", n, reads=f32, writes=0),
+                tiny("rsqrt_backward"), tiny("add_eps_backward"),
+                pointwise("mean_backward", n, reads=0, writes=f32),
+                pointwise("pow_backward.two_x", n, reads=f32, writes=f32),
+                pointwise("pow_backward.mul_grad", n, reads=2 * f32, writes=f32),
+                pointwise("accumulate_grad_x", n, reads=2 * f32, writes=f32),
+                *_cast("to_fp32.backward", n, f32, e)]
+    # pow and mul save the fp32 input (x itself under fp32); the weight mul saves its bf16 input
+    return Stage.of(forward, backward, saved_per_token=(f32 + e) * s.hidden)
+
+
+def _rotary_one(n: float, e: int, style: RotaryStyle, tag: str) -> tuple[list[Kernel],
+                                                                          list[Kernel]]:
+    f32 = FP32
+    if style == "complex":
+        fwd = [*_cast(f"{tag}.float", n, e, f32),
+               pointwise(f"{tag}.mul_freqs_cis", n, reads=f32, writes=f32),
+               *_cast(f"{tag}.type_as", n, f32, e)]
+        bwd = [*_cast(f"{tag}.type_as.backward", n, e, f32),
+               pointwise(f"{tag}.mul_conj_freqs_cis", n, reads=f32, writes=f32),
+               *_cast(f"{tag}.float.backward", n, f32, e)]
+        return fwd, bwd
+    if style == "pairs":  # four half-size products, a sub, an add, a stack, all fp32
+        half = n / 2
+        fwd = [*_cast(f"{tag}.float", n, e, f32),
+               *[pointwise(f"{tag}.mul{i}", half, reads=f32, writes=f32) for i in range(4)],
+               pointwise(f"{tag}.sub", half, reads=2 * f32, writes=f32),
+               pointwise(f"{tag}.add", half, reads=2 * f32, writes=f32),
+               pointwise(f"{tag}.stack", n, reads=f32, writes=f32),
+               *_cast(f"{tag}.type_as", n, f32, e)]
+        bwd = [*_cast(f"{tag}.type_as.backward", n, e, f32),
+               pointwise(f"{tag}.sub_backward.neg", half, reads=f32, writes=f32),
+               *[pointwise(f"{tag}.mul{i}_backward", half, reads=f32, writes=f32)
+                 for i in range(4)],
+               *[pointwise(f"{tag}.accumulate_pair{i}", half, reads=2 * f32, writes=f32)
+                 for i in range(2)],
+               *[k for i in range(2) for k in (
+                   pointwise(f"{tag}.select_backward{i}.zeros", n, reads=0, writes=f32),
+                   pointwise(f"{tag}.select_backward{i}.copy", half, reads=f32, writes=f32))],
+               pointwise(f"{tag}.accumulate", n, reads=2 * f32, writes=f32),
+               *_cast(f"{tag}.float.backward", n, f32, e)]
+        return fwd, bwd
+    # rotate_half: q * cos + cat(-x2, x1) * sin
+    fwd = [pointwise(f"{tag}.mul_cos", n, reads=e, writes=e),
+           pointwise(f"{tag}.neg", n / 2, reads=e, writes=e),
+           pointwise(f"{tag}.cat", n, reads=e, writes=e),
+           pointwise(f"{tag}.mul_sin", n, reads=e, writes=e),
+           pointwise(f"{tag}.add", n, reads=2 * e, writes=e)]
+    bwd = [pointwise(f"{tag}.mul_sin_backward", n, reads=e, writes=e),
+           pointwise(f"{tag}.neg_backward", n / 2, reads=e, writes=e),
+           *[k for i in range(2) for k in (
+               pointwise(f"{tag}.slice_backward{i}.zeros", n, reads=0, writes=e),
+               pointwise(f"{tag}.slice_backward{i}.copy", n / 2, reads=e, writes=e))],
+           pointwise(f"{tag}.mul_cos_backward", n, reads=e, writes=e),
+           pointwise(f"{tag}.accumulate0", n, reads=2 * e, writes=e),
+           pointwise(f"{tag}.accumulate1", n, reads=2 * e, writes=e)]
+    return fwd, bwd
+
+
+def rotary(s: Shape, style: RotaryStyle) -> Stage:
+    """Rotary embedding of q and k. Nothing large is saved: cos, sin or freqs_cis carry no
+    gradient, so autograd keeps only them."""
+    fq, bq = _rotary_one(s.n_h, s.e, style, "rope_q")
+    fk, bk = _rotary_one(s.n_kv, s.e, style, "rope_k")
+    return Stage.of(fq + fk, bq + bk)
+
+
+def attention_layout(s: Shape, *, qkv_fused: bool) -> Stage:
+    """Copies between the projections and the attention kernel (SDPA takes strided q, k, v
+    whose last dimension is contiguous, so transposes are views; its output is laid out
+    (b, s, heads, d), so ``transpose(1, 2).contiguous()`` copies nothing)."""
+    e = s.e
+    fwd: list[Kernel] = []
+    bwd: list[Kernel] = []
+    if qkv_fused:  # split is views; backward writes dq, dk, dv into one (T, h + 2 kv) grad
+        width = s.tokens * (s.hidden + 2 * s.kv_dim)
+        bwd.append(pointwise("cat_qkv_grad", width, reads=e, writes=e))
+    if s.repeats_kv:  # expand + reshape materialises K and V per query head
+        for t in ("k", "v"):
+            fwd.append(Kernel("memory", 0.0, (s.n_kv + s.n_h) * e, name=f"repeat_kv.{t}"))
+            bwd.append(Kernel("memory", s.n_h, (s.n_h + s.n_kv) * e,
+                              name=f"repeat_kv.{t}.sum_backward"))
+    return Stage.of(fwd, bwd)
+
+
+def activation(s: Shape, mlp: str, *, gelu: str = "native") -> Stage:
+    """The MLP's activation between the up and down projections. Saved here: what the
+    activation's own backward needs (its output, the down projection's input, is counted
+    with the GEMM inputs)."""
+    n, e = s.n_f, s.e
+    if mlp == "swiglu":
+        return Stage.of([pointwise("silu", n, reads=e, writes=e, flops_per_element=4),
+                         pointwise("mul", n, reads=2 * e, writes=e)],
+                        [pointwise("mul_backward.grad_silu", n, reads=2 * e, writes=e),
+                         pointwise("mul_backward.grad_up", n, reads=2 * e, writes=e),
+                         pointwise("silu_backward", n, reads=2 * e, writes=e,
+                                   flops_per_element=6)],
+                        saved_per_token=3 * e * s.ffn)  # gate, silu(gate), up
+    if gelu == "python":  # NewGELUActivation, op by op
+        ops = [("pow3", 1), ("mul_c1", 1), ("add_x", 2), ("mul_c2", 1), ("tanh", 1),
+               ("add_one", 1), ("mul_half", 1), ("mul", 2)]
+        fwd = [pointwise(f"gelu_new.{name}", n, reads=r * e, writes=e) for name, r in ops]
+        bops = [("mul_backward.a", 2), ("mul_backward.b", 2), ("tanh_backward", 2),
+                ("mul_c2_backward", 1), ("mul_c1_backward", 1), ("pow_backward.pow2", 1),
+                ("pow_backward.mul3", 1), ("pow_backward.mul_grad", 2),
+                ("mul_half_backward", 1), ("accumulate0", 2), ("accumulate1", 2)]
+        bwd = [pointwise(f"gelu_new.{name}", n, reads=r * e, writes=e) for name, r in bops]
+        # pow saves x, tanh its output, the last mul both of its inputs
+        return Stage.of(fwd, bwd, saved_per_token=4 * e * s.ffn)
+    return Stage.of([pointwise("gelu", n, reads=e, writes=e, flops_per_element=8)],
+                    [pointwise("gelu_backward", n, reads=2 * e, writes=e, flops_per_element=12)],
+                    saved_per_token=e * s.ffn)  # its input
+
+
+def residual(s: Shape, *, dropout: bool, into_norm: bool = False) -> Stage:
+    """``residual + dropout(branch)``; backward: the dropout's mask pass and the add where the
+    stream's two gradients meet."""
+    n, e = s.n_h, s.e
+    fwd: list[Kernel] = []
+    bwd: list[Kernel] = []
+    if dropout:
+        fwd.append(pointwise("native_dropout", n, reads=e, writes=e + 1))
+        bwd.append(pointwise("native_dropout_backward", n, reads=e + 1, writes=e))
+    fwd.append(pointwise("add_residual", n, reads=2 * e, writes=e))
+    bwd.append(pointwise("accumulate_residual_grad", n, reads=2 * e, writes=e))
+    return Stage.of(fwd, bwd, saved_per_token=s.hidden if dropout else 0.0)  # 1-byte mask

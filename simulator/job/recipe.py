@@ -1,0 +1,114 @@
+"""The training recipe a job runs: kernels, loss, precision, optimizer, checkpointing.
+
+``training.framework`` names a bundle that sets the defaults of the other recipe keys as that
+framework ships them; keys the workload (or a command-line flag) gives explicitly override the
+bundle. Besides the five keys a bundle fixes details no key exposes (how rotary embeddings are
+written, which AdamW implementation runs, whether the loss is compiled, whether gradients are
+clipped). Every bundle entry names its source:
+
+- hf: transformers Trainer. Eager modules (``torch_compile=False``), ``ForCausalLMLoss`` on
+  ``logits.float()``, AMP bf16 (``bf16=True``), ``optim`` default ``adamw_torch_fused`` on
+  torch >= 2.8 (training_args.py), ``gradient_checkpointing=False``, ``max_grad_norm=1.0``;
+  rotary as modeling_llama.py ``rotate_half``.
+- torchtune: recipes/configs (llama3_1/8B_full_single_device.yaml and the distributed ones):
+  ``compile: False``, ``CEWithChunkedOutputLoss``, ``dtype: bf16`` (weights, gradients and
+  optimizer states all bf16), ``enable_activation_checkpointing: True``; the distributed
+  configs' ``torch.optim.AdamW`` with ``fused: True`` (single-device configs ship
+  ``PagedAdamW8bit``: say ``optimizer: adamw-8bit``); ``clip_grad_norm: null``; rotary as
+  modules/position_embeddings.py (fp32 pairs); the loss compiled with the model.
+- torchtitan: train_configs/llama3_8b.toml and config_manager.py at the 2024-12 benchmark
+  commit 9dec370: ``compile = false``, loss ``cross_entropy(pred.float())`` never compiled
+  (train.py), FSDP2 bf16 parameters with fp32 reduction, AdamW ``fused = False`` (so
+  foreach), ``activation_checkpoint.mode = 'selective'`` with ``selective_ac_option = 'op'``,
+  ``max_norm = 1.0``; rotary as models/llama/model.py (complex fp32).
+- llm-foundry: scripts/train/benchmarking yamls: eager MPT with flash attention and
+  ``loss_fn: fused_crossentropy`` (flash-attn's), ``precision: amp_bf16``, Composer
+  DecoupledAdamW (a per-tensor loop), no activation checkpointing, gradient clipping 1.0.
+- megatron: Megatron-LM defaults with Transformer Engine: fused kernels, fp32 vocab-parallel
+  cross-entropy on ``logits.float()`` (tensor_parallel/cross_entropy.py), bf16 with fp32 main
+  parameters, FusedAdam (one multi-tensor kernel), no recompute unless asked, ``--clip-grad 1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simulator.inputs.schema import TrainingConfig
+
+FRAMEWORKS = ("hf", "torchtune", "torchtitan", "llm-foundry", "megatron")
+KERNELS = ("eager", "compiled", "fused")
+# the training keys a framework bundle sets, in the order a recipe is printed
+KEYS = ("kernels", "cross_entropy", "precision", "optimizer", "activation_checkpointing")
+
+_BUNDLES: dict[str, dict[str, Any]] = {
+    "hf": {"kernels": "eager", "cross_entropy": "fp32", "precision": "bf16",
+           "optimizer": "adamw", "activation_checkpointing": "none",
+           "rotary": "rotate_half", "optimizer_impl": "fused", "compile_loss": True,
+           "clip_grad": True},
+    "torchtune": {"kernels": "eager", "cross_entropy": "chunked", "precision": "pure-bf16",
+                  "optimizer": "adamw", "activation_checkpointing": "full",
+                  "rotary": "pairs", "optimizer_impl": "fused", "compile_loss": True,
+                  "clip_grad": False},
+    "torchtitan": {"kernels": "eager", "cross_entropy": "fp32", "precision": "bf16",
+                   "optimizer": "adamw", "activation_checkpointing": "op",
+                   "rotary": "complex", "optimizer_impl": "foreach", "compile_loss": False,
+                   "clip_grad": True},
+    "llm-foundry": {"kernels": "eager", "cross_entropy": "fused", "precision": "bf16",
+                    "optimizer": "adamw", "activation_checkpointing": "none",
+                    "rotary": "rotate_half", "optimizer_impl": "loop", "compile_loss": True,
+                    "clip_grad": True},
+    "megatron": {"kernels": "fused", "cross_entropy": "fp32", "precision": "bf16",
+                 "optimizer": "adamw", "activation_checkpointing": "none",
+                 "rotary": "rotate_half", "optimizer_impl": "fused", "compile_loss": False,
+                 "clip_grad": True},
+}
+DEFAULT_FRAMEWORK = "hf"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A resolved recipe: every key set, and which ones came from the framework bundle."""
+
+    framework: str
+    kernels: str
+    cross_entropy: str
+    precision: str
+    optimizer: str
+    activation_checkpointing: str
+    rotary: str
+    optimizer_impl: str
+    compile_loss: bool
+    clip_grad: bool
+    from_bundle: tuple[str, ...] = ()  # the keys the bundle set (the rest were given)
+
+    @property
+    def loss_compiled(self) -> bool:
+        return self.kernels == "compiled" and self.compile_loss
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k in ("framework", *KEYS)}
+        out["from_framework"] = list(self.from_bundle)
+        return out
+
+    def words(self) -> str:
+        """One line: ``framework hf: kernels eager, cross_entropy fp32, ...``."""
+        return f"framework {self.framework}: " + ", ".join(
+            f"{k} {getattr(self, k)}" for k in KEYS)
+
+
+def resolve(training: TrainingConfig) -> Recipe:
+    """The recipe of a ``training`` block: explicit keys, else the framework's bundle."""
+    given = training.model_fields_set
+    framework = training.framework if "framework" in given else DEFAULT_FRAMEWORK
+    bundle = _BUNDLES[framework]
+    values = {k: getattr(training, k) if k in given else bundle[k] for k in KEYS}
+    details = {k: v for k, v in bundle.items() if k not in KEYS}
+    return Recipe(framework=framework, **values, **details,
+                  from_bundle=tuple(k for k in KEYS if k not in given))
+
+
+def bundle(framework: str) -> dict[str, Any]:
+    """A framework's defaults (for documentation and tests)."""
+    return dict(_BUNDLES[framework])
