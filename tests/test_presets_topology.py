@@ -77,4 +77,4 @@ def test_topo_png_into_missing_directory_is_an_input_error(
 
 def test_topo_too_many_gpus(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["topo", "-t", "2x5090", "--gpus", "3"]) == 2
-    assert "has 2 GPUs" in capsys.readouterr().err
+    assert "2 GPUs" in capsys.readouterr().err
