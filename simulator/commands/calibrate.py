@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from simulator import api
-from simulator.calibration import collectives_fit, compute_step, record
 from simulator.commands.run import check_strategy
 from simulator.errors import InputError
 from simulator.inputs import nccl_tests_log
@@ -52,6 +51,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from simulator.calibration import compute_step, record  # scipy: only when calibrating
+
     if not args.logs and args.step_time is None:
         raise InputError("give nccl-tests LOG files, or -w WORKLOAD --step-time SECONDS")
     if args.step_time is not None and not args.workload:
@@ -82,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fit_logs(args: argparse.Namespace, machine: Machine, old: Any) -> Any:
+    from simulator.calibration import collectives_fit, record
+
     fit_max = parse_size(args.fit_max) if args.fit_max else None
     logs = []
     for name in args.logs:
