@@ -20,7 +20,6 @@ from simulator import api
 from simulator.commands.run import check_strategy
 from simulator.errors import InputError
 from simulator.inputs import nccl_tests_log
-from simulator.inputs.config import load_topology
 from simulator.inputs.schema import FittedValue, UnfittedValue
 from simulator.machine import wire
 from simulator.machine.topology import Machine
@@ -57,10 +56,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give nccl-tests LOG files, or -w WORKLOAD --step-time SECONDS")
     if args.step_time is not None and not args.workload:
         raise InputError("--step-time needs the job it measured: -w WORKLOAD")
-    config = load_topology(args.topology)
-    calibration = config.calibration
+    machine = api.load_machine(args.topology)
+    calibration = machine.calibration
     if args.logs:
-        calibration = _fit_logs(args, Machine.from_config(config), calibration)
+        calibration = _fit_logs(args, machine, calibration)
     if args.step_time is not None:
         spec = api.RunSpec(
             args.topology, args.workload, check_strategy(args.strategy),
