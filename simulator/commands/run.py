@@ -27,7 +27,7 @@ from simulator.commands import price_flags, recipe_flags
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
 from simulator.machine.nccl_env import NcclEnv
-from simulator.outputs import trace
+from simulator.outputs import kineto, trace
 from simulator.outputs.files import Writer, check_outputs, text_writer, write_files
 from simulator.strategies import STRATEGIES
 from simulator.strategies.recipe import check_strategy, unused_flags
@@ -76,7 +76,12 @@ def add_parser(subparsers: Any) -> None:
         description="Simulate one training step: step time, throughput, exposed "
         "communication, MFU, memory per GPU, the bottleneck link.")
     add_job_arguments(parser)
-    parser.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace (Perfetto)")
+    parser.add_argument("--trace", metavar="FILE.json",
+                        help="write the step as a trace (FILE.json.gz: gzipped)")
+    parser.add_argument("--trace-format", default="perfetto", metavar="FORMAT",
+                        help="perfetto (default: one Chrome-trace file for ui.perfetto.dev) | "
+                        "kineto (PyTorch-profiler files, one per rank beside FILE: "
+                        "FILE.rank0.json, ...; Holistic Trace Analysis reads the folder)")
     parser.add_argument("--gantt", metavar="FILE.png", help="write a Gantt chart of the step")
     parser.add_argument("--gantt-per-gpu", action="store_true",
                         help="with --gantt: one lane per GPU and stream (plots.gantt "
@@ -262,13 +267,44 @@ def print_text(result: RunResult, out: Any = None) -> None:
             console.print(f"  {line}")
 
 
+TRACE_FORMATS = ("perfetto", "kineto")
+
+
+def trace_paths(path: str, fmt: str, world: int) -> list[str]:
+    """The files a trace goes to: the path itself, or one per rank beside it (kineto)."""
+    if fmt not in TRACE_FORMATS:
+        raise InputError(f"--trace-format: expected perfetto or kineto, got {fmt!r}")
+    return [path] if fmt == "perfetto" else kineto.rank_paths(path, world)
+
+
+def trace_writers(result: RunResult, path: str, fmt: str) -> list[tuple[str, Writer]]:
+    deps = [{t.id: t.deps for t in p.tasks} for p in result.programs]
+    timeline = result.timeline
+    if fmt == "perfetto":
+        return [(path, text_writer(trace.dumps(timeline, deps=deps)))]
+    machine = result.machine
+    devices = [kineto.device_properties(g.name, g.memory_bytes, g.compute_capability, g.sms)
+               for g in (machine.gpu_of(r) for r in range(machine.n_gpus))]
+    reduce_dtype, activation_dtype = kineto.comm_dtypes(
+        result.spec.strategy, result.job.precision, result.spec.grad_compression)
+    docs = kineto.rank_traces(timeline, devices, deps=deps, reduce_dtype=reduce_dtype,
+                              activation_dtype=activation_dtype)
+
+    def writer(doc: dict[str, Any]) -> Writer:
+        # ": " after keys: HTA finds a file's rank with the pattern '"rank":\s+(\d+)'
+        return lambda p: text_writer(json.dumps(doc, separators=(",", ": ")))(p)
+
+    return [(p, writer(doc)) for p, doc in
+            zip(trace_paths(path, fmt, timeline.world), docs, strict=True)]
+
+
 def write_outputs(result: RunResult, args: argparse.Namespace) -> None:
     words = "".join(f", {x}" for x in recipe_flags.words(result.report.get("recipe", {})))
     title = (f"{result.job.name} on {result.machine.name}, {result.spec.strategy}{words}: "
              f"step {result.timeline.step_time * 1e3:.1f} ms")
     writers: list[tuple[str, Writer]] = []
     if args.trace:
-        writers.append((args.trace, text_writer(trace.dumps(result.timeline))))
+        writers += trace_writers(result, args.trace, args.trace_format)
     if args.gantt or args.memory_png:
         from simulator.outputs import plots  # matplotlib only when a picture is asked for
 
@@ -286,7 +322,9 @@ def run(args: argparse.Namespace) -> int:
     if args.gantt_per_gpu and not args.gantt:
         raise InputError("--gantt-per-gpu changes the Gantt chart: give --gantt FILE.png too")
     spec = spec_from_args(args, args.topology, args.workload, args.strategy)
-    check_outputs([args.trace, args.gantt, args.memory_png])  # before minutes of work
+    traces = trace_paths(args.trace, args.trace_format,
+                         api.load_machine(spec.topology, spec.gpus).n_gpus) if args.trace else []
+    check_outputs([*traces, args.gantt, args.memory_png])  # before minutes of work
     result = api.simulate(spec, prices=price_flags.prices(args), ranges=not args.no_ranges)
     write_outputs(result, args)
     if args.json:

@@ -6,14 +6,18 @@ Layout (Trace Event Format, domain-model 7.1; like a PyTorch profiler trace, 7.2
   track never overlap (Perfetto drops overlapping slices on one track),
 - complete events (``"ph": "X"``) with ``ts`` and ``dur`` in microseconds, named after the
   layer / bucket / unit, ``cat`` = the span kind, args with bytes, algorithm, protocol,
-- a "links" process with counter tracks (``"ph": "C"``) of the utilisation (percent of
-  capacity) of the busiest links over the step.
-A pure function of a `Timeline`.
+- flow arrows (``"ph": "s"``/``"f"``, ``cat: dependency``) from each task to the tasks on
+  other streams that wait for it (on one stream the order already says it),
+- a "links" process with a counter track (``"ph": "C"``) of the utilisation (percent of
+  capacity) of every link that carried traffic.
+A pure function of a `Timeline` (and the programs' dependencies, for the arrows).
+Kineto-shaped per-rank traces for HTA are in ``kineto.py``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from simulator.engine.timeline import Timeline
@@ -34,16 +38,13 @@ def _meta(name: str, pid: int, tid: int | None, value: Any) -> dict[str, Any]:
     return event
 
 
-def busiest_links(timeline: Timeline, count: int) -> list[str]:
-    """The `count` links with the highest utilisation over the step, busiest first."""
-    ranked = sorted(timeline.link_bytes, key=lambda k: (-timeline.link_utilization(k), k))
-    return [k for k in ranked if timeline.link_bytes[k] > 0][:count]
-
-
-def chrome_trace(timeline: Timeline, *, counter_links: int = 8) -> dict[str, Any]:
-    """The trace as a JSON-ready dict: {"traceEvents": [...], "displayTimeUnit": "ms"}."""
+def chrome_trace(timeline: Timeline, *,
+                 deps: Sequence[Mapping[int, Sequence[int]]] = ()) -> dict[str, Any]:
+    """The trace as a JSON-ready dict: {"traceEvents": [...], "displayTimeUnit": "ms"}.
+    ``deps``: each rank group's ``{task: the tasks it waits for}`` (for the flow arrows)."""
     streams = timeline.streams()
     tid_of = {name: i + 1 for i, name in enumerate(streams)}
+    group_of = {gpu: g for g, group in enumerate(timeline.rank_groups) for gpu in group}
     events: list[dict[str, Any]] = []
     for gpu in range(timeline.world):
         events.append(_meta("process_name", gpu, None, f"GPU {gpu}"))
@@ -51,6 +52,7 @@ def chrome_trace(timeline: Timeline, *, counter_links: int = 8) -> dict[str, Any
         for stream, tid in tid_of.items():
             events.append(_meta("thread_name", gpu, tid, stream))
             events.append(_meta("thread_sort_index", gpu, tid, tid))
+    placed: dict[int, dict[int, tuple[float, int, str]]] = {}
     for span in timeline.spans_per_gpu():
         start, end = _us(span.start), _us(span.end)
         events.append({
@@ -58,25 +60,60 @@ def chrome_trace(timeline: Timeline, *, counter_links: int = 8) -> dict[str, Any
             "tid": tid_of[span.stream], "ts": start, "dur": round(end - start, _ROUND),
             "args": {"kind": span.kind, **span.args},
         })
-    links = busiest_links(timeline, counter_links)
-    if links:
+        task = span.args.get("task")
+        if deps and isinstance(task, int) and end > start:
+            placed.setdefault(span.gpu, {})[task] = (start, tid_of[span.stream], span.stream)
+    for gpu, tasks in placed.items():
+        events += flows(tasks, deps[group_of[gpu]], pid=gpu, key=gpu)
+    if any(v > 0 for v in timeline.link_bytes.values()):
         pid = timeline.world
         events.append(_meta("process_name", pid, None, "links"))
         events.append(_meta("process_sort_index", pid, None, pid))
-        last: dict[str, float] = {}
-        for sample in timeline.link_usage:
-            for link in links:
-                util = round(100 * sample.rates.get(link, 0.0) / timeline.link_capacity[link], 2)
-                if last.get(link) != util:
-                    events.append({"name": link, "ph": "C", "pid": pid,
-                                   "ts": _us(sample.time), "args": {"utilization_pct": util}})
-                    last[link] = util
+        events += link_counters(timeline, pid, _us)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
         "otherData": {"step_time_s": timeline.step_time, "world": timeline.world,
                       "strategy": timeline.meta.get("strategy")},
     }
+
+
+def flows(placed: Mapping[int, tuple[float, int, str]], deps: Mapping[int, Sequence[int]], *,
+          pid: int, key: int) -> list[dict[str, Any]]:
+    """Flow arrows for dependencies that cross streams (on one stream the order says it).
+    ``placed``: task -> (start, tid, stream) of its slice; ``key`` (the GPU) keeps the ids of
+    different GPUs apart in one file."""
+    events: list[dict[str, Any]] = []
+    n = 0
+    for task, (ts, tid, stream) in placed.items():
+        for dep in deps.get(task, ()):
+            if dep not in placed or placed[dep][2] == stream:
+                continue
+            src_ts, src_tid, _ = placed[dep]
+            n += 1
+            flow = key * 10_000_000 + n
+            events.append({"ph": "s", "cat": "dependency", "name": "dependency", "id": flow,
+                           "pid": pid, "tid": src_tid, "ts": src_ts})
+            events.append({"ph": "f", "bp": "e", "cat": "dependency", "name": "dependency",
+                           "id": flow, "pid": pid, "tid": tid, "ts": ts})
+    return events
+
+
+def link_counters(timeline: Timeline, pid: int,
+                  us: Callable[[float], float]) -> list[dict[str, Any]]:
+    """Utilisation (percent of capacity) of every link that carried traffic, as one counter
+    track per link, an event wherever it changes (``us``: seconds to the trace's ts)."""
+    links = sorted(k for k, v in timeline.link_bytes.items() if v > 0)
+    events: list[dict[str, Any]] = []
+    last: dict[str, float] = {}
+    for sample in timeline.link_usage:
+        for link in links:
+            util = round(100 * sample.rates.get(link, 0.0) / timeline.link_capacity[link], 2)
+            if last.get(link) != util:
+                events.append({"name": link, "ph": "C", "pid": pid, "ts": us(sample.time),
+                               "args": {"utilization_pct": util}})
+                last[link] = util
+    return events
 
 
 def problems(doc: dict[str, Any]) -> list[str]:
