@@ -1,7 +1,5 @@
 """`python -m simulator` is the same as the `stepsim` command."""
 
-import sys
+from simulator.cli import entry
 
-from simulator.cli import main
-
-sys.exit(main())
+entry()

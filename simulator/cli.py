@@ -1,7 +1,14 @@
 """The `stepsim` command: one subcommand per module in simulator/commands/.
 
-Every subcommand module has ``add_parser(subparsers)`` and ``run(args) -> int``. Bad input
-(an :class:`InputError`) is printed as one line on stderr with exit status 2, never a traceback.
+Every subcommand module has ``add_parser(subparsers)`` and ``run(args) -> int``. Only the
+module of the command being run is imported (its flags are built then); the others appear in
+``stepsim --help`` by the one-line help in ``COMMANDS``, so `stepsim --version` or `stepsim
+presets` never load the simulator. Bad input (an :class:`InputError`) is printed as one line
+on stderr with exit status 2, never a traceback.
+
+``entry`` is the installed `stepsim` program: once the answer is written and flushed it ends
+the process without tearing the interpreter down (freeing every module and object of a
+finished run costs a tenth of a short run and changes nothing the user sees).
 """
 
 from __future__ import annotations
@@ -19,11 +26,27 @@ from simulator.commands.parsing import Parser, UsageError
 from simulator.errors import InputError
 from simulator.outputs.jsondoc import SCHEMA_VERSION
 
-COMMANDS = ("run", "collective", "memory", "topo", "calibrate", "compare", "sweep", "advise",
-            "presets")
+# command -> its one-line help (tests/test_cli.py checks each module registers the same line)
+COMMANDS: dict[str, str] = {
+    "run": "simulate one training step",
+    "collective": "time one NCCL collective over a range of sizes, like nccl-tests",
+    "memory": "memory per GPU of a training job and whether it fits",
+    "topo": "GPU-pair matrix (path type, transport, GB/s) and NCCL rings",
+    "calibrate": "fit a topology to your nccl-tests logs and a measured GPU step",
+    "compare": "several machines / workloads / strategies side by side",
+    "sweep": "one job over list-valued options (e.g. --bucket-mb 1,5,25,100,400)",
+    "advise": "the best strategy, recipe and micro-batch for a job on each machine",
+    "presets": "list the bundled topologies and workloads",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with ``command``'s full flags (every command's when None)."""
     parser = Parser(
         prog="stepsim",
         description="Simulate one multi-GPU training step on a modelled machine, without a GPU.",
@@ -31,16 +54,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"stepsim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                 parser_class=Parser)
-    for name in COMMANDS:
-        importlib.import_module(f"simulator.commands.{name}").add_parser(sub)
+    for name, help_line in COMMANDS.items():
+        if command is None or name == command:
+            importlib.import_module(f"simulator.commands.{name}").add_parser(sub)
+        else:
+            sub.add_parser(name, help=help_line)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     prog = "stepsim"
+    command = _command_of(argv)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(command if command in COMMANDS else "").parse_args(argv)
         prog = f"stepsim {args.command}"
         code = int(args.handler(args))
         sys.stdout.flush()  # a full or closed stdout fails here, not in interpreter teardown
@@ -78,5 +105,21 @@ def _silence_stdout() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def entry() -> None:
+    """The `stepsim` program: run, flush what was printed, and leave without teardown."""
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's --help and --version
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:  # the reader left (`stepsim ... | head`), or the disk is full
+            _silence_stdout()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -13,9 +13,6 @@ import json
 import sys
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from simulator import api
 from simulator.advice.ranges import WORDS
 from simulator.commands import price_flags
@@ -64,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(reports, indent=2, default=str))
         return 0
+    from rich.console import Console  # rich only for text output
+    from rich.table import Table
+
     table = Table(show_lines=False, title_justify="left",
                   title="same flags, side by side" if varying else None)
     table.add_column("", style="bold")

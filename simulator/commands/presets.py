@@ -6,8 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from simulator import api
-from simulator.inputs.schema import TopologyConfig, WorkloadConfig
+from simulator.inputs import catalog  # the presets' YAML as written: no models, no simulator
 
 
 def add_parser(subparsers: Any) -> None:
@@ -28,19 +27,13 @@ def _first_sentence(text: str, limit: int = 90) -> str:
 
 
 def listing() -> dict[str, list[dict[str, str]]]:
-    topologies = []
-    for name, cfg in api.presets("topologies"):
-        assert isinstance(cfg, TopologyConfig)
-        gpus = sum(1 for n in cfg.nodes if n.kind == "gpu")
-        topologies.append({"name": name, "gpus": f"{gpus} x {cfg.gpu}",
-                           "description": _first_sentence(cfg.description)})
-    workloads = []
-    for name, w in api.presets("workloads"):
-        assert isinstance(w, WorkloadConfig)
-        t = w.training
-        recipe = f"{t.finetune}, seq {t.seq_len}, micro-batch {t.micro_batch}, {t.precision}"
-        workloads.append({"name": name, "recipe": recipe,
-                          "description": _first_sentence(w.description)})
+    topologies = [{"name": t["name"], "gpus": f"{t['gpus']} x {t['gpu']}",
+                   "description": _first_sentence(t["description"])}
+                  for t in catalog.topologies()]
+    workloads = [{"name": w["name"],
+                  "recipe": f"{w['finetune']}, seq {w['seq_len']}, micro-batch "
+                            f"{w['micro_batch']}, {w['precision']}",
+                  "description": _first_sentence(w["description"])} for w in catalog.workloads()]
     return {"topologies": topologies, "workloads": workloads}
 
 

@@ -17,9 +17,6 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from simulator import api
 from simulator.api import RunResult, RunSpec
 from simulator.commands import figures as fig
@@ -227,6 +224,9 @@ def bucket_summary(buckets: list[dict[str, Any]]) -> str:
 
 def print_text(result: RunResult, out: Any = None) -> None:
     r = result.report
+    from rich.console import Console  # rich only for text output
+    from rich.table import Table
+
     console = Console(file=out or sys.stdout, highlight=False, width=110, soft_wrap=True)
     if not r["memory"]["fits"]:
         console.print(f"memory: {memory_verdict(r['memory'])}; simulated anyway, "

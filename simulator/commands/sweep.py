@@ -11,18 +11,15 @@ a list of `run --json` objects, each with the point's option values under ``"poi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
-
-from rich.console import Console
-from rich.progress import Progress
-from rich.table import Table
 
 from simulator import api
 from simulator.advice.cost import Prices
@@ -100,17 +97,16 @@ def run(args: argparse.Namespace) -> int:
     # (about 0.5 s measured on 2 cores), so processes are used only when asked for.
     jobs = min(args.jobs or 1, max(1, len(rest)))
     show = sys.stdout.isatty() and not os.environ.get("CI") and not args.json
-    with Progress(transient=True, disable=not show) as progress:
-        task = progress.add_task("simulating", total=len(specs), completed=1)
+    with _progress(len(specs), show) as advance:
         if jobs > 1:
             with ProcessPoolExecutor(max_workers=jobs) as pool:
                 for report in pool.map(_run_point, rest):
                     reports.append(report)
-                    progress.advance(task)
+                    advance()
         else:
             for point in rest:
                 reports.append(_run_point(point))
-                progress.advance(task)
+                advance()
     for report, combo in zip(reports, combos, strict=True):
         report["point"] = combo
     labels = [", ".join(f"{k.replace('_', '-')}={v:g}" for k, v in c.items() if k in swept)
@@ -131,7 +127,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _progress(total: int, show: bool) -> Iterator[Callable[[], None]]:
+    """A rich progress bar on a terminal (one point already done); elsewhere nothing, and rich
+    is not even imported."""
+    if not show:
+        yield lambda: None
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as progress:
+        task = progress.add_task("simulating", total=total, completed=1)
+        yield lambda: progress.advance(task)
+
+
 def print_table(reports: list[dict[str, Any]], labels: list[str], base: RunSpec) -> None:
+    from rich.console import Console  # rich only for text output
+    from rich.table import Table
+
     first = reports[0]
     table = Table(title=f"{first['workload']} on {first['topology']}, {base.strategy}",
                   title_justify="left")

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from simulator.errors import InputError
 from simulator.inputs.loader import Loc, decode, load_yaml
-from simulator.inputs.schema import TopologyConfig, WorkloadConfig
 
-M = TypeVar("M", bound=BaseModel)
+if TYPE_CHECKING:  # pydantic and the models load with the first file validated, not before
+    from pydantic import BaseModel, ValidationError
+
+    from simulator.inputs.schema import TopologyConfig, WorkloadConfig
+
+M = TypeVar("M", bound="BaseModel")
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # simulator/
 _PRESET_ROOTS = (_PACKAGE_DIR / "_presets", _PACKAGE_DIR.parent)  # wheel, then source tree
@@ -56,10 +58,14 @@ def resolve(name_or_path: str, kind: str) -> Path:
 
 
 def load_topology(name_or_path: str) -> TopologyConfig:
+    from simulator.inputs.schema import TopologyConfig
+
     return _load(resolve(name_or_path, "topologies"), TopologyConfig)
 
 
 def load_workload(name_or_path: str) -> WorkloadConfig:
+    from simulator.inputs.schema import WorkloadConfig
+
     return _load(resolve(name_or_path, "workloads"), WorkloadConfig)
 
 
@@ -75,6 +81,8 @@ def _load(path: Path, model: type[M]) -> M:
 
 def validate(data: Any, lines: dict[Loc, int], model: type[M], file: str) -> M:
     """``data`` as ``model``, or the first problem as one line naming file, line and key."""
+    from pydantic import ValidationError
+
     if data is None:
         raise InputError("the file is empty", file=file)
     if not isinstance(data, dict):

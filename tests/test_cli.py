@@ -1,0 +1,86 @@
+"""The `stepsim` entry point: commands load only what they use, the program exits cleanly."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simulator import cli
+from simulator.commands import presets
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("numpy", "networkx", "simpy", "pydantic", "rich", "matplotlib")
+
+
+def _imported_after(argv: list[str]) -> set[str]:
+    """The heavy packages a fresh interpreter has imported after `stepsim ARGV`."""
+    code = ("import io, contextlib, sys\n"
+            "from simulator.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    main({argv!r})\n"
+            f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize("name", list(cli.COMMANDS))
+def test_the_listed_help_line_is_the_one_the_command_registers(name: str) -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    __import__(f"simulator.commands.{name}", fromlist=["add_parser"]).add_parser(sub)
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    assert helps == {name: cli.COMMANDS[name]}
+
+
+def test_every_command_module_is_listed() -> None:
+    modules = {p.stem for p in (ROOT / "simulator" / "commands").glob("*.py")}
+    assert set(cli.COMMANDS) <= modules
+
+
+def test_presets_load_neither_the_models_nor_the_simulator() -> None:
+    assert _imported_after(["presets", "--json"]) == set()
+
+
+def test_json_output_does_not_load_rich() -> None:
+    assert "rich" not in _imported_after(["collective", "-t", "2x5090", "--op", "allreduce",
+                                          "--bytes", "1M", "--json"])
+
+
+def test_the_fast_listing_is_what_the_validated_presets_say() -> None:
+    from simulator.inputs.config import load_topology, load_workload, preset_names
+
+    for name, line in zip(preset_names("topologies"), presets.listing()["topologies"],
+                          strict=True):
+        cfg = load_topology(name)
+        assert line["gpus"] == f"{sum(n.kind == 'gpu' for n in cfg.nodes)} x {cfg.gpu}"
+    for name, line in zip(preset_names("workloads"), presets.listing()["workloads"],
+                          strict=True):
+        t = load_workload(name).training
+        assert line["recipe"] == (f"{t.finetune}, seq {t.seq_len}, micro-batch "
+                                  f"{t.micro_batch}, {t.precision}")
+
+
+def _program(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "simulator", *argv], capture_output=True,
+                          text=True, cwd=ROOT)
+
+
+def test_the_program_prints_everything_and_exits_with_the_status() -> None:
+    done = _program("presets", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["topologies"]
+    assert _program("--version").stdout.startswith("stepsim ")
+    bad = _program("run", "-t", "no-such-box", "-w", "gpt2-medium")
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
+    assert _program("no-such-command").returncode == 2
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
+    done = subprocess.run(f"{sys.executable} -m simulator presets | head -1", shell=True,
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.stdout == "Topologies (-t):\n" and "Traceback" not in done.stderr
