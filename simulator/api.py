@@ -94,21 +94,28 @@ class RunResult:
     report: dict[str, Any]
 
 
-@lru_cache(maxsize=32)
 def load_machine(topology: str, gpus: int | None = None,
                  scales: RateScales = NEUTRAL, nccl: NcclEnv = NO_ENV) -> Machine:
     """The machine of a topology YAML or preset, cut to its first ``gpus`` GPUs (cached),
-    with its mechanisms' rates scaled by ``scales``, under the NCCL variables ``nccl``."""
+    with its mechanisms' rates scaled by ``scales``, under the NCCL variables ``nccl``.
+
+    The file is read and the machine built once per process: every variant (fewer GPUs,
+    scaled rates, other NCCL variables) derives from that one build and shares its paths."""
+    return _machine(topology, gpus, scales, nccl)
+
+
+@lru_cache(maxsize=64)
+def _machine(topology: str, gpus: int | None, scales: RateScales, nccl: NcclEnv) -> Machine:
     if nccl.active:
-        return load_machine(topology, gpus, scales).with_nccl(nccl)
+        return _machine(topology, gpus, scales, NO_ENV).with_nccl(nccl)
     if not scales.neutral:
-        return load_machine(topology, gpus).with_scales(scales)
-    built = Machine.from_config(load_topology(topology))
+        return _machine(topology, gpus, NEUTRAL, NO_ENV).with_scales(scales)
     if gpus is not None:
+        built = _machine(topology, None, NEUTRAL, NO_ENV)
         if gpus > built.n_gpus:
             raise InputError(f"--gpus {gpus}: the machine has only {built.n_gpus} GPUs")
-        built = built.subset(gpus)
-    return built
+        return built.subset(gpus)
+    return Machine.from_config(load_topology(topology))
 
 
 @lru_cache(maxsize=32)
@@ -364,14 +371,24 @@ def recipe(spec: RunSpec, job: Job | None = None) -> dict[str, Any]:
             "overlap_comm": bool(spec.zero_overlap_comm)}
 
 
-@lru_cache(maxsize=32)
 def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
-    """Tokens/s of one GPU of the same machine with the same per-GPU batch (None: won't fit)."""
-    # same per-GPU recipe (checkpointing kept); the parallelism-only flags do not apply
-    one = replace(spec, strategy="ddp", gpus=1, tp=None, grad_compression="none",
-                  gradient_as_bucket_view=False, sequence_parallel=False,
-                  reshard_after_forward=True, zero_overlap_comm=None, pp=1,
-                  schedule="1f1b", virtual_stages=1)
+    """Tokens/s of one GPU of the same machine with the same per-GPU batch (None: won't fit).
+
+    Simulated once per distinct one-GPU step, however many points of a sweep, comparison or
+    advice share it: of the spec only what one GPU runs is kept (the machine, the job, its
+    batch and recipe, the rate scales); the parallelism flags (strategy, GPUs, TP, pipeline,
+    buckets, overlap, comm hook, FSDP/ZeRO options) are dropped, as on one GPU nothing is
+    communicated.
+    """
+    return _single_gpu(replace(spec, strategy="ddp", gpus=1, tp=None, bucket_mb=None,
+                               overlap=True, grad_compression="none",
+                               gradient_as_bucket_view=False, sequence_parallel=False,
+                               reshard_after_forward=True, zero_overlap_comm=None, pp=1,
+                               schedule="1f1b", virtual_stages=1))
+
+
+@lru_cache(maxsize=64)
+def _single_gpu(one: RunSpec) -> float | None:
     job = job_of(one)
     one_gpu = load_machine(one.topology, 1, one.scales, one.nccl).for_job(job.name)
     if not _memory(job, one_gpu, one)["fits"]:
@@ -380,6 +397,14 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
     timeline = engine.simulate(programs, one_gpu, compute_slowdown=one.compute_slowdown)
     tokens = job.tokens_per_micro_batch * job.grad_accum
     return tokens / timeline.step_time if timeline.step_time > 0 else None
+
+
+def clear_caches() -> None:
+    """Forget every machine, job and one-GPU baseline built so far (for tests that swap a
+    module the cached results came from)."""
+    _machine.cache_clear()
+    load_job.cache_clear()
+    _single_gpu.cache_clear()
 
 
 def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None = None,

@@ -61,7 +61,7 @@ def build_one(name, job, machine, options):  # noqa: ANN001, ANN201
 
 @pytest.fixture(autouse=True)
 def fake_strategies(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
-    api.single_gpu_tokens_per_s.cache_clear()
+    api.clear_caches()
     if "real" not in request.node.name:
         monkeypatch.setattr(api, "strategies", SimpleNamespace(Options=Options, build=build))
 

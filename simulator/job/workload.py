@@ -296,6 +296,11 @@ class Job:
     modules: tuple[Module, ...]
     params: list[ParamTensor] = field(hash=False, compare=False)
     recipe: Recipe = field(default_factory=lambda: resolve_recipe(TrainingConfig(seq_len=1)))
+    # built on first use: every strategy, the memory model and the size check read them
+    _ops: dict[str, tuple[Op, ...]] = field(default_factory=dict, init=False, repr=False,
+                                            hash=False, compare=False)
+    _by_block: dict[int, list[int]] = field(default_factory=dict, init=False, repr=False,
+                                            hash=False, compare=False)
 
     @staticmethod
     def from_config(cfg: WorkloadConfig, *, micro_batch: int | None = None,
@@ -349,7 +354,10 @@ class Job:
 
     def block_params(self, block: int) -> list[int]:
         """Indices into `params` of one block's tensors, in registration order."""
-        return [i for i, p in enumerate(self.params) if p.block == block]
+        if not self._by_block and self.params:  # one pass for all blocks, not one per block
+            for i, p in enumerate(self.params):
+                self._by_block.setdefault(p.block, []).append(i)
+        return list(self._by_block.get(block, ()))
 
     @property
     def n_params(self) -> int:
@@ -443,9 +451,12 @@ class Job:
 
     # --- ops (simulator/job/ops.py) ------------------------------------------------------------
     def ops(self, phase: Phase) -> list[Op]:
-        from simulator.job import ops
+        """One micro-batch's ops of a phase (ops.py), built once per job; a new list each call."""
+        if phase not in self._ops:
+            from simulator.job import ops
 
-        return ops.build(self, phase)
+            self._ops[phase] = tuple(ops.build(self, phase))
+        return list(self._ops[phase])
 
     def forward_ops(self) -> list[Op]:
         return self.ops("forward")

@@ -1,0 +1,58 @@
+"""Work done once per process: a job's ops and parameter index, a topology file's machine, the
+one-GPU baseline a sweep's points share."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simulator import api
+from simulator.inputs import config
+from simulator.job import ops
+from simulator.job.workload import Job
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches() -> None:
+    api.clear_caches()
+
+
+def test_a_jobs_ops_are_built_once_and_handed_out_as_new_lists(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    job = Job.from_config(config.load_workload("gpt2-medium"))
+    calls: list[str] = []
+    build = ops.build
+    monkeypatch.setattr(ops, "build", lambda j, phase: calls.append(phase) or build(j, phase))
+    first, second = job.backward_ops(), job.backward_ops()
+    assert calls == ["backward"]
+    assert first == second and first is not second
+    first.clear()
+    assert job.backward_ops() == second
+
+
+@pytest.mark.parametrize("workload", ["llama2-7b-lora", "resnet50"])
+def test_block_params_are_each_blocks_tensors_in_order(workload: str) -> None:
+    job = Job.from_config(config.load_workload(workload))
+    for block in job.blocks:
+        assert job.block_params(block) == [i for i, p in enumerate(job.params)
+                                           if p.block == block]
+
+
+def test_a_topology_file_is_read_once_for_every_variant(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[str] = []
+    load = config.load_topology
+    monkeypatch.setattr(api, "load_topology", lambda name: reads.append(name) or load(name))
+    spec = api.RunSpec("8x5090-switch", "gpt2-medium", "ddp", gpus=4)
+    api.simulate(spec, ranges=True)  # ranges re-run it at scaled rates, against one GPU too
+    api.simulate(replace(spec, gpus=None))
+    assert reads == ["8x5090-switch"]
+
+
+def test_a_sweep_simulates_one_gpu_once() -> None:
+    base = api.RunSpec("8x5090-dual-socket", "gpt2-medium", "ddp")
+    for bucket in (1, 25, 400):
+        for gpus in (2, 4, 8):
+            api.simulate(replace(base, bucket_mb=bucket, gpus=gpus, overlap=gpus != 4))
+    info = api._single_gpu.cache_info()
+    assert (info.misses, info.hits) == (1, 8)
