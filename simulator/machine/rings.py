@@ -59,7 +59,7 @@ def nvlink_cycle(machine: Machine, ranks: tuple[int, ...]) -> tuple[int, ...] | 
     width: dict[tuple[int, int], float] = {}
     for a in ranks:
         for b in ranks:
-            data = machine.graph.get_edge_data(nodes[a], nodes[b])
+            data = machine.adjacency[nodes[a]].get(nodes[b])
             if a != b and data is not None and data["kind"] == "nvlink":
                 width[(a, b)] = data["capacity"]
     if any(sum(1 for (a, _) in width if a == r) < 2 for r in ranks):
@@ -130,7 +130,7 @@ def search_ring(machine: Machine, ranks: tuple[int, ...]) -> Ring:
         n = math.floor(headroom / speed + _EPS)
         return (n, limit) if n < MAX_RING_CHANNELS else (MAX_RING_CHANNELS, "")
 
-    max_bw = max(machine.nccl_path_bandwidth(a, b) / GB for a in order for b in order if a != b)
+    max_bw = _max_path_bandwidth(machine, order)
     total_bw = max(_gpu_total_bw(machine, r) for r in order)
     speeds = speed_table(machine.gpu.compute_capability)
     index = next((i for i, s in enumerate(speeds) if s <= max_bw), len(speeds) - 1)
@@ -162,11 +162,26 @@ def search_ring(machine: Machine, ranks: tuple[int, ...]) -> Ring:
     return Ring(order, n_best, s_best * GB, bottleneck=limit_best or None)
 
 
+def _max_path_bandwidth(machine: Machine, order: tuple[int, ...]) -> float:
+    """search.cc ncclTopoSearchInit maxBw: the widest NCCL path between two GPUs of the ring,
+    GB/s. A path is no wider than its first hop, so sources go widest link first and the search
+    stops once no source left can beat the best found (one source on symmetric machines)."""
+    nodes = machine.gpu_nodes
+    reach = {r: max(machine.nccl_link_bandwidth[f"{nodes[r]}->{v}"] / GB
+                    for v in machine.adjacency[nodes[r]]) for r in order}
+    best = 0.0
+    for a in sorted(order, key=lambda r: -reach[r]):
+        if reach[a] <= best:
+            break
+        best = max(best, *(machine.nccl_path_bandwidth(a, b) / GB for b in order if b != a))
+    return best
+
+
 def _gpu_total_bw(machine: Machine, rank: int) -> float:
     """search.cc getTotalBw: max(the GPU's PCIe link, the sum of its NVLinks), GB/s."""
     node = machine.gpu_nodes[rank]
     pcie, nvlink = 0.0, 0.0
-    for _, other, data in machine.graph.edges(node, data=True):
+    for other, data in machine.adjacency[node].items():
         bw = machine.nccl_link_bandwidth[f"{node}->{other}"] / GB
         if data["kind"] == "nvlink":
             nvlink += bw

@@ -1,8 +1,10 @@
 """The machine: GPUs, switches, CPUs and the links between them, as NCCL sees and uses them.
 
 Inside: ``Link`` (one direction of a physical link, or a host-memory resource), ``Machine``
-(the networkx graph, directed links, NCCL path types, P2P vs SHM transport, routes) and the
-ring and channel choice in ``Machine.ring`` (its rules live in simulator/machine/rings.py).
+(the graph of nodes and links, directed links, NCCL path types, P2P vs SHM transport, routes)
+and the ring and channel choice in ``Machine.ring`` (its rules live in simulator/machine/rings.py).
+The best path between two nodes is paths.py's search; ``Machine.graph`` is the same machine as a
+networkx graph, built when something asks for it (drawing, analysis), not for simulating.
 
 Assumptions: a path between two GPUs never passes through a third GPU (NCCL's NVB paths,
 NVLink relayed by an intermediate GPU, are not modelled); a GPU's socket is the CPU it reaches
@@ -13,16 +15,19 @@ without crossing a socket link. Capacities are physical (hardware.py); NCCL's ow
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from simulator.errors import InputError
 from simulator.inputs.schema import CalibrationConfig, LinkConfig, NodeConfig, TopologyConfig
 from simulator.machine import hardware
 from simulator.machine.nccl_env import NcclEnv
+from simulator.machine.paths import Hop, PathFinder, unreached
 from simulator.machine.wire import HOST_MEMORY_PASSES, WireParams
 from simulator.scales import NEUTRAL, RateScales
 from simulator.units import GB, US
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 # Path types in NCCL's order (src/include/graph.h PATH_LOC .. PATH_NET); lower is closer.
 PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET")
@@ -100,15 +105,21 @@ class Machine:
 
     config: TopologyConfig
     gpu: hardware.GPU
-    graph: nx.Graph
+    # node -> neighbour -> the link's attributes (kind, capacity, latency, nccl_bandwidth,
+    # hop_type), in the topology file's order; one dict per link, shared by both ends
+    adjacency: dict[str, dict[str, dict[str, Any]]]
     links: dict[str, Link]
+    nodes: dict[str, NodeConfig]  # node id -> its entry in the topology file
     gpu_nodes: tuple[str, ...]  # node id of each rank
     nccl_link_bandwidth: dict[str, float]  # directed link id -> NCCL's belief, B/s
     gpus: tuple[hardware.GPU, ...] = ()  # the card at each rank (node `gpu`, else `gpu`)
     _paths: dict[tuple[str, str], Path] = field(default_factory=dict, repr=False)
     _routes: dict[tuple[int, int], Route] = field(default_factory=dict, repr=False)
+    _types: dict[tuple[int, int], str] = field(default_factory=dict, repr=False)
     _rings: dict[tuple[int, ...], Ring] = field(default_factory=dict, repr=False)
     _cpus: dict[str, str | None] = field(default_factory=dict, repr=False)
+    _finder: PathFinder | None = field(default=None, repr=False)
+    _graph: nx.Graph | None = field(default=None, repr=False)
     scales: RateScales = NEUTRAL  # achieved-rate factors for range propagation (scales.py)
     # the physical collective parameters (wire.py), with the topology's calibration applied
     wire: WireParams = field(default_factory=WireParams)
@@ -132,24 +143,48 @@ class Machine:
     def n_gpus(self) -> int:
         return len(self.gpu_nodes)
 
+    @property
+    def graph(self) -> nx.Graph:
+        """The machine as a networkx graph (nodes: kind, config; edges: the link attributes)."""
+        if self._graph is None:
+            import networkx as nx
+
+            graph = nx.Graph(name=self.config.name)
+            for node in self.config.nodes:
+                graph.add_node(node.id, kind=node.kind, config=node)
+            for lc in self.config.links:
+                graph.add_edge(lc.a, lc.b, **self.adjacency[lc.a][lc.b])
+            self._graph = graph
+        return self._graph
+
+    @property
+    def paths(self) -> PathFinder:
+        """The best-path search over this machine's links (paths.py), built once."""
+        if self._finder is None:
+            hops = {u: {v: Hop(PATH_RANK[e["hop_type"]], e["nccl_bandwidth"], e["capacity"])
+                        for v, e in nbrs.items()} for u, nbrs in self.adjacency.items()}
+            self._finder = PathFinder(hops, set(self.gpu_nodes))
+        return self._finder
+
     # --- construction -----------------------------------------------------------------
 
     @classmethod
     def from_config(cls, config: TopologyConfig, nccl: NcclEnv | None = None) -> Machine:
         gpu = hardware.resolve_gpu(config.gpu)
-        graph = nx.Graph(name=config.name)
-        for node in config.nodes:
-            graph.add_node(node.id, kind=node.kind, config=node)
+        nodes = {node.id: node for node in config.nodes}
+        adjacency: dict[str, dict[str, dict[str, Any]]] = {node.id: {} for node in config.nodes}
         links: dict[str, Link] = {}
         nccl_bw: dict[str, float] = {}
         wire = WireParams.from_calibration(config.calibration)
         for lc in config.links:
-            kind_a, kind_b = graph.nodes[lc.a]["kind"], graph.nodes[lc.b]["kind"]
-            capacity, latency, belief = _link_numbers(lc, config, gpu, graph)
+            kind_a, kind_b = nodes[lc.a].kind, nodes[lc.b].kind
+            capacity, latency, belief = _link_numbers(lc, config, gpu, nodes)
             if lc.kind in ("upi", "xgmi") and wire.socket_link_gb_per_s is not None:
                 capacity = wire.socket_link_gb_per_s * GB  # calibrated (calibration.fitted)
-            graph.add_edge(lc.a, lc.b, kind=lc.kind, capacity=capacity, latency=latency,
-                           nccl_bandwidth=belief, hop_type=_hop_type(kind_a, kind_b, lc.kind))
+            attrs = adjacency[lc.a].get(lc.b, {})  # a link given twice: the last one counts
+            attrs.update(kind=lc.kind, capacity=capacity, latency=latency,
+                         nccl_bandwidth=belief, hop_type=_hop_type(kind_a, kind_b, lc.kind))
+            adjacency[lc.a][lc.b] = adjacency[lc.b][lc.a] = attrs
             for src, dst in ((lc.a, lc.b), (lc.b, lc.a)):
                 link_id = f"{src}->{dst}"
                 links[link_id] = Link(link_id, src, dst, lc.kind, capacity, latency)
@@ -163,12 +198,12 @@ class Machine:
                 links[f"mem:{node.id}"] = Link(f"mem:{node.id}", node.id, node.id, "memory",
                                                mem, 0.0)
         gpu_nodes = tuple(n.id for n in config.nodes if n.kind == "gpu")
-        if not nx.is_connected(graph):
-            lonely = next(c for c in nx.connected_components(graph) if gpu_nodes[0] not in c)
+        lonely = unreached(adjacency, gpu_nodes[0])
+        if lonely:
             raise InputError(f"{config.name}: node(s) {', '.join(sorted(lonely))} are not "
                              f"connected to {gpu_nodes[0]}")
-        gpus = tuple(_node_gpu(graph.nodes[n]["config"], gpu) for n in gpu_nodes)
-        return cls(config, gpu, graph, links, gpu_nodes, nccl_bw, gpus, wire=wire,
+        gpus = tuple(_node_gpu(nodes[n], gpu) for n in gpu_nodes)
+        return cls(config, gpu, adjacency, links, nodes, gpu_nodes, nccl_bw, gpus, wire=wire,
                    nccl=nccl or NcclEnv())
 
     def for_job(self, workload: str) -> Machine:
@@ -238,44 +273,57 @@ class Machine:
     # --- paths and transports ---------------------------------------------------------
 
     def best_path(self, a: str, b: str) -> Path:
-        """NCCL's path between two nodes: lowest type, then widest, then shortest."""
+        """NCCL's path between two nodes: lowest type, then widest, then shortest (paths.py)."""
         cached = self._paths.get((a, b))
         if cached is not None:
             return cached
-        kinds = self.graph.nodes
-        view = nx.subgraph_view(self.graph, filter_node=lambda n: n in (a, b)
-                                or kinds[n]["kind"] != "gpu")
-        best: Path | None = None
-        for nodes in nx.all_simple_paths(view, a, b):
-            path = self._make_path(tuple(nodes))
-            if best is None or path.key() < best.key():
-                best = path
-        if best is None:
+        nodes = self.paths.best(a, b)
+        if nodes is None:
             raise InputError(f"{self.name}: no path from {a} to {b} that avoids other GPUs")
+        best = self._make_path(nodes)
         self._paths[(a, b)] = best
         return best
 
     def _make_path(self, nodes: tuple[str, ...]) -> Path:
         hops = list(zip(nodes, nodes[1:], strict=False))
-        edges = [self.graph.edges[u, v] for u, v in hops]
+        edges = [self.adjacency[u][v] for u, v in hops]
         return Path(nodes, tuple(f"{u}->{v}" for u, v in hops),
                     max((e["hop_type"] for e in edges), key=PATH_RANK.__getitem__),
                     min(e["nccl_bandwidth"] for e in edges), min(e["capacity"] for e in edges))
 
     def local_cpu(self, rank: int) -> str | None:
-        """The CPU (socket) closest to a GPU, as ncclGetLocalCpu picks it; None if no CPU."""
+        """The CPU (socket) closest to a GPU, as ncclGetLocalCpu picks it; None if no CPU.
+
+        The best path type alone settles it unless two CPUs tie on it (then whole paths)."""
         node = self.gpu_nodes[rank]
         if node not in self._cpus:
-            cpus = [n for n, d in self.graph.nodes(data=True) if d["kind"] == "cpu"]
-            paths = [self.best_path(node, c) for c in cpus]
-            self._cpus[node] = min(paths, key=Path.key).nodes[-1] if paths else None
+            cpus = [n.id for n in self.config.nodes if n.kind == "cpu"]
+            types: dict[str, int] = {}
+            for c in cpus:
+                t = self.paths.type_rank(node, c)
+                if t is None:
+                    raise InputError(f"{self.name}: no path from {node} to {c} that avoids "
+                                     "other GPUs")
+                types[c] = t
+            closest = [c for c in cpus if types[c] == min(types.values())]
+            if len(closest) > 1:
+                closest = [min(closest, key=lambda c: self.best_path(node, c).key())]
+            self._cpus[node] = closest[0] if closest else None
         return self._cpus[node]
 
     def path_type(self, i: int, j: int) -> str:
         """NCCL's path type between two GPUs, as `nvidia-smi topo -m` shows it."""
         if i == j:
             return "LOC"
-        return self.best_path(self.gpu_nodes[i], self.gpu_nodes[j]).type
+        known = self._types.get((i, j))
+        if known is not None:
+            return known
+        rank = self.paths.type_rank(self.gpu_nodes[i], self.gpu_nodes[j])
+        if rank is None:
+            raise InputError(f"{self.name}: no path from {self.gpu_nodes[i]} to "
+                             f"{self.gpu_nodes[j]} that avoids other GPUs")
+        self._types[(i, j)] = PATH_TYPES[rank]
+        return PATH_TYPES[rank]
 
     def p2p_allowed(self, path_type: str) -> bool:
         """paths.cc ncclTopoCheckP2p: NVLink always; PCIe only if the driver allows peer
@@ -363,8 +411,7 @@ class Machine:
             return link_id
         if link.kind == "memory":
             return f"host memory of {link.src}, where SHM stages every byte"
-        kinds = {n: d["kind"] for n, d in self.graph.nodes(data=True)}
-        src, dst = kinds.get(link.src), kinds.get(link.dst)
+        src, dst = (self.nodes[n].kind if n in self.nodes else None for n in (link.src, link.dst))
         way = "up" if dst == "cpu" or (dst == "pcie_switch" and src == "gpu") else "down"
         if link.kind in ("upi", "xgmi"):
             return f"the socket link {link.src} to {link.dst}"
@@ -379,15 +426,15 @@ class Machine:
         return f"{link.kind} link {link.src} to {link.dst}"
 
     def is_intel_cpu(self, node: str) -> bool:
-        data = self.graph.nodes[node]
-        if data["kind"] != "cpu":
+        config = self.nodes[node]
+        if config.kind != "cpu":
             return False
-        return _cpu_vendor(self._cpu_model(data["config"])) == "intel"
+        return _cpu_vendor(self._cpu_model(config)) == "intel"
 
     def _cpu_model(self, node: NodeConfig) -> str | None:
         if node.model:
             return node.model
-        for _, _, data in self.graph.edges(node.id, data=True):
+        for data in self.adjacency[node.id].values():
             if data["kind"] in hardware.DEFAULT_SOCKET_LINK:
                 return hardware.DEFAULT_SOCKET_LINK[data["kind"]]
         return None
@@ -413,11 +460,10 @@ def _merge(usage: list[tuple[str, float]]) -> Route:
 
 
 def _link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: hardware.GPU,
-                  graph: nx.Graph) -> tuple[float, float, float]:
+                  nodes: dict[str, NodeConfig]) -> tuple[float, float, float]:
     """Physical capacity (B/s), latency (s) and NCCL's believed bandwidth (B/s) of a link."""
     where = f"{config.name}: link {lc.a}-{lc.b}"
-    end_gpus = [_node_gpu(graph.nodes[n]["config"], gpu) for n in (lc.a, lc.b)
-                if graph.nodes[n]["kind"] == "gpu"]
+    end_gpus = [_node_gpu(nodes[n], gpu) for n in (lc.a, lc.b) if nodes[n].kind == "gpu"]
     if lc.kind == "pcie":
         gen = lc.gen or (end_gpus[0].pcie_gen if end_gpus else gpu.pcie_gen)
         lanes = lc.lanes or 16
@@ -437,7 +483,7 @@ def _link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: hardware.GPU,
         per_link_nccl = hardware.NCCL_NVLINK_PER_LINK.get(cc, hardware.NCCL_NVLINK_PER_LINK[80])
         belief = per_link_nccl * count  # topo.cc: count * ncclTopoNVLinkBw(cc)
     elif lc.kind in ("upi", "xgmi"):
-        cpu_model = graph.nodes[lc.a]["config"].model or graph.nodes[lc.b]["config"].model
+        cpu_model = nodes[lc.a].model or nodes[lc.b].model
         name = lc.model or cpu_model or hardware.DEFAULT_SOCKET_LINK[lc.kind]
         socket = hardware.SOCKET_LINKS.get(name)
         if socket is None:

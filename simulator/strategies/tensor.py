@@ -37,7 +37,6 @@ from simulator.engine.program import Comm, Program
 from simulator.errors import InputError
 from simulator.job.ops import Kernel, Op
 from simulator.job.workload import Job
-from simulator.machine.topology import PATH_RANK
 from simulator.strategies import ddp, fsdp
 from simulator.strategies.steps import Emit, as_compute
 
@@ -57,13 +56,20 @@ def place_groups(machine: Machine, tp: int) -> tuple[tuple[tuple[int, ...], ...]
     if tp < 1 or n % tp:
         raise InputError(f"tensor-parallel size {tp} does not divide {n} GPUs")
     free = list(range(n))
+    rank_of = {node: r for r, node in enumerate(machine.gpu_nodes)}
     tp_groups: list[tuple[int, ...]] = []
     while free:
         head = free[0]
-        closest = sorted(free[1:], key=lambda j: (PATH_RANK[machine.path_type(head, j)], j))
+        closest: list[int] = []  # by path type, then rank: one sweep from the head (paths.py)
+        for _, nodes in machine.paths.nearest(machine.gpu_nodes[head],
+                                              [machine.gpu_nodes[j] for j in free[1:]]):
+            closest += [rank_of[node] for node in nodes]
+            if len(closest) >= tp - 1:
+                break
         group = tuple(sorted([head, *closest[:tp - 1]]))
         tp_groups.append(group)
-        free = [r for r in free if r not in group]
+        chosen = set(group)
+        free = [r for r in free if r not in chosen]
     dp_groups = tuple(tuple(g[k] for g in tp_groups) for k in range(tp))
     return tuple(tp_groups), dp_groups
 
