@@ -32,7 +32,8 @@ class FakePlan:
 
 
 class FakeCollectives:
-    """plan(): all bytes over every link of the machine once; start(): one fabric flow."""
+    """plan(): all bytes over every link of the machine once; start(): one fabric flow
+    (start_groups(): one per group)."""
 
     def __init__(self, channels: int) -> None:
         self.channels = channels
@@ -43,6 +44,10 @@ class FakeCollectives:
     @staticmethod
     def start(env, fabric, plan):  # noqa: ANN001, ANN205
         return fabric.transfer(dict(plan.usage), plan.nbytes, latency=plan.latency)
+
+    @staticmethod
+    def start_groups(env, fabric, plans):  # noqa: ANN001, ANN205
+        return env.all_of([FakeCollectives.start(env, fabric, p) for p in plans])
 
 
 def machine(bandwidth: float = 100.0, sms: int = 100):  # noqa: ANN201

@@ -161,3 +161,52 @@ def test_no_link_ever_exceeds_its_capacity(flows):
     env.run()
     for sample in fabric.history:
         assert all(sample.rates <= fabric.capacity * (1 + 1e-9))
+
+
+class GlobalFabric(Fabric):
+    """The reference: every rate change refills all active flows together."""
+
+    def _groups(self, seeds):  # noqa: ANN001, ANN202
+        return [sorted(self._flows, key=lambda f: f.seq)] if self._flows else []
+
+
+def run_on(fabric_class, capacities, flows):  # noqa: ANN001, ANN201
+    env = simpy.Environment()
+    fabric = fabric_class(env, capacities)
+    finish: dict[int, float] = {}
+
+    def watch(i, event):  # noqa: ANN001, ANN202
+        yield event
+        finish[i] = env.now
+
+    for i, (usage, nbytes, max_rate, latency) in enumerate(flows):
+        env.process(watch(i, fabric.transfer(usage, nbytes, max_rate, latency)))
+    env.run()
+    return finish, fabric
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.dictionaries(st.sampled_from("abcdefgh"), st.floats(0.5, 3.0),
+                                          min_size=1, max_size=3),
+                          st.floats(1.0, 1e4), st.sampled_from([math.inf, 2.0, 7.5]),
+                          st.floats(0.0, 2.0)), min_size=1, max_size=10))
+def test_refilling_only_the_linked_flows_gives_the_global_allocation(flows):
+    links = {k: c for k, c in zip("abcdefgh", (10.0, 20.0, 5.0, 40.0, 8.0, 12.0, 3.0, 30.0),
+                                  strict=True)}
+    local, fabric = run_on(Fabric, links, flows)
+    whole, reference = run_on(GlobalFabric, links, flows)
+    assert local == pytest.approx(whole, rel=1e-9)
+    assert fabric.link_bytes == pytest.approx(reference.link_bytes, rel=1e-9, abs=1e-9)
+
+
+def test_a_flow_elsewhere_leaves_a_groups_rates_as_they_were():
+    env = simpy.Environment()
+    fabric = Fabric(env, {"l": 10.0, "m": 10.0})
+    filled: list[int] = []
+    fill = fabric._assign_rates
+    fabric._assign_rates = lambda flows: filled.append(len(flows)) or fill(flows)  # type: ignore
+    fabric.transfer({"l": 1.0}, 100.0, max_rate=3.0)
+    fabric.transfer({"l": 1.0}, 100.0)
+    fabric.transfer({"m": 1.0}, 100.0)  # shares no link: the l group is not refilled
+    assert filled == [1, 2, 1]
+    assert [f.rate for f in fabric._flows] == [3.0, 7.0, 10.0]

@@ -143,6 +143,10 @@ class _OneFlow:
     def start(env, fabric, plan):  # noqa: ANN001, ANN205
         return fabric.transfer({lid: 1.0 for lid in fabric.link_ids}, plan.nbytes)
 
+    @staticmethod
+    def start_groups(env, fabric, plans):  # noqa: ANN001, ANN205
+        return env.all_of([_OneFlow.start(env, fabric, p) for p in plans])
+
 
 def _machine(capacity: float):  # noqa: ANN202
     link = Link("g0->g1", "g0", "g1", "pcie", capacity, 0.0)

@@ -99,7 +99,7 @@ def test_nearest_lists_gpus_by_path_type(tmp_path: Path) -> None:
     machine = _generated(tmp_path, boxes.pcie_tree(72))
     head, rest = machine.gpu_nodes[0], list(machine.gpu_nodes[1:])
     swept = [(rank, node) for rank, found in machine.paths.nearest(head, rest) for node in found]
-    by_pair = sorted(((machine.paths.type_rank(head, n), rest.index(n)) for n in rest))
+    by_pair = sorted((machine.paths.type_rank(head, n), rest.index(n)) for n in rest)
     assert [(rank, rest.index(node)) for rank, node in swept] == by_pair
 
 

@@ -284,8 +284,7 @@ class _Run:
         channels = max(q.n_channels for q in plans)
         launched = self.env.now
         self.sms[p].comm(channels, +1)
-        self._join(meet, lambda: self.env.all_of(
-            [collectives.start(self.env, self.fabric, q) for q in plans]))
+        self._join(meet, lambda: collectives.start_groups(self.env, self.fabric, plans))
         yield from self._wait(meet)
         self.sms[p].comm(channels, -1)
         if meet.started > launched:

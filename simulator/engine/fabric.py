@@ -6,8 +6,11 @@ crosses a link twice, more where a protocol sends flags with the data). Rates ar
 weighted max-min fair (progressive filling, Bertsekas & Gallager, *Data Networks*, 6.5.2):
 all unfrozen flows grow at the same pace until a link fills or a flow reaches its own
 ``max_rate``; those flows freeze and the rest keep growing. Rates are recomputed only when a
-flow starts or ends, and one SimPy timeout waits for the next completion (a generation
-counter makes older timeouts no-ops). No packets, no queues: a link is a capacity.
+flow starts or ends, and only for the flows connected to it through shared links: max-min
+fairness splits over the connected groups of flows (a flow's rate depends only on flows it
+is linked to, directly or through others), so each group is filled on its own, and a group the
+change does not touch keeps its rates. One SimPy timeout waits for the next completion (a
+generation counter makes older timeouts no-ops). No packets, no queues: a link is a capacity.
 
 Assumes capacities in bytes/s, times in seconds; the fabric knows nothing about NCCL.
 
@@ -31,7 +34,7 @@ import simpy
 _EPS = 1e-9  # relative tolerance for "link full" and "flow finished"
 
 
-@dataclass
+@dataclass(eq=False)  # a flow is itself: equal only to itself
 class _Flow:
     links: np.ndarray  # link indices
     weights: np.ndarray  # bytes on each link per byte of progress
@@ -39,6 +42,7 @@ class _Flow:
     max_rate: float
     event: simpy.Event
     tag: Hashable | None
+    seq: int  # start order: flows of a group are filled in this order
     rate: float = 0.0
 
 
@@ -63,6 +67,7 @@ class Fabric:
             raise ValueError("every link capacity must be positive")
         self._bytes = np.zeros(len(self.link_ids))
         self._flows: list[_Flow] = []
+        self._on_link: dict[int, list[_Flow]] = {}  # link index -> active flows using it
         self._last_update = env.now
         self._generation = 0
         self.record_history = record_history
@@ -85,13 +90,17 @@ class Fabric:
         used = [(self._index[k], float(w)) for k, w in usage.items() if w > 0]
         flow = _Flow(np.array([i for i, _ in used], dtype=np.intp),
                      np.array([w for _, w in used]), float(nbytes), float(max_rate),
-                     self.env.event(), tag)
+                     self.env.event(), tag, self.flows_started)
         self.flows_started += 1
         if latency > 0:
             self.env.timeout(latency).callbacks.append(lambda _ev: self._add(flow))
         else:
             self._add(flow)
         return flow.event
+
+    def capacity_of(self, link: str) -> float:
+        """A link's capacity, B/s."""
+        return float(self.capacity[self._index[link]])
 
     @property
     def active_flows(self) -> int:
@@ -162,16 +171,25 @@ class Fabric:
             flow.event.succeed()
             return
         self._flows.append(flow)
-        self._reschedule()
+        for i in flow.links.tolist():
+            self._on_link.setdefault(i, []).append(flow)
+        self._reschedule(flow)
 
-    def _reschedule(self) -> None:
-        """Finish flows that are done, recompute fair rates, wait for the next completion."""
+    def _reschedule(self, started: _Flow | None = None) -> None:
+        """Finish flows that are done, recompute the fair rates of the flows linked to what
+        changed, wait for the next completion."""
         done = [f for f in self._flows if f.remaining <= _EPS * max(1.0, f.rate)]
         if done:
             self._flows = [f for f in self._flows if f.remaining > _EPS * max(1.0, f.rate)]
             for f in done:
+                for i in f.links.tolist():
+                    self._on_link[i].remove(f)
                 f.event.succeed()
-        self._assign_rates()
+        # the flows whose rates can change: the new one, and those that shared a link with a
+        # finished one (with everything linked to them)
+        seeds = [g for f in done for i in f.links.tolist() for g in self._on_link[i]]
+        for group in self._groups(seeds + ([started] if started is not None else [])):
+            self._assign_rates(group)
         if self.record_history:
             rates = self._current_link_rates()
             if self.history and self.history[-1].time == self.env.now:
@@ -192,18 +210,38 @@ class Fabric:
         self._advance()
         self._reschedule()
 
-    def _assign_rates(self) -> None:
-        """Weighted max-min fair rates by progressive filling (vectorised over flows)."""
-        flows = self._flows
-        if not flows:
-            return
-        n_links = len(self.link_ids)
-        weights = np.zeros((len(flows), n_links))
+    def _groups(self, seeds: list[_Flow]) -> list[list[_Flow]]:
+        """The connected groups of active flows (sharing links, directly or through others)
+        that hold a seed, each in start order."""
+        seen: set[int] = set()
+        groups = []
+        for seed in seeds:
+            if id(seed) in seen:
+                continue
+            seen.add(id(seed))
+            group, todo = [seed], [seed]
+            while todo:
+                for i in todo.pop().links.tolist():
+                    for other in self._on_link[i]:
+                        if id(other) not in seen:
+                            seen.add(id(other))
+                            group.append(other)
+                            todo.append(other)
+            groups.append(sorted(group, key=lambda f: f.seq))
+        return groups
+
+    def _assign_rates(self, flows: list[_Flow]) -> None:
+        """Weighted max-min fair rates of one connected group of flows by progressive
+        filling (vectorised over the group's flows and links)."""
+        cols = np.unique(np.concatenate([f.links for f in flows]))
+        column = {int(c): k for k, c in enumerate(cols.tolist())}
+        weights = np.zeros((len(flows), len(cols)))
         for row, f in enumerate(flows):
-            np.add.at(weights[row], f.links, f.weights)
+            weights[row, [column[i] for i in f.links.tolist()]] = f.weights
         max_rate = np.array([f.max_rate for f in flows])
         rate = np.zeros(len(flows))
-        residual = self.capacity.copy()
+        capacity = self.capacity[cols]
+        residual = capacity.copy()
         active = np.ones(len(flows), dtype=bool)
         while active.any():
             load = weights[active].sum(axis=0)  # link load per unit of common increment
@@ -217,7 +255,7 @@ class Fabric:
             step = max(step, 0.0)
             rate[active] += step
             residual -= load * step
-            full = loaded & (residual <= _EPS * self.capacity)
+            full = loaded & (residual <= _EPS * capacity)
             frozen = (weights[:, full] > 0).any(axis=1) | (rate >= max_rate * (1 - _EPS))
             active &= ~frozen
         for f, r in zip(flows, rate.tolist(), strict=True):
