@@ -12,6 +12,7 @@ import pytest
 
 from simulator import cli
 from simulator.commands import presets
+from simulator.job import recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("numpy", "networkx", "simpy", "pydantic", "rich", "matplotlib")
@@ -63,7 +64,7 @@ def test_the_fast_listing_is_what_the_validated_presets_say() -> None:
                           strict=True):
         t = load_workload(name).training
         assert line["recipe"] == (f"{t.finetune}, seq {t.seq_len}, micro-batch "
-                                  f"{t.micro_batch}, {t.precision}")
+                                  f"{t.micro_batch}, {recipe.resolve(t).precision}")
 
 
 def _program(*argv: str) -> subprocess.CompletedProcess[str]:
