@@ -66,8 +66,14 @@ class RunSpec:
     seq_len: int | None = None
     overlap: bool = True
     compute_slowdown: float | None = None
-    # the recipe flags (recipe_flags.py); defaults are the frameworks' own
-    checkpointing: str | None = None  # None: the workload's training.activation_checkpointing
+    # the recipe flags (recipe_flags.py); None: the workload's training key (or its
+    # framework's default, simulator/job/recipe.py)
+    framework: str | None = None
+    kernels: str | None = None
+    cross_entropy: str | None = None
+    precision: str | None = None
+    optimizer: str | None = None
+    checkpointing: str | None = None  # training.activation_checkpointing
     grad_compression: str = "none"  # DDP comm hook
     gradient_as_bucket_view: bool = False
     sequence_parallel: bool = False
@@ -120,17 +126,28 @@ def _machine(topology: str, gpus: int | None, scales: RateScales, nccl: NcclEnv)
 
 @lru_cache(maxsize=32)
 def load_job(workload: str, micro_batch: int | None, seq_len: int | None,
-         grad_accum: int | None, checkpointing: str | None = None) -> Job:
+             grad_accum: int | None, checkpointing: str | None = None,
+             training: tuple[tuple[str, str], ...] = ()) -> Job:
+    """The job of a workload with command-line overrides: ``training`` holds (key, value)
+    pairs of training keys (framework, kernels, ...), applied as if the workload gave them."""
     cfg = load_workload(workload)
-    if checkpointing is not None:  # as `stepsim memory --checkpointing` overrides it
-        cfg = cfg.with_training(activation_checkpointing=checkpointing)
+    changes = dict(training)
+    if checkpointing is not None:  # as `--checkpointing` overrides it
+        changes["activation_checkpointing"] = checkpointing
+    if changes:
+        cfg = cfg.with_training(**changes)
     return Job.from_config(cfg, micro_batch=micro_batch, seq_len=seq_len, grad_accum=grad_accum)
 
 
+TRAINING_OVERRIDES = ("framework", "kernels", "cross_entropy", "precision", "optimizer")
+
+
 def job_of(spec: RunSpec) -> Job:
-    """The job a spec names, with its batch, sequence and checkpointing overrides."""
+    """The job a spec names, with its batch, sequence and training-recipe overrides."""
+    training = tuple((k, getattr(spec, k)) for k in TRAINING_OVERRIDES
+                     if getattr(spec, k) is not None)
     job = load_job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum,
-                   spec.checkpointing)
+                   spec.checkpointing, training)
     tokens = job.micro_batch * job.grad_accum * job.seq_len
     if tokens > MAX_STEP_TOKENS:
         raise InputError(f"micro-batch {job.micro_batch:,} x grad-accum {job.grad_accum:,} x "
@@ -277,7 +294,8 @@ def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
     scheme, options = memory_scheme(spec.strategy), _memory_options(spec, machine)
     found = memory_model.estimate(job, card, scheme, **options)
     summary: dict[str, Any] = {"topology": machine.name, "workload": job.name, "gpu": card.name,
-                               **found.to_json(), "strategy": spec.strategy}
+                               **found.to_json(), "strategy": spec.strategy,
+                               "recipe": job.recipe.to_json()}
     hints: list[str] = []
     full = replace(spec, checkpointing="full")
     can_checkpoint = job.checkpointing != "full" and job.arch is not None
@@ -364,7 +382,9 @@ def recipe(spec: RunSpec, job: Job | None = None) -> dict[str, Any]:
     """The recipe flags as the report lists them (framework option names); with ``job``, the
     checkpointing the job actually runs (the workload's unless overridden)."""
     checkpointing = job.checkpointing if job is not None else spec.checkpointing
-    return {"activation_checkpointing": checkpointing, "comm_hook": spec.grad_compression,
+    training = job.recipe.to_json() if job is not None else {}
+    return {**training, "activation_checkpointing": checkpointing,
+            "comm_hook": spec.grad_compression,
             "gradient_as_bucket_view": spec.gradient_as_bucket_view,
             "sequence_parallel": spec.sequence_parallel,
             "reshard_after_forward": spec.reshard_after_forward,

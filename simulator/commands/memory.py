@@ -14,9 +14,10 @@ from typing import Any
 
 from simulator import api
 from simulator.api import RunSpec
+from simulator.commands import recipe_flags
 from simulator.commands.parsing import whole
 from simulator.errors import InputError
-from simulator.inputs.schema import CHECKPOINTING_MODES, MAX_BATCH, MAX_GPUS, MAX_TOKENS
+from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
 from simulator.job import memory
 from simulator.strategies import STRATEGIES
 from simulator.strategies.recipe import check_recipe, check_strategy, unused_flags
@@ -45,8 +46,7 @@ def add_parser(subparsers: Any) -> None:
                              "largest micro-batch that fits")
     parser.add_argument("--seq-len", type=whole(1, MAX_TOKENS), default=None,
                         help="sequence length override")
-    parser.add_argument("--checkpointing", default=None, metavar="MODE",
-                        help="activation checkpointing override: none | selective | full")
+    recipe_flags.add_training_arguments(parser)
     parser.add_argument("--largest-model", action="store_true",
                         help="scale the workload's model (same shape ratios) and report the "
                              "largest that fits")
@@ -60,15 +60,12 @@ def spec_of(args: argparse.Namespace) -> RunSpec:
     for message in dict(unused_flags(strategy, tp=args.tp, bucket_mb=None,
                                      overlap=True)).values():
         raise InputError(message)
-    mode = args.checkpointing
-    if mode is not None and mode not in CHECKPOINTING_MODES:
-        raise InputError(f"--checkpointing: expected one of {', '.join(CHECKPOINTING_MODES)}, "
-                         f"got {mode!r}")
     micro_batch = None if args.micro_batch == "max" else positive_int(
         args.micro_batch, "--micro-batch", maximum=MAX_BATCH)
     spec = RunSpec(args.topology, args.workload, strategy, gpus=args.gpus, tp=args.tp,
-                   micro_batch=micro_batch, seq_len=args.seq_len, checkpointing=mode,
-                   sequence_parallel=args.sequence_parallel)
+                   micro_batch=micro_batch, seq_len=args.seq_len,
+                   sequence_parallel=args.sequence_parallel,
+                   **recipe_flags.training_fields(args))
     check_recipe(strategy, tp=api.tp_degree(strategy, args.tp, api.load_machine(
         args.topology, args.gpus).n_gpus), overlap=True, grad_compression="none",
         gradient_as_bucket_view=False, sequence_parallel=args.sequence_parallel,
@@ -96,6 +93,7 @@ def render(report: memory.MemoryReport, out: dict[str, Any], hints: list[str]) -
             f"{out['workload']} on {out['topology']} ({out['gpu']}): {out['strategy']}, {r.world} "
             f"GPU(s) = tp {r.tp} x dp {r.dp}; micro-batch {r.micro_batch}, seq {r.seq_len}, "
             f"checkpointing {r.checkpointing}",
+            f"recipe: {recipe_flags.training_words(out['recipe'])}",
             f"parameters {r.parameters:,} ({r.trainable_parameters:,} trainable); model states "
             f"alone {r.model_state_bytes / GiB:.1f} GiB per GPU"
             + (" (more than the card holds)" if r.model_state_bytes > r.capacity_bytes else ""),

@@ -9,19 +9,66 @@ strategy has no use for (one line, exit 2), e.g. a DDP comm hook under FSDP.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, get_args
 
 from simulator.errors import InputError
-from simulator.inputs.schema import CHECKPOINTING_MODES
+from simulator.inputs.schema import (
+    CHECKPOINTING_MODES,
+    CrossEntropy,
+    Framework,
+    Kernels,
+    Optimizer,
+    Precision,
+)
 
 COMM_HOOKS = ("none", "bf16")
+# the training keys a flag can set: flag -> (RunSpec field, choices)
+TRAINING_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "--framework": ("framework", get_args(Framework)),
+    "--kernels": ("kernels", get_args(Kernels)),
+    "--cross-entropy": ("cross_entropy", get_args(CrossEntropy)),
+    "--precision": ("precision", get_args(Precision)),
+    "--optimizer": ("optimizer", get_args(Optimizer)),
+}
+_HELP = {
+    "--framework": "the framework whose defaults the recipe takes (training.framework)",
+    "--kernels": "eager (modules op by op) | compiled (torch.compile) | fused (Megatron/TE)",
+    "--cross-entropy": "fp32 (logits.float()) | chunked (torchtune) | fused (one kernel)",
+    "--precision": "bf16 | fp16 (AMP) | fp32 | pure-bf16 (bf16 weights and states)",
+    "--optimizer": "adamw | adamw-8bit (bitsandbytes) | sgd",
+}
+
+
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    """--framework, --kernels, --cross-entropy, --precision, --optimizer, --checkpointing:
+    the workload's training keys of the same names, overridden."""
+    for flag, (_, choices) in TRAINING_FLAGS.items():
+        parser.add_argument(flag, default=None, metavar="|".join(choices), help=_HELP[flag])
+    parser.add_argument("--checkpointing", default=None, metavar="MODE",
+                        help="activation checkpointing override: none | selective | op | full "
+                        "(full: HF gradient_checkpointing / torch.utils.checkpoint per block; "
+                        "selective: Megatron --recompute-granularity selective; op: "
+                        "torchtitan's op-level selective checkpointing)")
+
+
+def training_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """RunSpec fields of the training flags, each checked against its choices."""
+    out: dict[str, Any] = {}
+    for flag, (field, choices) in TRAINING_FLAGS.items():
+        value = getattr(args, field)
+        if value is not None and value not in choices:
+            raise InputError(f"{flag}: expected one of {', '.join(choices)}, got {value!r}")
+        out[field] = value
+    mode = args.checkpointing
+    if mode is not None and mode not in CHECKPOINTING_MODES:
+        raise InputError(f"--checkpointing: expected one of {', '.join(CHECKPOINTING_MODES)}, "
+                         f"got {mode!r}")
+    out["checkpointing"] = mode
+    return out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpointing", default=None, metavar="MODE",
-                        help="activation checkpointing override: none | selective | full "
-                        "(HF gradient_checkpointing / torch.utils.checkpoint per block; "
-                        "selective: Megatron --recompute-granularity selective)")
+    add_training_arguments(parser)
     parser.add_argument("--comm-hook", default=None, metavar="HOOK",
                         help="DDP communication hook: bf16 = register_comm_hook("
                         "bf16_compress_hook), 2-byte gradients on the wire; none (default)")
@@ -42,25 +89,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """RunSpec fields from the parsed flags (format checks only; see ``check_recipe``)."""
-    mode = args.checkpointing
-    if mode is not None and mode not in CHECKPOINTING_MODES:
-        raise InputError(f"--checkpointing: expected one of {', '.join(CHECKPOINTING_MODES)}, "
-                         f"got {mode!r}")
     hook = args.comm_hook
     if hook is not None and hook not in COMM_HOOKS:
         raise InputError(f"--comm-hook: expected one of {', '.join(COMM_HOOKS)}, got {hook!r}")
-    return {"checkpointing": mode, "grad_compression": hook or "none",
+    return {**training_fields(args), "grad_compression": hook or "none",
             "gradient_as_bucket_view": args.gradient_as_bucket_view,
             "sequence_parallel": args.sequence_parallel,
             "reshard_after_forward": not args.no_reshard_after_forward,
             "zero_overlap_comm": True if args.overlap_comm else None}
 
 
+def training_words(rec: dict[str, Any]) -> str:
+    """``hf: eager kernels, fp32 cross-entropy, bf16, adamw, checkpointing none``."""
+    if "framework" not in rec:
+        return ""
+    return (f"{rec['framework']}: {rec['kernels']} kernels, {rec['cross_entropy']} "
+            f"cross-entropy, {rec['precision']}, {rec['optimizer']}, checkpointing "
+            f"{rec['activation_checkpointing']}")
+
+
 def words(rec: dict[str, Any]) -> list[str]:
-    """The recipe choices that differ from the frameworks' defaults, in their own names."""
+    """The parallelism recipe choices that differ from the frameworks' defaults, in their own
+    names (the training recipe is printed on a line of its own, ``training_words``)."""
     out = []
-    if rec.get("activation_checkpointing") not in (None, "none"):
-        out.append(f"checkpointing {rec['activation_checkpointing']}")
     if rec.get("comm_hook", "none") != "none":
         out.append(f"{rec['comm_hook']}_compress_hook")
     for key in ("gradient_as_bucket_view", "sequence_parallel", "overlap_comm"):

@@ -165,6 +165,7 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         ("scaling efficiency", "n/a (one GPU cannot hold it)" if eff is None else fig.ranged(
             f"{eff:.1%}", r.get("scaling_efficiency_range"), lambda x: f"{x:.1%}")),
         ("memory per GPU", memory_verdict(r["memory"])),
+        ("recipe", recipe_flags.training_words(r.get("recipe", {})) or "-"),
         ("bottleneck link", "none" if bn["link"] is None else
          f"{bn['link']} ({bn.get('description') or bn['link']}): "
          f"{bn['utilization']:.0%} of the step, "

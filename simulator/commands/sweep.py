@@ -171,6 +171,8 @@ def print_table(reports: list[dict[str, Any]], labels: list[str], base: RunSpec)
             "-" if kwh is None else f"{kwh:.3g}")
     console = Console(file=sys.stdout, highlight=False, width=160)
     console.print(table)
+    recipes = dict.fromkeys(recipe_flags.training_words(r.get("recipe", {})) for r in reports)
+    console.print("recipe: " + "; ".join(w for w in recipes if w))
     lines = dict.fromkeys(r["range_basis"]["summary"] for r in reports if r.get("range_basis"))
     for line in lines:
         console.print(line)
