@@ -144,11 +144,16 @@ class _Builder:
                                        self.T * (QA_LABELS if A.encoder else A.vocab), self.a,
                                        compiled=job.recipe.loss_compiled)
         self._stages: dict[tuple[int, str], Stage] = {}
+        self._kernels: dict[tuple[str, int, str], list[Kernel]] = {}
 
     # --- the regime's memory-bound stages -----------------------------------------------------
+    def _key(self, block: int, op: str) -> tuple[int, str]:
+        """Blocks are alike but for the first one (no residual stream before it): cache key."""
+        return (min(block, 1) if 0 <= block < self.arch.layers else block, op)
+
     def stage(self, block: int, op: str) -> Stage:
         """The memory-bound work of one block op under the job's kernel regime."""
-        key = (block, op)
+        key = self._key(block, op)
         if key not in self._stages:
             self._stages[key] = self._stage(block, op)
         return self._stages[key]
@@ -242,6 +247,18 @@ class _Builder:
 
     # --- forward and backward kernels of each op ----------------------------------------------
     def forward(self, block: int, op: str) -> list[Kernel]:
+        key = ("forward", *self._key(block, op))
+        if key not in self._kernels:
+            self._kernels[key] = self._forward(block, op)
+        return self._kernels[key]
+
+    def backward(self, block: int, op: str) -> list[Kernel]:
+        key = ("backward", *self._key(block, op))
+        if key not in self._kernels:
+            self._kernels[key] = self._backward(block, op)
+        return self._kernels[key]
+
+    def _forward(self, block: int, op: str) -> list[Kernel]:
         A, T, a, j = self.arch, self.T, self.a, self.job
         mods = self.by_op.get((block, op), [])
         stage = self.stage(block, op).forward
@@ -272,7 +289,7 @@ class _Builder:
         A = self.arch
         return A.hidden if self.shape.repeats_kv and self.kernels != "fused" else A.kv_dim
 
-    def backward(self, block: int, op: str) -> list[Kernel]:
+    def _backward(self, block: int, op: str) -> list[Kernel]:
         A, T, a, j = self.arch, self.T, self.a, self.job
         mods = self.by_op.get((block, op), [])
         stage = list(self.stage(block, op).backward)
@@ -342,13 +359,23 @@ def build(job: Job, phase: Phase) -> list[Op]:
     seq = bld.sequence()
     if phase == "forward":
         return [Op.of(_label(b, op), b, "forward", bld.forward(b, op)) for b, op in seq]
+    cache: dict[int, list[tuple[str, list[Kernel]]]] = {}
+
+    def recompute(b: int) -> list[tuple[str, list[Kernel]]]:
+        """The block's recomputed ops (alike for every block but the first)."""
+        if job.checkpointing == "none":
+            return []
+        if min(b, 1) not in cache:
+            block = [(rop, bld.forward(b, rop)) for rop in bld.block_ops]
+            cache[min(b, 1)] = checkpointing.recompute(job.checkpointing, block)
+        return cache[min(b, 1)]
+
     out: list[Op] = []
     current: int | None = None
     for b, op in reversed(seq):
         if b != current and 0 <= b < job.n_blocks:  # entering a block's backward
             current = b
-            block = [(rop, bld.forward(b, rop)) for rop in bld.block_ops]
-            for rop, kernels in checkpointing.recompute(job.checkpointing, block):
+            for rop, kernels in recompute(b):
                 out.append(Op.of(_label(b, rop), b, "recompute", kernels))
         if phase == "backward":
             out.append(Op.of(_label(b, op), b, "backward", bld.backward(b, op), bld.grads(b, op)))
