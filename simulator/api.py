@@ -251,10 +251,26 @@ def _mean_card_price(machine: Machine) -> float | None:
     return None if None in prices else sum(p for p in prices if p) / len(prices)
 
 
-def memory_of(spec: RunSpec) -> dict[str, Any]:
-    """The memory verdict of a spec without simulating it (what advise prunes by)."""
+def pipeline_split(spec: RunSpec) -> dict[str, Any] | None:
+    """A pipeline's stages (their GPUs, blocks, in-flight activations): its program is built,
+    not simulated. None without a pipeline."""
+    if spec.pp == 1:
+        return None
+    check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
+                   virtual_stages=spec.virtual_stages)
     machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
-    return _memory(job_of(spec), machine, spec)
+    programs = strategies.build(spec.strategy, job_of(spec), machine, options_of(spec))
+    split: dict[str, Any] | None = programs[0].meta.get("pipeline")
+    return split
+
+
+def memory_of(spec: RunSpec, split: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The memory verdict of a spec without simulating it (what advise prunes by). A
+    pipeline's rests on its stage split: ``split`` (from ``pipeline_split``), else built."""
+    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
+    if spec.pp > 1 and split is None:
+        split = pipeline_split(spec)
+    return _memory(job_of(spec), machine, spec, split)
 
 
 def calibration_summary(machine: Machine, workload: str) -> dict[str, Any]:

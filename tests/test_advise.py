@@ -60,7 +60,8 @@ def test_a_job_that_needs_sharding_says_why_plain_ddp_does_not_fit() -> None:
     # memory only (no simulation): a full 7B fine-tune on eight 32 GB cards
     choices = candidates.enumerate_machine(api.RunSpec("8x5090-dual-socket", "llama2-7b"))
     assert choices.first and {s.strategy for s in choices.first} >= {"fsdp", "zero3"}
-    assert "ddp" not in {s.strategy for s in choices.first}
+    assert "ddp" not in {s.strategy for s in choices.first if s.pp == 1}  # plain DDP
+    assert any(s.pp > 1 for s in choices.first)  # a pipeline of DDP stages can fit
     lines = advise.not_fitting_lines(choices.verdicts)
     ddp = next(line for line in lines if line.startswith("ddp does not fit"))
     assert "checkpointing full at micro-batch 1" in ddp and "every GPU" in ddp
@@ -113,3 +114,13 @@ def test_several_machines_ranked_per_dollar_in_parallel(capsys: pytest.CaptureFi
     assert {r["options"]["topology"] for r in out["candidates"]} == {"2x5090", "2x3090ti-nvlink"}
     text = "\n".join(out["explanation"])
     assert "machines, best first:" in text and "wins on cost" in text
+
+
+def test_pipelines_are_candidates_with_enough_micro_batches() -> None:
+    recipes = candidates.recipes(8)
+    pipes = [r for r in recipes if r.pp > 1]
+    assert {r.pp for r in pipes} == {2, 4, 8}
+    assert all(r.grad_accum is not None and r.grad_accum >= 2 * r.pp for r in pipes)
+    spec = next(s for s in candidates.enumerate_machine(
+        api.RunSpec("8x5090-dual-socket", "llama2-7b")).first if s.pp > 1)
+    assert "--pp" in candidates.run_command(spec) and "pipeline" in candidates.label(spec)

@@ -68,7 +68,8 @@ def _round(pool: ProcessPoolExecutor | None, workers: int,
         results = pool.map(_simulate, points, chunksize=max(1, len(points) // (4 * workers)))
     reports = []
     for i, report in enumerate(results):
-        reports.append(report)
+        if report["memory"]["fits"]:  # the exact verdict of the run (a pipeline's own split)
+            reports.append(report)
         if progress:
             progress(i + 1, len(points))
     return sorted(reports, key=lambda r: (objective_value(r, objective), r["step_time_s"]))
@@ -175,6 +176,7 @@ def _ranged(report: dict[str, Any], prices: dict[str, Prices]) -> dict[str, Any]
 def spec_of(report: dict[str, Any]) -> RunSpec:
     o = report["options"]
     return RunSpec(o["topology"], o["workload"], o["strategy"], gpus=o["gpus"], tp=o["tp"],
+                   pp=o["pp"], grad_accum=o["grad_accum"],
                    micro_batch=o["micro_batch"], bucket_mb=o["bucket_cap_mb"],
                    checkpointing=o["activation_checkpointing"],
                    sequence_parallel=o["sequence_parallel"],
@@ -261,7 +263,7 @@ def runner_up(reports: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The best candidate of another strategy (or TP degree, or machine) than the winner's."""
     def kind(r: dict[str, Any]) -> tuple[Any, ...]:
         o = r["options"]
-        return o["topology"], o["strategy"], o["tp"]
+        return o["topology"], o["strategy"], o["tp"], o["pp"]
     return next((r for r in reports[1:] if kind(r) != kind(reports[0])), None)
 
 

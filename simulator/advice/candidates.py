@@ -3,8 +3,9 @@
 Enumerated, with the frameworks' own option names: DDP (bucket_cap_mb 25, 5, 100), ZeRO-1,
 ZeRO-2, ZeRO-3, FSDP with and without reshard_after_forward, tensor parallelism over every
 GPU and TP x DP / TP x FSDP at every TP degree that divides the GPUs, each with and without
-sequence parallelism; activation checkpointing none, selective, full; micro-batches in powers
-of two up to the largest that fits, and that largest one. Any strategy the project adds to
+sequence parallelism; 1F1B pipelines at every stage count that divides the GPUs, DDP or FSDP
+inside each stage; activation checkpointing none, selective, full; micro-batches in powers of
+two up to the largest that fits, and that largest one. Any strategy the project adds to
 ``strategies.STRATEGIES`` with no recipe of its own is tried with its defaults.
 
 Pruned by memory first (``api.memory_of``, no simulation). Dominated candidates are not
@@ -36,11 +37,13 @@ class Recipe:
     tp: int | None = None
     sequence_parallel: bool = False
     reshard_after_forward: bool = True
+    pp: int = 1  # pipeline stages (strategies/pipeline.py); the strategy runs in each stage
+    grad_accum: int | None = None  # a pipeline's micro-batches per step
 
     @property
     def family(self) -> str:
         """How the text groups what does not fit: DDP, ZeRO-1, FSDP, TP x FSDP, ..."""
-        return self.strategy
+        return self.strategy if self.pp == 1 else f"pipeline x {self.strategy}"
 
 
 @dataclass
@@ -64,22 +67,48 @@ def recipes(n_gpus: int) -> list[Recipe]:
                 if n_gpus % degree == 0:
                     out.append(Recipe("tp+ddp", tp=degree, sequence_parallel=sp))
                     out.append(Recipe("tp+fsdp", tp=degree, sequence_parallel=sp))
+    for pp in range(2, n_gpus + 1):  # 1F1B pipelines, each stage data-parallel inside
+        if n_gpus % pp:
+            continue
+        inner = ("ddp", "fsdp") if n_gpus // pp > 1 else ("ddp",)
+        out += [Recipe(s, pp=pp, grad_accum=pipeline_micro_batches(pp)) for s in inner]
     known = {r.strategy for r in out}
     out += [Recipe(name) for name in STRATEGIES if name not in known]
     return out
+
+
+def pipeline_micro_batches(pp: int) -> int:
+    """Micro-batches per step for a ``pp``-stage 1F1B pipeline: four per stage keep the bubble,
+    (p - 1) / (m + p - 1), near 16% (Narayanan et al. 2021, arXiv:2104.04473: m >> p), at
+    most 16 so that a candidate simulates in about a second."""
+    return min(4 * pp, 16)
 
 
 def _spec(base: RunSpec, recipe: Recipe, checkpointing: str, micro_batch: int) -> RunSpec:
     return replace(base, strategy=recipe.strategy, tp=recipe.tp,
                    sequence_parallel=recipe.sequence_parallel,
                    reshard_after_forward=recipe.reshard_after_forward,
-                   checkpointing=checkpointing, micro_batch=micro_batch)
+                   checkpointing=checkpointing, micro_batch=micro_batch, pp=recipe.pp,
+                   grad_accum=recipe.grad_accum if recipe.pp > 1 else base.grad_accum)
+
+
+_SPLITS: dict[RunSpec, dict[str, Any] | None] = {}
 
 
 def _fits(spec: RunSpec) -> dict[str, Any] | None:
-    """The memory verdict, or None when the recipe cannot run this job at all."""
+    """The memory verdict, or None when the recipe cannot run this job at all. A pipeline's
+    stage split is taken once per recipe, at micro-batch 1 without checkpointing, for every
+    micro-batch and mode of the search (it balances op time, which both scale about evenly
+    over the layers); the simulated run checks the exact split, and advise ranks only runs
+    that fit."""
     try:
-        return api.memory_of(spec)
+        split = None
+        if spec.pp > 1:
+            key = replace(spec, micro_batch=1, checkpointing="none")
+            if key not in _SPLITS:
+                _SPLITS[key] = api.pipeline_split(key)
+            split = _SPLITS[key]
+        return api.memory_of(spec, split)
     except InputError:  # e.g. a TP degree that does not divide the heads
         return None
 
@@ -142,7 +171,7 @@ def enumerate_machine(base: RunSpec) -> Choices:
             if verdict.largest <= fitted:
                 continue
             largest = _spec(base, recipe, mode, verdict.largest)
-            buckets = DDP_BUCKETS_MB if recipe.strategy == "ddp" else (None,)
+            buckets = DDP_BUCKETS_MB if recipe.strategy == "ddp" and recipe.pp == 1 else (None,)
             choices.first += [replace(largest, bucket_mb=mb) for mb in buckets]
             choices.smaller[(recipe, mode)] = [
                 _spec(base, recipe, mode, b)
@@ -153,14 +182,15 @@ def enumerate_machine(base: RunSpec) -> Choices:
 
 def recipe_of(spec: RunSpec) -> tuple[Recipe, str]:
     """The key of a spec's recipe and checkpointing mode in ``Choices.smaller``."""
-    return (Recipe(spec.strategy, spec.tp, spec.sequence_parallel, spec.reshard_after_forward),
+    return (Recipe(spec.strategy, spec.tp, spec.sequence_parallel, spec.reshard_after_forward,
+                   spec.pp, spec.grad_accum if spec.pp > 1 else None),
             spec.checkpointing or "none")
 
 
 def options(spec: RunSpec) -> dict[str, Any]:
     """A candidate's choices, as the JSON lists them (framework option names)."""
     return {"topology": spec.topology, "workload": spec.workload, "strategy": spec.strategy,
-            "tp": spec.tp,
+            "tp": spec.tp, "pp": spec.pp, "grad_accum": spec.grad_accum,
             "micro_batch": spec.micro_batch, "activation_checkpointing": spec.checkpointing,
             "bucket_cap_mb": spec.bucket_mb, "sequence_parallel": spec.sequence_parallel,
             "reshard_after_forward": spec.reshard_after_forward, "gpus": spec.gpus}
@@ -173,6 +203,10 @@ def run_command(spec: RunSpec) -> str:
         words += ["--gpus", str(spec.gpus)]
     if spec.tp is not None:
         words += ["--tp", str(spec.tp)]
+    if spec.pp > 1:
+        words += ["--pp", str(spec.pp)]
+    if spec.grad_accum is not None:
+        words += ["--grad-accum", str(spec.grad_accum)]
     if spec.micro_batch is not None:
         words += ["--micro-batch", str(spec.micro_batch)]
     if spec.checkpointing is not None:
@@ -189,6 +223,9 @@ def run_command(spec: RunSpec) -> str:
 def label(spec: RunSpec) -> str:
     """``fsdp, checkpointing full, micro-batch 4`` and the like."""
     parts = [spec.strategy + (f" (TP {spec.tp})" if spec.tp else "")]
+    if spec.pp > 1:
+        parts = [f"pipeline of {spec.pp} stages (1F1B, {spec.grad_accum} micro-batches) x "
+                 + parts[0]]
     if spec.sequence_parallel:
         parts.append("sequence parallel")
     if not spec.reshard_after_forward:
