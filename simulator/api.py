@@ -33,10 +33,10 @@ from simulator.engine.timeline import Timeline
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology, load_workload, preset_names
 from simulator.inputs.schema import MAX_STEP_TOKENS, TopologyConfig, WorkloadConfig
+from simulator.job import host_memory, memory_search
 from simulator.job import memory as memory_model
-from simulator.job import memory_search
 from simulator.job.workload import Job
-from simulator.machine import collectives, hardware
+from simulator.machine import collectives, hardware, host
 from simulator.machine.nccl_env import NO_ENV, NcclEnv, transport_effects
 from simulator.machine.topology import Machine
 from simulator.outputs import report
@@ -79,6 +79,9 @@ class RunSpec:
     sequence_parallel: bool = False
     reshard_after_forward: bool = True
     zero_overlap_comm: bool | None = None
+    # offload to host memory (strategies/offload.py): none | optimizer | params, pinned buffers
+    offload: str = "none"
+    pin_memory: bool | None = None  # None: the framework's default (DeepSpeed no, FSDP2 yes)
     # pipeline parallelism (strategies/pipeline.py): stages, schedule, model chunks per stage
     pp: int = 1
     schedule: str = "1f1b"
@@ -202,7 +205,7 @@ def options_of(spec: RunSpec) -> strategies.Options:
         sequence_parallel=spec.sequence_parallel,
         reshard_after_forward=spec.reshard_after_forward,
         zero_overlap_comm=spec.zero_overlap_comm, pp=spec.pp, schedule=spec.schedule,
-        virtual_stages=spec.virtual_stages)
+        virtual_stages=spec.virtual_stages, offload=spec.offload, pin_memory=spec.pin_memory)
 
 
 def _memory_options(spec: RunSpec, machine: Machine) -> dict[str, Any]:
@@ -212,37 +215,61 @@ def _memory_options(spec: RunSpec, machine: Machine) -> dict[str, Any]:
                 gradient_as_bucket_view=spec.gradient_as_bucket_view,
                 reshard_after_forward=spec.reshard_after_forward,
                 zero_overlap_comm=bool(spec.zero_overlap_comm),
-                nccl_channels=collectives.machine_channels(machine))
+                nccl_channels=collectives.machine_channels(machine),
+                offload=spec.offload, host_capacity_bytes=host.memory_bytes(machine))
 
 
-def _memory(job: Job, machine: Machine, spec: RunSpec,
-            pipeline: dict[str, Any] | None = None) -> dict[str, Any]:
-    """memory.py's verdict; it names TP x DP as "tp" (DDP over the rest) and TP x FSDP "fsdp".
-    Every rank holds the same share, so a mixed box's verdict is its smallest card's; a
-    pipeline's is its fullest stage's, with every stage's peak under ``stages``."""
+def memory_reports(job: Job, machine: Machine, spec: RunSpec,
+                   pipeline: dict[str, Any] | None = None) -> list[memory_model.MemoryReport]:
+    """memory.py's reports: one per pipeline stage (``pipeline``: the strategy's meta), else
+    one. Every rank of a stage holds the same share, so a mixed box's report is its smallest
+    card's."""
     name = memory_scheme(spec.strategy)
     options = _memory_options(spec, machine)
     if pipeline is None:
-        return memory_model.estimate(job, machine.smallest_card(), name, **options).to_json()
+        return [memory_model.estimate(job, machine.smallest_card(), name, **options)]
     p = pipeline["stages"]
-    stages: list[dict[str, Any]] = []
+    stages = []
     for r, gpus in enumerate(pipeline["stage_gpus"]):
         blocks = frozenset(b for c, chunk in enumerate(pipeline["blocks"]) if c % p == r
                            for b in chunk)
         layers, heads = pipeline["in_flight"][r]
         card = min((machine.gpu_of(g) for g in gpus), key=lambda c: c.memory_bytes)
         share = memory_model.StageShare(p, blocks, layers, heads)
-        stages.append(memory_model.estimate(job, card, name, **options, stage=share).to_json())
-    worst = max(stages, key=lambda m: m["peak_bytes"] / m["capacity_bytes"])
-    worst = dict(worst, stage=stages.index(worst))
-    worst["stages"] = [{"stage": r, "gpus": gpus, "peak_bytes": m["peak_bytes"],
-                        "capacity_bytes": m["capacity_bytes"], "fits": m["fits"],
-                        "peak_phase": m["peak_phase"],
-                        "activations_bytes": sum(x["bytes"] for x in m["lines"]
-                                                 if x["category"] == "activations")}
-                       for r, (gpus, m) in enumerate(zip(pipeline["stage_gpus"], stages,
-                                                         strict=True))]
-    return worst
+        stages.append(memory_model.estimate(job, card, name, **options, stage=share))
+    return stages
+
+
+def fullest(reports: list[memory_model.MemoryReport]) -> memory_model.MemoryReport:
+    """The report whose GPUs are fullest (a pipeline's verdict is its fullest stage's)."""
+    return max(reports, key=lambda m: m.peak_bytes / m.capacity_bytes)
+
+
+def _stages_json(reports: list[memory_model.MemoryReport],
+                 pipeline: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"stage": r, "gpus": gpus, "peak_bytes": m.peak_bytes,
+             "capacity_bytes": m.capacity_bytes, "fits": m.fits, "peak_phase": m.peak_phase,
+             "activations_bytes": m.category_bytes("activations")}
+            for r, (gpus, m) in enumerate(zip(pipeline["stage_gpus"], reports, strict=True))]
+
+
+def _memory(job: Job, machine: Machine, spec: RunSpec,
+            pipeline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The memory verdict as JSON; a pipeline's adds ``stage`` (the fullest) and ``stages``."""
+    reports = memory_reports(job, machine, spec, pipeline)
+    worst = fullest(reports)
+    out = worst.to_json()
+    if pipeline is not None:
+        out["stage"] = reports.index(worst)
+        out["stages"] = _stages_json(reports, pipeline)
+    return out
+
+
+def pipeline_of(job: Job, machine: Machine, spec: RunSpec) -> dict[str, Any] | None:
+    """A pipelined spec's shape (its meta) without building its programs; None without one."""
+    if spec.pp <= 1:
+        return None
+    return strategies.pipeline_shape(spec.strategy, job, machine, options_of(spec)).meta
 
 
 def _mean_card_price(machine: Machine) -> float | None:
@@ -252,16 +279,14 @@ def _mean_card_price(machine: Machine) -> float | None:
 
 
 def pipeline_split(spec: RunSpec) -> dict[str, Any] | None:
-    """A pipeline's stages (their GPUs, blocks, in-flight activations): its program is built,
-    not simulated. None without a pipeline."""
+    """A pipeline's stages (their GPUs, blocks, in-flight activations), from its shape alone
+    (no program is built, nothing simulated). None without a pipeline."""
     if spec.pp == 1:
         return None
     check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
                    virtual_stages=spec.virtual_stages)
     machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
-    programs = strategies.build(spec.strategy, job_of(spec), machine, options_of(spec))
-    split: dict[str, Any] | None = programs[0].meta.get("pipeline")
-    return split
+    return pipeline_of(job_of(spec), machine, spec)
 
 
 def memory_of(spec: RunSpec, split: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -298,40 +323,51 @@ class MemoryResult:
 def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
            largest_model: bool = False) -> MemoryResult:
     """The memory ``simulate(spec)`` would report, without simulating; optionally the largest
-    micro-batch, or model of the same family, that fits (``spec.micro_batch`` None with
-    ``largest_micro_batch``: searched from 1)."""
-    if spec.pp > 1:
-        raise InputError("the memory of a pipeline is per stage: `stepsim run --pp` reports "
-                         "every stage's peak")
+    micro-batch, or model of the same family, that fits on the GPU and in host RAM
+    (``spec.micro_batch`` None with ``largest_micro_batch``: searched from 1). A pipeline's
+    verdict is its fullest stage's, every stage under ``stages``."""
     check_strategy(spec.strategy)
+    check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
+                   virtual_stages=spec.virtual_stages)
+    host_memory.check(spec.strategy, spec.offload)
     machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
     job = job_of(spec)
     card = machine.smallest_card()  # every rank holds the same share: the smallest card binds
-    scheme, options = memory_scheme(spec.strategy), _memory_options(spec, machine)
-    found = memory_model.estimate(job, card, scheme, **options)
+    scheme = memory_scheme(spec.strategy)
+
+    def report_of(candidate: Job) -> memory_model.MemoryReport:
+        return fullest(memory_reports(candidate, machine, spec,
+                                      pipeline_of(candidate, machine, spec)))
+
+    pipeline = pipeline_of(job, machine, spec)
+    reports = memory_reports(job, machine, spec, pipeline)
+    found = fullest(reports)
     summary: dict[str, Any] = {"topology": machine.name, "workload": job.name, "gpu": card.name,
                                **found.to_json(), "strategy": spec.strategy,
                                "recipe": job.recipe.to_json()}
+    if pipeline is not None:
+        summary["stage"] = reports.index(found)
+        summary["stages"] = _stages_json(reports, pipeline)
     hints: list[str] = []
     full = replace(spec, checkpointing="full")
     can_checkpoint = job.checkpointing != "full" and job.arch is not None
     if largest_micro_batch:
-        best = memory_search.largest_micro_batch(job, card, scheme, **options)
+        best = memory_search.largest_micro_batch(job, card, scheme, report_of=report_of)
         summary["largest_micro_batch"] = best
         if best == 0 and can_checkpoint:
-            best_full = memory_search.largest_micro_batch(job_of(full), card, scheme, **options)
+            best_full = memory_search.largest_micro_batch(job_of(full), card, scheme,
+                                                          report_of=report_of)
             summary["largest_micro_batch_full_checkpointing"] = best_full
             hints.append(f"with full activation checkpointing: largest micro-batch {best_full}")
     elif not found.fits and can_checkpoint and found.model_state_bytes < found.capacity_bytes:
-        other = memory_model.estimate(job_of(full), card, scheme, **options)
-        hints.append(f"with full activation checkpointing: {other.verdict()}")
+        hints.append(f"with full activation checkpointing: {report_of(job_of(full)).verdict()}")
     if largest_model:
         cfg = load_workload(spec.workload)
         if spec.checkpointing is not None:
             cfg = cfg.with_training(activation_checkpointing=spec.checkpointing)
         if spec.seq_len is not None:
             cfg = cfg.with_training(seq_len=spec.seq_len)
-        big = memory_search.largest_model(cfg, card, scheme, **options,
+        big = memory_search.largest_model(cfg, card, scheme, report_of=report_of,
                                           micro_batch=spec.micro_batch)
         summary["largest_model"] = None if big is None else {
             "parameters": big.parameters, "layers": big.layers, "hidden": big.hidden,
@@ -404,7 +440,8 @@ def recipe(spec: RunSpec, job: Job | None = None) -> dict[str, Any]:
             "gradient_as_bucket_view": spec.gradient_as_bucket_view,
             "sequence_parallel": spec.sequence_parallel,
             "reshard_after_forward": spec.reshard_after_forward,
-            "overlap_comm": bool(spec.zero_overlap_comm)}
+            "overlap_comm": bool(spec.zero_overlap_comm), "offload": spec.offload,
+            "pin_memory": spec.pin_memory}
 
 
 def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
@@ -420,7 +457,8 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
                                overlap=True, grad_compression="none",
                                gradient_as_bucket_view=False, sequence_parallel=False,
                                reshard_after_forward=True, zero_overlap_comm=None, pp=1,
-                               schedule="1f1b", virtual_stages=1))
+                               schedule="1f1b", virtual_stages=1,
+                               offload="none", pin_memory=None))
 
 
 @lru_cache(maxsize=64)
@@ -461,6 +499,9 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
                        zero_overlap_comm=spec.zero_overlap_comm)
     check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
                    virtual_stages=spec.virtual_stages)
+    host_memory.check(spec.strategy, spec.offload)
+    if spec.offload != "none" and spec.pp > 1:
+        raise InputError("--offload with --pp: offloading inside a pipeline is not modelled")
     check_size(job)
     programs = strategies.build(spec.strategy, job, machine, options_of(spec))
     timeline = engine.simulate(programs, machine, compute_slowdown=spec.compute_slowdown)

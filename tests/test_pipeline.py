@@ -193,3 +193,19 @@ def test_pipeline_flags_that_cannot_run_are_one_line(argv: list[str], message: s
     code = main(["run", "-t", "8x5090-dual-socket", "-w", "llama3.2-1b", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_memory_of_a_pipeline_is_its_fullest_stage(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    argv = ["memory", "-t", "8x5090-dual-socket", "-w", "llama2-7b", "-s", "fsdp", "--pp", "4",
+            "--grad-accum", "8", "--checkpointing", "full", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    stages = out["stages"]
+    assert len(stages) == 4 and out["peak_bytes"] == max(s["peak_bytes"] for s in stages)
+    layers = [s["activations_bytes"] for s in stages[:3]]  # the head's logits sit on stage 3
+    assert layers == sorted(layers, reverse=True)  # 1F1B: p - r micro-batches in flight
+    run = api.simulate(api.RunSpec("8x5090-dual-socket", "llama2-7b", "fsdp", grad_accum=8,
+                                   checkpointing="full", pp=4), baseline=False)
+    assert run.report["memory"]["peak_bytes"] == out["peak_bytes"]  # run and memory agree

@@ -33,6 +33,8 @@ class Options:
     pp: int = 1
     schedule: str = "1f1b"
     virtual_stages: int = 1
+    offload: str = "none"
+    pin_memory: bool | None = None
 
 
 def build(name, job, machine, options):  # noqa: ANN001, ANN201

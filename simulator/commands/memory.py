@@ -3,7 +3,9 @@
 The first line is the verdict ("fits: needs X GiB of Y GiB per GPU" / "does not fit: ..."),
 then one line per kind of memory on one GPU. ``--micro-batch max`` names the largest micro-batch
 that fits; ``--largest-model`` scales the workload's model family (shape ratios kept) and names
-the largest one that fits. ``--json`` prints the same as one object.
+the largest one that fits. ``--offload`` moves states to host RAM and adds its verdict; ``--pp``
+gives each stage's memory, the verdict being the fullest stage's (the same as `run`'s).
+``--json`` prints the same as one object.
 """
 
 from __future__ import annotations
@@ -47,6 +49,18 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--seq-len", type=whole(1, MAX_TOKENS), default=None,
                         help="sequence length override")
     recipe_flags.add_training_arguments(parser)
+    parser.add_argument("--offload", default=None, metavar="WHAT",
+                        help="optimizer (zero1, zero2, zero3) or params (zero3, fsdp) in host "
+                        "RAM: the GPU holds less, the host's memory is counted too")
+    parser.add_argument("--pp", type=whole(1, MAX_GPUS), default=1,
+                        help="pipeline stages: each stage holds its layers and the activations "
+                        "its schedule keeps in flight (the verdict is the fullest stage's)")
+    parser.add_argument("--schedule", default="1f1b", help="with --pp: gpipe | 1f1b | "
+                        "interleaved")
+    parser.add_argument("--virtual-stages", type=whole(1, MAX_GPUS), default=1,
+                        help="model chunks per stage for --schedule interleaved")
+    parser.add_argument("--grad-accum", type=whole(1, MAX_BATCH), default=None,
+                        help="micro-batches per step (with --pp, how many are in flight)")
     parser.add_argument("--largest-model", action="store_true",
                         help="scale the workload's model (same shape ratios) and report the "
                              "largest that fits")
@@ -65,6 +79,8 @@ def spec_of(args: argparse.Namespace) -> RunSpec:
     spec = RunSpec(args.topology, args.workload, strategy, gpus=args.gpus, tp=args.tp,
                    micro_batch=micro_batch, seq_len=args.seq_len,
                    sequence_parallel=args.sequence_parallel,
+                   grad_accum=args.grad_accum, offload=args.offload or "none",
+                   pp=args.pp, schedule=args.schedule, virtual_stages=args.virtual_stages,
                    **recipe_flags.training_fields(args))
     check_recipe(strategy, tp=api.tp_degree(strategy, args.tp, api.load_machine(
         args.topology, args.gpus).n_gpus), overlap=True, grad_compression="none",
@@ -108,6 +124,16 @@ def render(report: memory.MemoryReport, out: dict[str, Any], hints: list[str]) -
     for other, words in memory.MOMENTS.items():
         if other != phase:
             rows.append(f"{'':<12}{_gib(r.phase_total(other))}  at the {words}")
+    host = [line for line in r.lines if line.host]
+    if host:  # offloaded: what each GPU's share puts in host RAM, and the machine's total
+        rows += ["", f"{'host, per GPU':<12}{'GiB':>8}  what ({r.offload} offloaded)"]
+        rows += [f"{line.category:<12}{_gib(line.bytes)}  {line.label}" for line in host]
+        rows.append(f"{'host total':<12}{_gib(r.host_peak_bytes)}  {r.world} GPU(s); host RAM "
+                    f"{r.host_capacity_bytes / GiB:,.1f} GiB")
+    if "stages" in out:  # a pipeline: every stage's peak, the fullest first in the verdict
+        rows += ["", "pipeline stages (GiB per GPU): " + ", ".join(
+            f"{x['stage']}: {x['peak_bytes'] / GiB:.1f}" for x in out["stages"])
+            + f"; the verdict is stage {out['stage']}'s"]
     rows += ["", *(f"note: {n}" for n in r.notes)]
     if "largest_micro_batch" in out:
         best = out["largest_micro_batch"]

@@ -82,6 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-reshard-after-forward", action="store_true",
                         help="FSDP2 fully_shard(reshard_after_forward=False): units stay "
                         "unsharded after forward, no all-gathers in backward")
+    parser.add_argument("--offload", default=None, metavar="WHAT",
+                        help="to host memory: optimizer (DeepSpeed offload_optimizer; zero1, "
+                        "zero2, zero3) or params (DeepSpeed offload_param + offload_optimizer, "
+                        "zero3; FSDP2 CPUOffloadPolicy, fsdp); the CPU optimizer steps there")
+    parser.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=None,
+                        help="pinned host buffers for offload copies (default: the framework's: "
+                        "DeepSpeed pin_memory false, FSDP2 true)")
     parser.add_argument("--overlap-comm", action="store_true",
                         help="DeepSpeed zero_optimization.overlap_comm=true (zero1, zero2): "
                         "gradient reductions on their own stream during backward")
@@ -96,7 +103,8 @@ def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "gradient_as_bucket_view": args.gradient_as_bucket_view,
             "sequence_parallel": args.sequence_parallel,
             "reshard_after_forward": not args.no_reshard_after_forward,
-            "zero_overlap_comm": True if args.overlap_comm else None}
+            "zero_overlap_comm": True if args.overlap_comm else None,
+            "offload": args.offload or "none", "pin_memory": args.pin_memory}
 
 
 def training_words(rec: dict[str, Any]) -> str:
@@ -119,4 +127,8 @@ def words(rec: dict[str, Any]) -> list[str]:
             out.append(key)
     if rec.get("reshard_after_forward") is False:
         out.append("reshard_after_forward=False")
+    if rec.get("offload", "none") != "none":
+        out.append(f"offload {rec['offload']}")
+    if rec.get("pin_memory") is not None:
+        out.append(f"pin_memory={rec['pin_memory']}")
     return out

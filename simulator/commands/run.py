@@ -144,6 +144,30 @@ def memory_verdict(mem: dict[str, Any]) -> str:
     return f"DOES NOT FIT: needs {need:.1f} GiB of {have:.1f} GiB per GPU"
 
 
+def host_verdict(mem: dict[str, Any]) -> str | None:
+    """The host-RAM verdict of an offloaded job (None when nothing lives there)."""
+    need = mem.get("host_peak_bytes") or 0
+    if not need:
+        return None
+    have = mem["host_capacity_bytes"]
+    word = "fits" if mem["host_fits"] else "DOES NOT FIT"
+    return f"{word}: needs {need / GiB:,.1f} GiB of the host's {have / GiB:,.1f} GiB"
+
+
+def offload_summary(off: dict[str, Any]) -> str:
+    return (f"{off['d2h_bytes_per_gpu'] / GiB:.2f} GiB down in {fig.seconds(off['d2h_s'])}, "
+            f"{off['h2d_bytes_per_gpu'] / GiB:.2f} GiB up in {fig.seconds(off['h2d_s'])} per GPU "
+            f"({'pinned' if off['pin_memory'] else 'pageable'}); CPU optimizer "
+            f"{fig.seconds(off['cpu_optimizer_s'])}")
+
+
+def pipeline_summary(pipe: dict[str, Any]) -> str:
+    chunks = f" x {pipe['virtual_stages']} chunks" if pipe["virtual_stages"] > 1 else ""
+    return (f"{pipe['stages']} stages{chunks}, {pipe['schedule']}, {pipe['micro_batches']} "
+            f"micro-batches: bubble {pipe['bubble_fraction']:.1%} of the pipeline phase "
+            f"(closed form {pipe['bubble_fraction_closed_form']:.1%})")
+
+
 def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     step = r["step_time_s"]
     eff = r["scaling_efficiency"]
@@ -166,6 +190,9 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
             f"{eff:.1%}", r.get("scaling_efficiency_range"), lambda x: f"{x:.1%}")),
         ("memory per GPU", memory_verdict(r["memory"])),
         ("recipe", recipe_flags.training_words(r.get("recipe", {})) or "-"),
+        *([("host memory", host)] if (host := host_verdict(r["memory"])) else []),
+        *([("offload", offload_summary(r["offload"]))] if r.get("offload") else []),
+        *([("pipeline", pipeline_summary(r["pipeline"]))] if r.get("pipeline") else []),
         ("bottleneck link", "none" if bn["link"] is None else
          f"{bn['link']} ({bn.get('description') or bn['link']}): "
          f"{bn['utilization']:.0%} of the step, "
@@ -232,6 +259,9 @@ def print_text(result: RunResult, out: Any = None) -> None:
     if not r["memory"]["fits"]:
         console.print(f"memory: {memory_verdict(r['memory'])}; simulated anyway, "
                       "but this step would run out of memory")
+    if not r["memory"].get("host_fits", True):
+        console.print(f"host memory: {host_verdict(r['memory'])}; simulated anyway, but the "
+                      "offloaded states would not fit in host RAM")
     cards = " + ".join(f"{len(ranks)} x {name}" for name, ranks in
                        r.get("cards", {r["gpu"]: range(r["gpus"])}).items())
     title = (f"{r['workload']} on {r['topology']} ({cards}), "

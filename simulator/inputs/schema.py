@@ -45,6 +45,8 @@ MAX_STEP_TOKENS = 2**28  # micro_batch x grad_accum x seq_len per GPU: 16x Llama
 MAX_LAYER_PARAMS = 10**13  # one generic layer: 10 trillion parameters
 MAX_PER_SAMPLE = 1e18  # a generic layer's FLOPs or bytes per sample (1 exa)
 MAX_USD = 1e6
+MAX_CORES = 4096  # CPU cores of one socket: 20x the largest (EPYC 9965: 192)
+MAX_HOST_GIB = 2**20  # host memory of one socket, GiB: 1 PiB, 170x a 6 TB server socket
 
 Bandwidth = Annotated[float, Field(ge=MIN_GB_PER_S, le=MAX_GB_PER_S)]
 
@@ -120,6 +122,10 @@ class NodeConfig(Frozen):
     memory_bandwidth_gb_per_s: Bandwidth | None = None
     # cpu only: CPU generation, sets the socket-link default (see hardware.SOCKET_LINKS)
     model: str | None = None
+    # cpu only: cores of this socket (the CPU optimizer of offloaded training runs on them)
+    cores: PositiveInt | None = Field(default=None, le=MAX_CORES)
+    # cpu only: host memory of this socket (offloaded optimizer states and parameters), GiB
+    memory_gib: PositiveFloat | None = Field(default=None, le=MAX_HOST_GIB)
     # gpu only: this GPU when it differs from the machine's default `gpu` (name or mapping)
     gpu: GpuSpec | None = None
 

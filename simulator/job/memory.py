@@ -70,6 +70,7 @@ class Line:
     # units in flight), "grads" (allocated during backward, all alive at its end and at the
     # step), "step" (the optimizer step only) or "only:<moment>" (one moment of MOMENTS)
     phase: str = "both"
+    host: bool = False  # in host RAM (offloaded), not on the GPU
 
 
 # The moments a peak can fall on. Backward frees each layer's activations as it creates that
@@ -79,7 +80,9 @@ MOMENTS = {"backward": "start of backward", "backward_end": "end of backward",
 
 
 def alive(line: Line, moment: str) -> bool:
-    """Whether ``line`` holds memory at ``moment`` (one of MOMENTS)."""
+    """Whether ``line`` holds GPU memory at ``moment`` (one of MOMENTS)."""
+    if line.host:
+        return False
     if line.phase.startswith("only:"):
         return line.phase == f"only:{moment}"
     if line.phase in ("both", moment):
@@ -104,6 +107,17 @@ class MemoryReport:
     capacity_bytes: int
     lines: tuple[Line, ...]
     notes: tuple[str, ...] = field(default=())
+    host_capacity_bytes: int = 0  # the machine's host RAM (every socket's)
+    offload: str = "none"  # what lives in host RAM: none | optimizer | params
+
+    @property
+    def host_peak_bytes(self) -> int:
+        """Host RAM the job's offloaded states need: every rank's host lines (ranks alike)."""
+        return int(sum(x.bytes for x in self.lines if x.host) * self.world)
+
+    @property
+    def host_fits(self) -> bool:
+        return self.host_peak_bytes <= self.host_capacity_bytes or not self.host_peak_bytes
 
     def phase_total(self, moment: str) -> float:
         return sum(x.bytes for x in self.lines if alive(x, moment))
@@ -126,13 +140,14 @@ class MemoryReport:
 
     @property
     def model_state_bytes(self) -> int:
-        """Weights, gradients and optimizer states, all of them (the ZeRO paper's sum)."""
-        return int(sum(x.bytes for x in self.lines
-                       if x.category in ("weights", "gradients", "optimizer")))
+        """Weights, gradients and optimizer states on the GPU, all of them (the ZeRO paper's
+        sum)."""
+        return int(sum(x.bytes for x in self.lines if not x.host
+                       and x.category in ("weights", "gradients", "optimizer")))
 
     def category_bytes(self, category: str) -> int:
-        """Every line of one category, whenever it is alive."""
-        return int(sum(x.bytes for x in self.lines if x.category == category))
+        """Every GPU line of one category, whenever it is alive."""
+        return int(sum(x.bytes for x in self.lines if x.category == category and not x.host))
 
     @property
     def fits(self) -> bool:
@@ -140,7 +155,12 @@ class MemoryReport:
 
     def verdict(self) -> str:
         need = f"{self.peak_bytes / GiB:.1f} GiB of {self.capacity_bytes / GiB:.1f} GiB per GPU"
-        return f"fits: needs {need}" if self.fits else f"does not fit: needs {need}"
+        text = f"fits: needs {need}" if self.fits else f"does not fit: needs {need}"
+        if self.host_peak_bytes:
+            host = (f"{self.host_peak_bytes / GiB:.1f} GiB of host RAM of "
+                    f"{self.host_capacity_bytes / GiB:.1f} GiB")
+            text += f"; host {'fits' if self.host_fits else 'does not fit'}: needs {host}"
+        return text
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -150,9 +170,13 @@ class MemoryReport:
             "parameters": self.parameters, "trainable_parameters": self.trainable_parameters,
             "peak_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes,
             "fits": self.fits, "peak_phase": self.peak_phase,
+            "host_peak_bytes": self.host_peak_bytes,
+            "host_capacity_bytes": self.host_capacity_bytes, "host_fits": self.host_fits,
+            "offload": self.offload,
             "breakdown_bytes": self.breakdown_bytes,
             "lines": [{"category": x.category, "label": x.label, "bytes": int(x.bytes),
-                       "phase": x.phase} for x in self.lines],
+                       "phase": x.phase, **({"host": True} if x.host else {})}
+                      for x in self.lines],
             "notes": list(self.notes),
         }
 
@@ -273,7 +297,9 @@ def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
 
 def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: dict[str, float],
                   *, gradient_as_bucket_view: bool, reshard_after_forward: bool,
-                  zero_overlap_comm: bool = False) -> list[Line]:
+                  zero_overlap_comm: bool = False, fetched: bool = False) -> list[Line]:
+    """Buffers beside the states; ``fetched``: parameters live in host RAM and come to the GPU
+    unit by unit even on one rank (offloaded ZeRO-3 / FSDP)."""
     e = job.activation_bytes
     mixed = job.precision in ("bf16", "fp16")  # fp32 master weights, 16-bit compute
     lines: list[Line] = []
@@ -293,7 +319,7 @@ def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: d
         lines.append(Line("other", "ZeRO gradient reduce bucket (reduce_bucket_size 5e8)"
                           + (" x 2 (overlap_comm double buffer)" if buffers == 2 else ""),
                           buffers * n * r.grad, "backward"))
-    if strategy in ("zero3", "fsdp") and dp > 1:
+    if strategy in ("zero3", "fsdp") and (dp > 1 or fetched):
         who = "FSDP" if strategy == "fsdp" else "ZeRO-3"
         if reshard_after_forward:
             # current unit + the prefetched next one (FSDP2 one-ahead prefetch; FSDP1
@@ -345,7 +371,8 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
              flash_attention: bool | None = None, gradient_as_bucket_view: bool = False,
              reshard_after_forward: bool = True, zero_overlap_comm: bool = False,
              nccl_channels: int = NCCL_DEFAULT_CHANNELS,
-             stage: StageShare | None = None) -> MemoryReport:
+             stage: StageShare | None = None, offload: str = "none",
+             host_capacity_bytes: int = 0) -> MemoryReport:
     """Memory of one rank. ``strategy`` is the data-parallel scheme over world / tp ranks
     ("tp" alone: DDP over the remaining ranks, or none when tp == world); under pipeline
     parallelism ``stage`` says what this rank's stage holds (dp = world / (tp x pp))."""
@@ -362,7 +389,11 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
     lines += _buffer_lines(job, r, strategy, dp, tp, sizes,
                            gradient_as_bucket_view=gradient_as_bucket_view,
                            reshard_after_forward=reshard_after_forward,
-                           zero_overlap_comm=zero_overlap_comm)
+                           zero_overlap_comm=zero_overlap_comm, fetched=offload == "params")
+    if offload != "none":  # simulator/job/host_memory.py: what moves to host RAM
+        from simulator.job import host_memory
+
+        lines = host_memory.offload_lines(lines, job, strategy, offload, dp, tp)
     for moment in MOMENTS:
         tensors = sum(x.bytes for x in lines if alive(x, moment))
         lines.append(Line("other", f"allocator rounding and fragmentation ({FRAGMENTATION:.0%} "
@@ -379,4 +410,5 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
     return MemoryReport(strategy=strategy, world=world, tp=tp, dp=dp, micro_batch=b,
                         seq_len=job.seq_len, checkpointing=job.checkpointing,
                         parameters=job.n_params, trainable_parameters=job.n_trainable,
-                        capacity_bytes=gpu.memory_bytes, lines=tuple(lines), notes=tuple(notes))
+                        capacity_bytes=gpu.memory_bytes, lines=tuple(lines), notes=tuple(notes),
+                        host_capacity_bytes=host_capacity_bytes, offload=offload)

@@ -8,7 +8,8 @@ model's shape ratios (Llama 2: 128-wide heads, L = h / 128, MLP width rounded to
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from simulator.errors import InputError
 from simulator.inputs.schema import WorkloadConfig
@@ -16,12 +17,21 @@ from simulator.job.memory import MemoryReport, estimate
 from simulator.job.workload import Job
 from simulator.machine.hardware import GPU
 
+# A job's memory report, where one estimate is not the whole verdict (a pipeline's fullest
+# stage, host RAM under offload); the searches default to one estimate.
+ReportOf = Callable[[Job], MemoryReport]
+
 
 def largest_micro_batch(job: Job, gpu: GPU, strategy: str, *, limit: int = 4096,
-                        **options: object) -> int:
-    """The largest micro-batch that fits (0 if not even one). Memory grows with the batch."""
+                        report_of: ReportOf | None = None, **options: object) -> int:
+    """The largest micro-batch that fits, on the GPU and in host RAM (0 if not even one).
+    Memory grows with the batch."""
     def fits(b: int) -> bool:
-        return estimate(job, gpu, strategy, micro_batch=b, **options).fits  # type: ignore[arg-type]
+        if report_of is not None:
+            report = report_of(replace(job, micro_batch=b))
+        else:
+            report = estimate(job, gpu, strategy, micro_batch=b, **options)  # type: ignore[arg-type]
+        return report.fits and report.host_fits
 
     if not fits(1):
         return 0
@@ -72,7 +82,7 @@ def scaled_workload(base: WorkloadConfig, hidden: int) -> WorkloadConfig:
 
 
 def largest_model(base: WorkloadConfig, gpu: GPU, strategy: str, *, max_hidden: int = 65536,
-                  **options: object) -> ScaledModel | None:
+                  report_of: ReportOf | None = None, **options: object) -> ScaledModel | None:
     """The widest (so largest) member of the base model's family that fits, or None.
 
     Widths step by one head; parameters and memory grow with the width, so bisection applies.
@@ -86,7 +96,12 @@ def largest_model(base: WorkloadConfig, gpu: GPU, strategy: str, *, max_hidden: 
         cfg = scaled_workload(base, k * step)
         assert cfg.model is not None
         job = Job.from_config(cfg)
-        report = estimate(job, gpu, strategy, **options)  # type: ignore[arg-type]
+        if report_of is not None:
+            micro = options.get("micro_batch")
+            report = report_of(replace(job, micro_batch=micro)
+                               if isinstance(micro, int) else job)
+        else:
+            report = estimate(job, gpu, strategy, **options)  # type: ignore[arg-type]
         mm = cfg.model
         return ScaledModel(mm.layers, mm.hidden, mm.heads, mm.kv_heads or mm.heads,
                            mm.ffn_hidden or 4 * mm.hidden, report)
@@ -96,7 +111,7 @@ def largest_model(base: WorkloadConfig, gpu: GPU, strategy: str, *, max_hidden: 
     while hi - lo > 1:
         mid = (lo + hi) // 2
         candidate = build(mid)
-        if candidate.report.fits:
+        if candidate.report.fits and candidate.report.host_fits:
             lo, best = mid, candidate
         else:
             hi = mid

@@ -93,6 +93,21 @@ def pipeline_report(timeline: Timeline) -> dict[str, Any]:
             "pipeline_phase_s": length}
 
 
+def offload_report(timeline: Timeline) -> dict[str, Any]:
+    """What offloading moved and how long it took on the first GPU: copies each way and the
+    CPU optimizer step (seconds their spans cover, replays counted)."""
+    spans = timeline.spans_of(timeline.rank_groups[0][0])
+    out: dict[str, Any] = dict(timeline.meta["offload"])
+    for kind in ("d2h", "h2d", "cpu_optimizer"):
+        mine = [s for s in spans if s.kind == kind]
+        out[f"{kind}_s"] = union_length((s.start, s.end) for s in mine) + sum(
+            rep.args["times"] * union_length(
+                (s.start, s.end) for s in mine
+                if rep.args["unit_tasks"][0] <= s.args.get("task", -1) <= rep.args["unit_tasks"][1])
+            for rep in spans if rep.kind == REPEAT_KIND)
+    return out
+
+
 def bottleneck(timeline: Timeline) -> dict[str, Any]:
     """The busiest link over the step (bytes / (capacity * step time))."""
     used = [k for k, b in timeline.link_bytes.items() if b > 0]
@@ -168,14 +183,16 @@ def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step:
         "fits": bool(memory["fits"]),
         "breakdown_bytes": {k: int(memory["breakdown_bytes"].get(k, 0)) for k in BREAKDOWN_KEYS},
     }
-    for key in ("stage", "stages"):  # a pipeline: the fullest stage, and every stage's peak
-        if key in memory:
+    for key in ("host_peak_bytes", "host_capacity_bytes", "host_fits", "stage", "stages"):
+        if key in memory:  # host RAM (offload); a pipeline's fullest stage and every stage's
             report["memory"][key] = memory[key]
     report["bottleneck"] = bottleneck(timeline)
     if len(timeline.rank_groups) > 1:
         report["ranks"] = rank_split(timeline)
     if "pipeline" in timeline.meta:
         report["pipeline"] = pipeline_report(timeline)
+    if "offload" in timeline.meta:
+        report["offload"] = offload_report(timeline)
     if "buckets" in timeline.meta:
         report["buckets"] = bucket_list(timeline)
     if cost is not None:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from simulator.engine.program import Program
     from simulator.job.workload import Job
     from simulator.machine.topology import Machine
+    from simulator.strategies import pipeline as pipeline_module
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "tp", "tp+ddp", "tp+fsdp")
 
@@ -37,6 +38,9 @@ class StrategyOptions:
     backward_prefetch: bool = True  # FSDP2 default: one unit ahead in backward
     gradient_as_bucket_view: bool = False  # PyTorch DDP default
     zero_overlap_comm: bool | None = None  # DeepSpeed overlap_comm; None = its default
+    offload: str = "none"  # optimizer | params to host memory (offload.py)
+    pin_memory: bool | None = None  # pinned host buffers; None = the framework's default
+    ranks: tuple[int, ...] = ()  # the ranks a program stands for (set per card on mixed boxes)
     pp: int = 1  # pipeline stages (pipeline.py); the strategy runs inside each stage
     schedule: str = "1f1b"  # gpipe | 1f1b | interleaved (schedules.py)
     virtual_stages: int = 1  # model chunks per stage (interleaved)
@@ -58,21 +62,40 @@ def build(name: str, job: Job, machine: Machine, options: StrategyOptions | None
     if opts.pp > 1:
         from simulator.strategies import pipeline
 
-        inner = {"tp": "ddp", "tp+ddp": "ddp", "tp+fsdp": "fsdp"}.get(name, name)
-        if name not in STRATEGIES:
-            raise InputError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
-        tp = opts.tp or (1 if not name.startswith("tp") else
-                         machine.n_gpus // opts.pp if name == "tp" else 2)
-        return pipeline.build(job, machine, replace(opts, tp=tp), data_parallel=inner)
+        return pipeline.build(job, machine, _pipeline_options(name, machine, opts),
+                              data_parallel=_inner(name))
     cards = machine.cards()
     if len(cards) == 1:
         return [_build_one(name, job, machine, opts)]
     programs = []
     for card, ranks in cards.items():  # the same program shape, timed on each card
-        program = _build_one(name, job, machine.as_if_every_gpu(card), opts)
+        program = _build_one(name, job, machine.as_if_every_gpu(card), replace(opts, ranks=ranks))
         program.ranks = ranks
         programs.append(program)
     return programs
+
+
+def _inner(name: str) -> str:
+    """The data-parallel scheme inside each pipeline stage."""
+    if name not in STRATEGIES:
+        raise InputError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    return {"tp": "ddp", "tp+ddp": "ddp", "tp+fsdp": "fsdp"}.get(name, name)
+
+
+def _pipeline_options(name: str, machine: Machine, opts: StrategyOptions) -> StrategyOptions:
+    """TP inside each stage: --tp, else all of a stage's GPUs for tp, 2 for tp+ddp/tp+fsdp."""
+    tp = opts.tp or (1 if not name.startswith("tp") else
+                     machine.n_gpus // opts.pp if name == "tp" else 2)
+    return replace(opts, tp=tp)
+
+
+def pipeline_shape(name: str, job: Job, machine: Machine, options: StrategyOptions
+                   ) -> pipeline_module.Shape:
+    """A pipeline's shape without its programs (what the memory verdict needs)."""
+    from simulator.strategies import pipeline
+
+    _inner(name)
+    return pipeline.describe(job, machine, _pipeline_options(name, machine, options))
 
 
 def _build_one(name: str, job: Job, machine: Machine, opts: StrategyOptions) -> Program:
@@ -88,7 +111,8 @@ def _build_one(name: str, job: Job, machine: Machine, opts: StrategyOptions) -> 
         return fsdp.build(job, machine, opts)
     if name == "zero3":  # FSDP's per-unit gather/reduce pattern; DeepSpeed reduces gradients in
         # their own 16-bit dtype (communication_data_type unset), as memory.py's recipe assumes
-        prog = fsdp.build(job, machine, opts, reduce_bytes=4 if job.precision == "fp32" else 2)
+        prog = fsdp.build(job, machine, opts, reduce_bytes=4 if job.precision == "fp32" else 2,
+                          framework="deepspeed")
         prog.meta["strategy"] = "zero3"
         return prog
     if name in ("tp", "tp+ddp", "tp+fsdp"):

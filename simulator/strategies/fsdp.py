@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from simulator.engine.program import Comm, Compute, Program
 from simulator.job.workload import Job
+from simulator.strategies.offload import Offloader
 from simulator.strategies.steps import Emit, add_ops, as_compute, compute_only, repeat_unit
 
 if TYPE_CHECKING:
@@ -61,10 +62,12 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
           groups: tuple[tuple[int, ...], ...] | None = None, program: Program | None = None,
           forward: list[Op] | None = None, backward: list[Op] | None = None,
           shard_numel: float = 1.0, optimizer_scale: float = 1.0,
-          emit: Emit | None = None, reduce_bytes: int = REDUCE_BYTES) -> Program:
+          emit: Emit | None = None, reduce_bytes: int = REDUCE_BYTES,
+          framework: str = "fsdp") -> Program:
     """One FSDP2 step. ``groups`` are the sharding groups (default: all GPUs, one group);
     tensor parallelism passes its DP groups, sharded ops, and ``shard_numel`` = 1/t.
-    ZeRO-3 has the same per-unit pattern and passes its own ``reduce_bytes``."""
+    ZeRO-3 has the same per-unit pattern and passes its own ``reduce_bytes`` and
+    ``framework="deepspeed"`` (how it offloads: strategies/offload.py)."""
     gpu = machine.gpu
     groups = groups or (tuple(range(machine.n_gpus)),)
     dp = len(groups[0])
@@ -79,8 +82,22 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
     unit_set = set(unit_list)
     root = root_blocks(job)
 
+    deepspeed = framework == "deepspeed"
+    off = (Offloader(machine, options.ranks, what=options.offload, pinned=options.pin_memory,
+                     framework=framework) if options.offload != "none" else None)
+    fetched = off is not None and off.what == "params"  # shards live in host memory
+    # the host copy of a shard: ZeRO-3 keeps 16-bit partitions, FSDP2 the fp32 master shard
+    host_param_bytes = 2 if deepspeed and job.precision != "fp32" else 4
+
     def gather(name: str, blocks: list[int], deps: tuple[int, ...]) -> int:
         numel = _sizes(job, blocks)[0] * shard_numel
+        if fetched:  # the shard comes up from host memory first, on the same stream
+            assert off is not None
+            deps = (off.copy(prog, "allgather" if dp > 1 else "h2d",
+                             name.replace("allgather", "h2d"),
+                             numel / dp * host_param_bytes, False, deps),)
+            if dp == 1:
+                return deps[0]
         return prog.add("allgather", Comm(name, "allgather", int(numel * param_bytes), groups,
                                           {"unit": name.rsplit(".", 1)[-1]}), deps)
 
@@ -88,8 +105,15 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         numel = _sizes(job, blocks)[1] * shard_numel
         if numel == 0:
             return None
-        return prog.add("reducescatter", Comm(name, "reducescatter", int(numel * reduce_bytes),
-                                              groups, {"unit": name.rsplit(".", 1)[-1]}), deps)
+        if dp > 1:
+            deps = (prog.add("reducescatter", Comm(
+                name, "reducescatter", int(numel * reduce_bytes), groups,
+                {"unit": name.rsplit(".", 1)[-1]}), deps),)
+        if off is None:
+            return deps[0]
+        return off.copy(prog, "reducescatter" if dp > 1 else "d2h",
+                        name.replace("reducescatter", "d2h"),
+                        numel / dp * 4, True, deps)  # the fp32 gradient shard goes down
 
     counts = {"allgather": 0, "reducescatter": 0}
     accum = options.grad_accum or job.grad_accum
@@ -97,7 +121,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
     first = len(prog.tasks)
     # every micro-step is alike: micro0 is simulated, then replayed accum - 1 times
     prefix = "micro0." if accum > 1 else ""
-    sharded = dp > 1
+    sharded = dp > 1 or fetched  # units come and go (gathered, or fetched from the host)
     # ---- forward
     ag: dict[int, int] = {}
     root_ag = None
@@ -153,7 +177,14 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
     if accum > 1:
         last = repeat_unit(prog, first, accum - 1)
     scale = optimizer_scale / dp
-    for op in job.optimizer_ops():
+    if off is not None:  # the optimizer runs on the host over this rank's shard
+        shard = job.n_trainable * scale
+        micro = dict(off.copied)  # every micro-step copies the same (replayed ones too)
+        last = off.cpu_step(prog, shard, (last,) if last is not None else ())
+        if not fetched:  # ZeRO-3 offload_optimizer: the updated partition goes back up
+            last = off.copy(prog, "compute", "h2d.params", shard * param_bytes, False, (last,))
+        prog.meta["offload"] = off.report(micro, accum)
+    for op in job.optimizer_ops() if off is None else []:
         last = prog.add("compute", as_compute(op, gpu, scale=scale),
                         (last,) if last is not None else ())
     prog.meta["units"] = len(unit_list)

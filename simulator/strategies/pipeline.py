@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simulator.engine.program import Comm, Compute, Program, SendRecv, Transfer
 from simulator.errors import InputError
@@ -176,45 +176,33 @@ class _Stage:
         return self.program.add(stream, keyed, deps)
 
 
-def build(job: Job, machine: Machine, options: StrategyOptions, *, data_parallel: str
-          ) -> list[Program]:
-    """Every stage's program; ``data_parallel`` is ddp, zero1 or fsdp over each stage."""
+@dataclass(frozen=True)
+class Shape:
+    """A pipeline without its programs: ``meta`` (stages and their GPUs, layers, the
+    closed-form bubble, each stage's activations in flight), every rank's steps, the layout."""
+
+    meta: dict[str, Any]
+    steps: list[list[schedules.Step]]
+    layout: Layout
+
+
+def describe(job: Job, machine: Machine, options: StrategyOptions,
+             ops: tuple[list[Op], list[Op]] | None = None) -> Shape:
+    """The pipeline's shape (what `memory` needs, and what `build` builds on)."""
     if job.arch is None:
         raise InputError("pipeline parallelism needs a transformer `model`: the message "
                          "between stages is its micro-batch x sequence x hidden activation")
-    if data_parallel not in DATA_PARALLEL:
-        raise InputError(f"-s {data_parallel} with --pp: DeepSpeed refuses ZeRO-2 and ZeRO-3 "
-                         "with pipeline parallelism; use ddp, zero1, fsdp (or tp+ddp, tp+fsdp)")
     p, v = options.pp, options.virtual_stages
     m = options.grad_accum or job.grad_accum
-    ops = (job.forward_ops(), job.backward_ops())
-    executions = m * (len(ops[0]) + len(ops[1]))
-    if executions > MAX_OP_EXECUTIONS:
-        raise InputError(f"--grad-accum {m:,} with --pp: a pipeline schedule interleaves its "
-                         f"micro-batches, so each is simulated: {executions:,} op executions, "
-                         f"at most {MAX_OP_EXECUTIONS:,} (fewer micro-batches)")
+    ops = ops or (job.forward_ops(), job.backward_ops())
     steps = schedules.stage_steps(options.schedule, p, m, v)
-    received = schedules.received(steps, p)
     lay = layout(machine.n_gpus, p, options.tp or 1)
     if lay.tp > 1 and (job.heads % lay.tp or job.kv_heads % lay.tp):
         raise InputError(f"tensor-parallel size {lay.tp} must divide the {job.heads} heads "
                          f"and {job.kv_heads} KV heads")
     chunks = split_blocks(job, machine.gpu_of(0), p * v, ops[0] + ops[1])
-    programs = []
-    for r in range(p):
-        by_card: dict[object, list[int]] = {}
-        for rank in lay.stages[r]:
-            by_card.setdefault(machine.gpu_of(rank), []).append(rank)
-        for ranks in by_card.values():
-            stage = _Stage(job, machine, options, lay, r, tuple(ranks), chunks, data_parallel,
-                           ops)
-            _schedule(stage, steps[r], received[r])
-            programs.append(stage.program)
     heads = [c for c, blocks in enumerate(chunks) if job.n_blocks in blocks]
-    meta = programs[0].meta
-    meta.update(strategy=("tp+" if lay.tp > 1 else "") + f"{data_parallel}+pp", dp=lay.dp,
-                tp=lay.tp, pp=p)
-    meta["pipeline"] = {
+    return Shape({
         "stages": p, "schedule": options.schedule, "micro_batches": m, "virtual_stages": v,
         "stage_gpus": [list(s) for s in lay.stages],
         "layers": [[b for b in blocks if 0 <= b < job.n_blocks] for blocks in chunks],
@@ -224,7 +212,38 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *, data_parallel
                                                  if 0 <= b < job.n_blocks]) for c in range(v)],
                                 (heads[0] - r) // p if heads and heads[0] % p == r else None)
                       for r in range(p)],
-    }
+    }, steps, lay)
+
+
+def build(job: Job, machine: Machine, options: StrategyOptions, *, data_parallel: str
+          ) -> list[Program]:
+    """Every stage's program; ``data_parallel`` is ddp, zero1 or fsdp over each stage."""
+    if data_parallel not in DATA_PARALLEL:
+        raise InputError(f"-s {data_parallel} with --pp: DeepSpeed refuses ZeRO-2 and ZeRO-3 "
+                         "with pipeline parallelism; use ddp, zero1, fsdp (or tp+ddp, tp+fsdp)")
+    m = options.grad_accum or job.grad_accum
+    ops = (job.forward_ops(), job.backward_ops())
+    executions = m * (len(ops[0]) + len(ops[1]))
+    if executions > MAX_OP_EXECUTIONS:
+        raise InputError(f"--grad-accum {m:,} with --pp: a pipeline schedule interleaves its "
+                         f"micro-batches, so each is simulated: {executions:,} op executions, "
+                         f"at most {MAX_OP_EXECUTIONS:,} (fewer micro-batches)")
+    shape = describe(job, machine, options, ops)
+    steps, lay, chunks = shape.steps, shape.layout, shape.meta["blocks"]
+    received = schedules.received(steps, lay.pp)
+    programs = []
+    for r in range(lay.pp):
+        by_card: dict[object, list[int]] = {}
+        for rank in lay.stages[r]:
+            by_card.setdefault(machine.gpu_of(rank), []).append(rank)
+        for ranks in by_card.values():
+            stage = _Stage(job, machine, options, lay, r, tuple(ranks), chunks, data_parallel,
+                           ops)
+            _schedule(stage, steps[r], received[r])
+            programs.append(stage.program)
+    meta = programs[0].meta
+    meta.update(strategy=("tp+" if lay.tp > 1 else "") + f"{data_parallel}+pp", dp=lay.dp,
+                tp=lay.tp, pp=lay.pp, pipeline=shape.meta)
     return programs
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from simulator.engine.program import Comm, Program
 from simulator.job.workload import Job
+from simulator.strategies.offload import Offloader
 from simulator.strategies.steps import (
     add_ops,
     as_compute,
@@ -83,30 +84,46 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *, stage: int) -
     last = ids[-1]
     reductions: list[int] = []
     waiting: int | None = None  # a reduction on the compute stream that backward waits for
+    off = (Offloader(machine, options.ranks, what="optimizer", framework="deepspeed",
+                     pinned=options.pin_memory) if options.offload == "optimizer" else None)
 
     def reduce(k: int, after: int) -> int:
-        nbytes = sum(job.params[i].numel for i in buckets[k]) * grad_bytes
-        return prog.add("nccl", Comm(f"reducescatter.bucket{k}", "reducescatter", nbytes, group,
-                                     {"bucket": k, "tensors": len(buckets[k])}), (after,))
+        numel = sum(job.params[i].numel for i in buckets[k])
+        task = after
+        if world > 1:
+            task = prog.add("nccl", Comm(f"reducescatter.bucket{k}", "reducescatter",
+                                         numel * grad_bytes, group,
+                                         {"bucket": k, "tensors": len(buckets[k])}), (after,))
+        if off is not None:  # the reduced partition goes down as fp32, on the same stream
+            task = off.copy(prog, "nccl" if world > 1 else "d2h", f"d2h.bucket{k}",
+                            numel / world * 4, True, (task,))
+        return task
 
+    reducing = world > 1 or off is not None
     for op in bwd:
         last = emit(prog, op, (last,) if waiting is None else (last, waiting), prefix)
         waiting = None
         for i in op.grads:
             k = closes_after.get(i)
-            if hooks and world > 1 and k is not None and k < len(buckets) - 1:
+            if hooks and reducing and k is not None and k < len(buckets) - 1:
                 reductions.append(reduce(k, last))
                 waiting = None if overlap else reductions[-1]
-    if world > 1 and buckets:
+    if reducing and buckets:
         start = 0 if not hooks else len(buckets) - 1
         for k in range(start, len(buckets)):
             reductions.append(reduce(k, last if k == start else reductions[-1]))
     after = [last, *reductions[-1:]]
     scale = 1.0 / world
-    for op in job.optimizer_ops():
+    total = sum(job.params[i].numel for i in trainable)
+    if off is not None:  # CPU-Adam on the host, then the updated 16-bit partition back up
+        copied = dict(off.copied)
+        after = [off.cpu_step(prog, total * scale, tuple(after))]
+        after = [off.copy(prog, "nccl" if world > 1 else "h2d", "h2d.params",
+                          total * scale * grad_bytes, False, tuple(after))]
+        prog.meta["offload"] = off.report({k: 0.0 for k in copied}, 1)
+    for op in job.optimizer_ops() if off is None else []:
         after = [prog.add("compute", as_compute(op, gpu, scale=scale), tuple(after))]
     if world > 1:  # updated 16-bit partitions, gathered back to every rank
-        total = sum(job.params[i].numel for i in trainable)
         chunks = max(1, -(-total // ALLGATHER_BUCKET_ELEMENTS))
         for c in range(chunks):
             numel = min(ALLGATHER_BUCKET_ELEMENTS, total - c * ALLGATHER_BUCKET_ELEMENTS)
