@@ -19,6 +19,7 @@ their spread per mechanism to validation/residuals.yaml, which the ranges read
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import statistics
 import sys
@@ -401,14 +402,20 @@ def residual_table(rows: list[Row]) -> dict[str, Any]:
                                         {"topology": row.topology, "ratios": [], "fit": False})
         box["ratios"].append(ratio)
         box["fit"] = box["fit"] or row.role == "fit"
+    def down(x: float) -> float:  # four decimals, outward: the spread keeps its own points
+        return math.floor(x * 1e4) / 1e4
+
+    def up(x: float) -> float:
+        return math.ceil(x * 1e4) / 1e4
+
     out: dict[str, Any] = {}
     for mechanism in sorted(table):
         entry = table[mechanism]
         out[mechanism] = {
-            "low": round(min(entry["ratios"]), 4), "high": round(max(entry["ratios"]), 4),
+            "low": down(min(entry["ratios"])), "high": up(max(entry["ratios"])),
             "points": len(entry["ratios"]),
-            "boxes": {box_id: {"topology": box["topology"], "low": round(min(box["ratios"]), 4),
-                               "high": round(max(box["ratios"]), 4),
+            "boxes": {box_id: {"topology": box["topology"], "low": down(min(box["ratios"])),
+                               "high": up(max(box["ratios"])),
                                "points": len(box["ratios"]), "fit": box["fit"]}
                       for box_id, box in sorted(entry["boxes"].items())},
         }
