@@ -363,9 +363,18 @@ def training_rows(data: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def framework_rows(data: dict[str, Any]) -> list[Row]:
+    """validation/frameworks.yaml's training runs (scripts/validate_frameworks.py)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import validate_frameworks
+
+    return list(validate_frameworks.rows(data, Row, compute_mechanism))
+
+
 SECTIONS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "collectives": collective_rows,
     "training": training_rows,
+    "frameworks": framework_rows,
     "gemm": gemm_rows,
     "boxes": box_rows,
 }

@@ -23,7 +23,8 @@ def test_a_jobs_ops_are_built_once_and_handed_out_as_new_lists(
     job = Job.from_config(config.load_workload("gpt2-medium"))
     calls: list[str] = []
     build = ops.build
-    monkeypatch.setattr(ops, "build", lambda j, phase: calls.append(phase) or build(j, phase))
+    monkeypatch.setattr(ops, "build", lambda j, phase, **kw: calls.append(phase)
+                        or build(j, phase, **kw))
     first, second = job.backward_ops(), job.backward_ops()
     assert calls == ["backward"]
     assert first == second and first is not second

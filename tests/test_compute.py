@@ -155,3 +155,14 @@ def test_generic_layer_memory_traffic_is_bound_by_bandwidth() -> None:
     assert compute.step_compute_time(with_traffic, A100) > compute.step_compute_time(without, A100)
     bwd = [k for op in with_traffic.backward_ops() for k in op.kernels if k.kind == "memory"]
     assert [k.bytes for k in bwd] == [2 * 50e6 * 32]
+
+
+def test_flash_attention_efficiency_follows_the_architecture() -> None:
+    a100, h100 = gpu("a100-sxm4-80gb"), gpu("h100-sxm")
+    # FA2 reaches ~60% of peak on A100, ~35% on H100 (FA3 paper); FA3 doubles it on Hopper
+    assert compute.flash_efficiency(h100) < compute.flash_efficiency(a100)
+    assert compute.flash_efficiency(h100, 3) == pytest.approx(2 * compute.flash_efficiency(h100))
+    assert compute.flash_efficiency(a100, 3) == compute.flash_efficiency(a100)  # no FA3 there
+    fa2 = Kernel("attention_fwd", 1e13, 1e6, name="flash_attention_forward")
+    fa3 = Kernel("attention_fwd", 1e13, 1e6, name="flash3_attention_forward")
+    assert compute.kernel_time(fa3, h100) < compute.kernel_time(fa2, h100)

@@ -95,3 +95,33 @@ def test_the_four_gemm_points_are_within_five_percent() -> None:
     rows = validate.gemm_rows(validate.load_all())
     assert len(rows) == 4
     assert all(abs(r.error) <= 0.05 for r in rows), [(r.id, r.error) for r in rows]
+
+
+def _framework_rows() -> dict[tuple[str, str], float]:
+    rows = validate.framework_rows(validate.load_all())
+    return {(r.id, r.quantity): r.error for r in rows}
+
+
+def test_framework_memory_points_are_within_fifteen_percent() -> None:
+    errors = _framework_rows()
+    memory = {k: e for k, e in errors.items() if k[1] == "memory GiB"}
+    assert len(memory) == 3
+    assert all(abs(e) <= 0.15 for e in memory.values()), memory
+
+
+def test_torchtune_eager_and_compiled_throughput_within_ten_percent() -> None:
+    errors = _framework_rows()
+    for row in ("torchtune-a100-llama3.2-3b-packed-eager",
+                "torchtune-a100-llama3.2-3b-packed-compile"):
+        assert abs(errors[(row, "tok/s/GPU")]) <= 0.10, (row, errors[(row, "tok/s/GPU")])
+
+
+def test_the_torchtitan_h100_row_fits_on_its_96_gb_cards() -> None:
+    from simulator.api import RunSpec, simulate
+
+    root = validate.ROOT / "validation"
+    spec = RunSpec(str(root / "topologies" / "8xh100-96gb-500w.yaml"),
+                   str(root / "workloads" / "torchtitan-llama3.1-8b.yaml"), "fsdp",
+                   kernels="compiled")
+    r = simulate(spec, baseline=False)
+    assert r.memory["fits"] and r.report["recipe"]["activation_checkpointing"] == "op"

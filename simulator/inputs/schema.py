@@ -328,9 +328,10 @@ class TrainingConfig(Frozen):
     activation_checkpointing: Checkpointing = "none"
     finetune: Literal["full", "lora", "qlora"] = "full"
     lora: LoraConfig | None = None
-    # flash: FlashAttention kernels (default); eager: scores materialised in HBM (Megatron-LM
-    # before flash-attn support, HF "eager"), with dropout on the probabilities if dropout > 0
-    attention: Literal["flash", "eager"] = "flash"
+    # flash: FlashAttention-2 kernels (default; SDPA's flash backend, flash-attn 2); flash3:
+    # FlashAttention-3 (Hopper; other GPUs run FA2); eager: scores materialised in HBM
+    # (Megatron-LM before flash-attn support, HF "eager"), dropout on the probabilities if > 0
+    attention: Literal["flash", "flash3", "eager"] = "flash"
     # attention-probability dropout; bert also drops the hidden states at this rate (its
     # BertConfig has hidden_dropout_prob = attention_probs_dropout_prob = 0.1)
     dropout: float = Field(default=0.0, ge=0, lt=1)

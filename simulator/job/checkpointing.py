@@ -79,7 +79,7 @@ def saved_tensors(job: Job, *, flash: bool | None = None) -> dict[str, tuple[flo
     A, e = job.arch, job.activation_bytes
     assert A is not None
     if flash is None:
-        flash = job.training.attention == "flash"
+        flash = job.training.attention != "eager"
     out: dict[str, tuple[float, bool]] = {}
     for op in bld.block_ops:
         saved = bld.stage(0, op).saved_per_token
@@ -139,7 +139,7 @@ def per_token(job: Job, *, tp: int = 1, sequence_parallel: bool = False,
     while the block is recomputed)."""
     mode = mode or job.checkpointing
     if flash is None:
-        flash = job.training.attention == "flash"
+        flash = job.training.attention != "eager"
     tensors = saved_tensors(job, flash=flash)
 
     def share(split: bool) -> float:

@@ -28,11 +28,37 @@ LAUNCH_OVERHEAD = 5 * US
 # reach about 85-90% of spec on A100/H100 (BabelStream published results); 0.85 is the low end.
 MEMORY_EFFICIENCY = 0.85
 
-# FlashAttention-2 (Dao 2023, arXiv:2307.08691, section 4.1, A100): forward reaches 50-73% of
-# the spec peak, backward somewhat less (up to ~63%); causal FLOPs counted halved, as ops.py does.
-# We take the middle of each range.
-FLASH_FWD_EFFICIENCY = 0.60
-FLASH_BWD_EFFICIENCY = 0.50
+# FlashAttention's share of the spec dense 16-bit peak (FP32 accumulate), forward and backward,
+# by architecture and version; causal FLOPs counted halved, as attention.py does.
+FLASH_EFFICIENCY: dict[tuple[str, int], tuple[float, float]] = {
+    # FA2 paper (Dao 2023, arXiv:2307.08691, section 4.1, A100): forward 50-73% of peak,
+    # backward up to ~63%; the middle of each range
+    ("ampere", 2): (0.60, 0.50),
+    # the same mma.sync kernels on GA10x/AD10x/GB20x (100 KB of shared memory per SM); an RTX
+    # A5000 (GA102) measured 81 TFLOPS forward and 77 backward of its 111 at head dim 64
+    # (gpu-mode/ring-attention issue 10), above A100's share: the A100 figures are kept
+    ("ada", 2): (0.60, 0.50), ("blackwell-geforce", 2): (0.60, 0.50),
+    # FA3 paper (Shah et al. 2024, arXiv:2407.08608): FA2 "achieving only 35% utilization on
+    # the H100"; FA3 forward up to 740 TFLOPS (75%) in bf16, backward 1.5-1.75x FA2's
+    ("hopper", 2): (0.35, 0.30), ("hopper", 3): (0.70, 0.50),
+    # B200: no published FA2/SDPA training figure here; taken as Hopper's FA2 (assumption)
+    ("blackwell", 2): (0.35, 0.30),
+    # Volta/Turing have no FA2; SDPA falls back to its memory-efficient (CUTLASS) kernel:
+    # assumption, about half the Ampere share
+    ("volta", 2): (0.30, 0.25), ("turing", 2): (0.30, 0.25),
+}
+FLASH_FWD_EFFICIENCY, FLASH_BWD_EFFICIENCY = FLASH_EFFICIENCY[("ampere", 2)]
+
+
+def flash_efficiency(gpu: GPU, version: int = 2, backward: bool = False) -> float:
+    """FlashAttention's share of ``gpu.matmul_flops``; FA3 only exists on Hopper (elsewhere
+    FA2 runs)."""
+    arch = gpu.arch
+    if arch == "blackwell" and gpu.compute_capability >= 120:  # GeForce / RTX PRO (sm120)
+        arch = "blackwell-geforce"
+    shares = FLASH_EFFICIENCY.get((arch, version)) or FLASH_EFFICIENCY.get((arch, 2)) \
+        or FLASH_EFFICIENCY[("ampere", 2)]
+    return shares[1] if backward else shares[0]
 
 # GEMM tile for wave quantisation: cuBLAS / CUTLASS large-tile kernels on Ampere and later use
 # 128x128 (or larger) output tiles per thread block, one block per SM at a time for big tiles
@@ -125,14 +151,20 @@ def gemm_rate(m: int, n: int, k: int, gpu: GPU, element_bytes: int = 2) -> float
     return dense * gemm_efficiency(m, n, k, gpu.sms) / gemm_efficiency(*REFERENCE_GEMM, gpu.sms)
 
 
+def _flash_version(k: Kernel) -> int:
+    return 3 if k.name.startswith("flash3") else 2
+
+
 def kernel_time(k: Kernel, gpu: GPU) -> float:
     dense_rate = fp32_rate(gpu) if k.element_bytes == 4 else matmul_rate(gpu)
     if k.kind == "gemm" and k.shape is not None:
         rate = gemm_rate(*k.shape, gpu, k.element_bytes)
     elif k.kind == "attention_fwd":
-        rate = gpu.matmul_flops * FLASH_FWD_EFFICIENCY * power.clock_share(gpu)
+        rate = gpu.matmul_flops * flash_efficiency(gpu, _flash_version(k)) * \
+            power.clock_share(gpu)
     elif k.kind == "attention_bwd":
-        rate = gpu.matmul_flops * FLASH_BWD_EFFICIENCY * power.clock_share(gpu)
+        rate = gpu.matmul_flops * flash_efficiency(gpu, _flash_version(k), backward=True) * \
+            power.clock_share(gpu)
     elif k.kind == "dense":
         rate = dense_rate
     else:  # memory-bound elementwise work: FLOPs on CUDA cores never bind here

@@ -71,6 +71,10 @@ class Line:
     # step), "step" (the optimizer step only) or "only:<moment>" (one moment of MOMENTS)
     phase: str = "both"
     host: bool = False  # in host RAM (offloaded), not on the GPU
+    # where it lives: "tensor" (allocated through PyTorch's caching allocator), "cache" (held
+    # by the allocator but not by a tensor: rounding, fragmentation), "driver" (outside it:
+    # the CUDA context, NCCL's buffers)
+    pool: str = "tensor"
 
 
 # The moments a peak can fall on. Backward frees each layer's activations as it creates that
@@ -130,6 +134,16 @@ class MemoryReport:
     def peak_bytes(self) -> int:
         return int(self.phase_total(self.peak_phase))
 
+    def peak_as(self, counter: str) -> int:
+        """The peak as PyTorch's counters report it: ``allocated`` (torch.cuda
+        max_memory_allocated, torchtune's "peak memory active"), ``reserved``
+        (max_memory_reserved: the allocator's segments, torchtitan's memory figure) or
+        ``total`` (what the card must hold, the verdict's)."""
+        pools = {"allocated": ("tensor",), "reserved": ("tensor", "cache"),
+                 "total": ("tensor", "cache", "driver")}[counter]
+        return int(sum(x.bytes for x in self.lines
+                       if x.pool in pools and not x.host and alive(x, self.peak_phase)))
+
     @property
     def breakdown_bytes(self) -> dict[str, int]:
         out = dict.fromkeys(CATEGORIES, 0.0)
@@ -169,6 +183,8 @@ class MemoryReport:
             "activation_checkpointing": self.checkpointing,
             "parameters": self.parameters, "trainable_parameters": self.trainable_parameters,
             "peak_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes,
+            "peak_allocated_bytes": self.peak_as("allocated"),
+            "peak_reserved_bytes": self.peak_as("reserved"),
             "fits": self.fits, "peak_phase": self.peak_phase,
             "host_peak_bytes": self.host_peak_bytes,
             "host_capacity_bytes": self.host_capacity_bytes, "host_fits": self.host_fits,
@@ -356,13 +372,16 @@ def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: d
 
 def _reserve_lines(dp: int, tp: int, nccl_channels: int, pp: int = 1) -> list[Line]:
     """Memory outside PyTorch's caching allocator: CUDA context, cuBLAS, NCCL."""
-    lines = [Line("other", "reserve: CUDA context and kernels", CUDA_CONTEXT_BYTES),
+    lines = [Line("other", "reserve: CUDA context and kernels", CUDA_CONTEXT_BYTES,
+                  pool="driver"),
+             # PyTorch allocates cuBLAS workspaces through its caching allocator
              Line("other", "reserve: cuBLAS workspace", CUBLAS_WORKSPACE_BYTES)]
     communicators = (dp > 1) + (tp > 1) + (pp > 1)  # a pipeline's p2p communicator too
     if communicators:
         lines.append(Line("other", f"reserve: NCCL buffers, {communicators} communicator(s) x "
                           f"{nccl_channels} channels", communicators * nccl_channels
-                          * NCCL_CONNECTIONS_PER_CHANNEL * NCCL_BYTES_PER_CONNECTION))
+                          * NCCL_CONNECTIONS_PER_CHANNEL * NCCL_BYTES_PER_CONNECTION,
+                          pool="driver"))
     return lines
 
 
@@ -397,7 +416,8 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
     for moment in MOMENTS:
         tensors = sum(x.bytes for x in lines if alive(x, moment))
         lines.append(Line("other", f"allocator rounding and fragmentation ({FRAGMENTATION:.0%} "
-                          "of tensor bytes, assumed)", FRAGMENTATION * tensors, f"only:{moment}"))
+                          "of tensor bytes, assumed)", FRAGMENTATION * tensors, f"only:{moment}",
+                          pool="cache"))
     lines += _reserve_lines(dp, tp, nccl_channels, pp)
     notes = [f"recipe: {r.description}",
              "peak = the largest of the start of backward (every activation alive), the end "

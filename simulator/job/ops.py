@@ -113,9 +113,10 @@ def _role(mod: Module, n_layers: int) -> str:
 class _Builder:
     """Builds the ops of one micro-batch of a transformer Job."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: Job, *, autocast: bool = False) -> None:
         assert job.arch is not None
         self.job, self.arch = job, job.arch
+        self.autocast = autocast
         self.a = job.activation_bytes
         self.T = job.tokens_per_micro_batch
         A = self.arch
@@ -203,6 +204,8 @@ class _Builder:
         out: list[Kernel] = []
         if self._quantized(mod):
             out.append(memory(i * o * (NF4_BYTES + 2), name="dequantize_nf4"))
+        if self.autocast and self.job.finetune == "full":  # the autocast cache: once a forward
+            out.append(memory(i * o * (4 + a), name="autocast_to_16bit"))
         out.append(gemm(T, o, i, a))
         if mod.lora:
             r = self.job.lora_rank
@@ -216,8 +219,10 @@ class _Builder:
             out.append(memory(i * o * (NF4_BYTES + 2), name="dequantize_nf4"))
         out.append(gemm(T, i, o, a))  # dX = dY @ W
         if self.job.finetune == "full":  # dW = dY^T @ X; a bias grad is a column sum of dY
-            extra = (o * i * (self.job.grad_bytes - a)) + (T * o * a if mod.bias else 0)
+            extra = o * i * self._grad_write_extra() + (T * o * a if mod.bias else 0)
             out.append(replace(gemm(o, i, T, a, extra_bytes=extra), weight_grad=True))
+            if self.autocast:  # ToCopyBackward: the 16-bit gradient to the fp32 weight's dtype
+                out.append(memory(i * o * (a + 4), name="autocast_grad_to_fp32"))
         if mod.lora:
             r = self.job.lora_rank
             out += [memory(2 * T * o * a, name="lora_scale_backward"),
@@ -225,6 +230,15 @@ class _Builder:
                     gemm(r, i, T, a), gemm(T, i, r, a),  # dA, dX (LoRA branch)
                     memory(3 * T * i * a, name="lora_add_input_grad")]
         return out
+
+    def _grad_write_extra(self) -> float:
+        """Bytes per weight the gradient GEMM writes beyond its 16-bit output: Megatron fuses
+        the fp32 accumulation into it (gradient_accumulation_fusion: reads and writes
+        main_grad); elsewhere the GEMM writes the compute dtype and a cast follows (autocast's
+        backward, FSDP's reduce-scatter copy-in)."""
+        if self.job.recipe.framework == "megatron":
+            return 2 * self.job.grad_bytes - self.a
+        return 0.0
 
     def _quantized(self, mod: Module) -> bool:
         return self.job.finetune == "qlora" and mod.kind in ("linear", "conv1d") \
@@ -238,7 +252,9 @@ class _Builder:
         """The LM head, in as many GEMMs as the loss has chunks."""
         A, c = self.arch, self.loss.chunks
         if not mods:  # tied: the embedding's weight
-            return [gemm(self.T // c, A.vocab, A.hidden, self.a) for _ in range(c)]
+            cast = [memory(A.vocab * A.hidden * (4 + self.a), name="autocast_to_16bit")] \
+                if self.autocast and self.job.finetune == "full" else []
+            return cast + [gemm(self.T // c, A.vocab, A.hidden, self.a) for _ in range(c)]
         if c == 1:
             return self._linears_fwd(mods)
         return [replace(k, flops=k.flops / c, bytes=k.bytes / c,
@@ -268,7 +284,7 @@ class _Builder:
                 return attention.eager(b, s, A.heads, A.head_dim, a, dropout=j.training.dropout,
                                        unfused_mask=A.encoder, backward=False)
             return [attention.flash(b, s, A.hidden, self.kv_in, a, causal=not A.encoder,
-                                    backward=False)]
+                                    backward=False, version=self.flash_version)]
         if op == "embedding":  # gather rows of each table (read + write), add position rows
             n_tables = len(mods)
             gather = memory((2 * n_tables + 3 * (n_tables - 1)) * T * A.hidden * a,
@@ -282,6 +298,10 @@ class _Builder:
         if op == "lm_head":
             return self._head_fwd(mods)
         return self._linears_fwd(mods) + list(stage)
+
+    @property
+    def flash_version(self) -> int:
+        return 3 if self.job.training.attention == "flash3" else 2
 
     @property
     def kv_in(self) -> int:
@@ -299,7 +319,7 @@ class _Builder:
                 return attention.eager(b, s, A.heads, A.head_dim, a, dropout=j.training.dropout,
                                        unfused_mask=A.encoder, backward=True)
             return [attention.flash(b, s, A.hidden, self.kv_in, a, causal=not A.encoder,
-                                    backward=True)]
+                                    backward=True, version=self.flash_version)]
         if op == "loss":
             return list(self.loss.backward)
         full = j.finetune == "full"
@@ -310,11 +330,14 @@ class _Builder:
                 return dx
             g = j.grad_bytes
             dw = replace(gemm(A.vocab, A.hidden, T // c, a,
-                              extra_bytes=A.vocab * A.hidden * (g - a)), weight_grad=True)
+                              extra_bytes=A.vocab * A.hidden * self._grad_write_extra()),
+                         weight_grad=True)
             # each chunk's weight gradient is added to the previous ones (autograd input buffer)
-            adds = [pointwise("accumulate_head_grad", A.vocab * A.hidden, reads=2 * g, writes=g)
+            adds = [pointwise("accumulate_head_grad", A.vocab * A.hidden, reads=2 * a, writes=a)
                     for _ in range(c - 1)]
-            return dx + [dw] * c + adds
+            cast = [memory(A.vocab * A.hidden * (a + g), name="autocast_grad_to_fp32")] \
+                if self.autocast and mods == [] else []
+            return dx + [dw] * c + adds + cast
         if op == "embedding":  # dense grad of the table(s), scatter-add of dY
             drop = [memory(T * A.hidden * (2 * a + 1), name="native_dropout_backward")] \
                 if j.hidden_dropout else []
@@ -350,12 +373,12 @@ def _label(block: int, op: str) -> str:
     return f"layers.{block}.{op}" if op in BLOCK_OPS else op
 
 
-def build(job: Job, phase: Phase) -> list[Op]:
+def build(job: Job, phase: Phase, *, autocast: bool = False) -> list[Op]:
     if job.arch is None:
         return _build_generic(job, phase)
     if phase == "optimizer":
         return optimizer_ops(job)
-    bld = _Builder(job)
+    bld = _Builder(job, autocast=autocast)
     seq = bld.sequence()
     if phase == "forward":
         return [Op.of(_label(b, op), b, "forward", bld.forward(b, op)) for b, op in seq]

@@ -87,6 +87,12 @@ class Recipe:
     def loss_compiled(self) -> bool:
         return self.kernels == "compiled" and self.compile_loss
 
+    @property
+    def autocast(self) -> bool:
+        """torch.autocast over fp32 weights (AMP); Megatron keeps bf16 parameters beside fp32
+        main parameters instead and accumulates its weight gradients into fp32 in the GEMM."""
+        return self.precision in ("bf16", "fp16") and self.framework != "megatron"
+
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k in ("framework", *KEYS)}
         out["from_framework"] = list(self.from_bundle)

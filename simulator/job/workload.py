@@ -297,7 +297,8 @@ class Job:
     params: list[ParamTensor] = field(hash=False, compare=False)
     recipe: Recipe = field(default_factory=lambda: resolve_recipe(TrainingConfig(seq_len=1)))
     # built on first use: every strategy, the memory model and the size check read them
-    _ops: dict[str, tuple[Op, ...]] = field(default_factory=dict, init=False, repr=False,
+    _ops: dict[tuple[str, bool], tuple[Op, ...]] = field(default_factory=dict, init=False,
+                                                         repr=False,
                                             hash=False, compare=False)
     _by_block: dict[int, list[int]] = field(default_factory=dict, init=False, repr=False,
                                             hash=False, compare=False)
@@ -425,14 +426,13 @@ class Job:
 
     @property
     def hidden_dropout(self) -> bool:
-        """Whether the hidden states are dropped (a 1-byte mask per element): GPT2Config
-        resid_pdrop/embd_pdrop 0.1; Llama has no dropout modules; MPT-7B config resid_pdrop 0;
-        BertConfig hidden_dropout_prob equals its attention dropout, the workload's ``dropout``."""
+        """Whether the hidden states are dropped too (a 1-byte mask per element): GPT-2 and BERT
+        drop them at their dropout rate (GPT2Config resid_pdrop and embd_pdrop equal attn_pdrop,
+        0.1; BertConfig hidden_dropout_prob equals attention_probs_dropout_prob), the
+        workload's ``dropout``; Llama has no dropout modules, MPT-7B's resid_pdrop is 0."""
         if self.arch is None:
             return False
-        if self.arch.encoder:
-            return self.training.dropout > 0
-        return self.arch.family == "gpt2"
+        return (self.arch.encoder or self.arch.family == "gpt2") and self.training.dropout > 0
 
     @property
     def finetune(self) -> str:
@@ -450,20 +450,24 @@ class Job:
         return 4 if self.precision == "fp32" else 2
 
     # --- ops (simulator/job/ops.py) ------------------------------------------------------------
-    def ops(self, phase: Phase) -> list[Op]:
-        """One micro-batch's ops of a phase (ops.py), built once per job; a new list each call."""
-        if phase not in self._ops:
+    def ops(self, phase: Phase, *, autocast: bool = False) -> list[Op]:
+        """One micro-batch's ops of a phase (ops.py), built once per job; a new list each call.
+        ``autocast``: the fp32 weights are cast to 16 bit as each forward uses them and their
+        gradients back to fp32 (torch.autocast under DDP or on one GPU; FSDP and ZeRO keep
+        16-bit parameters and cast in their own copies)."""
+        key = (phase, autocast and self.recipe.autocast)
+        if key not in self._ops:
             from simulator.job import ops
 
-            self._ops[phase] = tuple(ops.build(self, phase))
-        return list(self._ops[phase])
+            self._ops[key] = tuple(ops.build(self, phase, autocast=key[1]))
+        return list(self._ops[key])
 
-    def forward_ops(self) -> list[Op]:
-        return self.ops("forward")
+    def forward_ops(self, *, autocast: bool = False) -> list[Op]:
+        return self.ops("forward", autocast=autocast)
 
-    def backward_ops(self) -> list[Op]:
+    def backward_ops(self, *, autocast: bool = False) -> list[Op]:
         """Backward of one micro-batch, recompute ops included (checkpointing)."""
-        return self.ops("backward")
+        return self.ops("backward", autocast=autocast)
 
     def optimizer_ops(self) -> list[Op]:
         return self.ops("optimizer")

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from simulator.strategies import StrategyOptions
 
 GRAD_BYTES = 4  # fp32 .grad under AMP and fp32 training (PyTorch AMP keeps fp32 weights)
-WIRE_BYTES = {"none": GRAD_BYTES, "bf16": 2}  # ddp_comm_hooks/default_hooks.bf16_compress_hook
+COMPRESSED_BYTES = 2  # ddp_comm_hooks/default_hooks.bf16_compress_hook
 
 
 def local_numel(param: ParamTensor, tp: int) -> int:
@@ -57,7 +57,9 @@ def local_numel(param: ParamTensor, tp: int) -> int:
 
 def grad_tensors(job: Job, tp: int = 1) -> list[GradTensor]:
     """The tensors DDP registers: trainable parameters in registration order, fp32 grads."""
-    return [GradTensor(job.params[i].name, local_numel(job.params[i], tp), GRAD_BYTES, "fp32")
+    g = job.grad_bytes  # fp32 under AMP and fp32 training, bf16 under pure bf16
+    return [GradTensor(job.params[i].name, local_numel(job.params[i], tp), g,
+                       "fp32" if g == 4 else "bf16")
             for i in trainable_indices(job)]
 
 
@@ -91,8 +93,8 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
     prog = program or Program(world=world)
     prog.meta.setdefault("strategy", "ddp")
     prog.meta.setdefault("dp", dp)
-    fwd = forward if forward is not None else job.forward_ops()
-    bwd = backward if backward is not None else job.backward_ops()
+    fwd = forward if forward is not None else job.forward_ops(autocast=True)
+    bwd = backward if backward is not None else job.backward_ops(autocast=True)
     emit = emit or compute_only(gpu)
     accum = options.grad_accum or job.grad_accum
     last: int | None = prog.tasks[-1].id if prog.tasks else None
@@ -100,6 +102,11 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         first = len(prog.tasks)
         add_ops(prog, fwd + bwd, emit, after=() if last is None else (last,), prefix="micro0.")
         last = repeat_unit(prog, first, accum - 2)
+        # AccumulateGrad adds each later micro-step's gradients into .grad (read both, write):
+        # the accum - 1 additions of every trainable tensor, run here at once
+        n = sum(local_numel(job.params[i], tp) for i in trainable_indices(job))
+        last = prog.add("compute", memory_pass("accumulate_grad", 3 * job.grad_bytes * n * (
+            accum - 1), gpu, kernels=len(trainable_indices(job))), (last,))
     prefix = f"micro{accum - 1}." if accum > 1 else ""
     fwd_ids = add_ops(prog, fwd, emit, after=() if last is None else (last,), prefix=prefix)
     if dp == 1:  # a single replica: plain backward and optimizer, no DDP wrapper
@@ -119,12 +126,14 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         bwd_ids.append(emit(prog, op, ((bwd_ids or fwd_ids)[-1],), prefix))
         grads = [i for i in op.grads if i in bucket_of]
         if grads and not megatron:
-            # autograd hook: copy into the bucket (unless a view) and pre-divide by world size
-            per_byte = 8 if options.gradient_as_bucket_view else 16
-            nbytes = per_byte * sum(local_numel(job.params[i], tp) for i in grads)
-            bwd_ids.append(prog.add("compute", memory_pass(f"{prefix}{op.name}.ddp_hook",
-                                                           nbytes, gpu, op.block),
-                                    (bwd_ids[-1],)))
+            # autograd hook per tensor (reducer.cpp mark_variable_ready_dense): without
+            # gradient_as_bucket_view, copy_grad_to_bucket divides while copying
+            # (at::mul_out(bucket_view, grad, 1 / div_factor)); with it, grad is the bucket
+            # view and is divided in place (div_): one read and one write of fp32 either way
+            nbytes = 2 * job.grad_bytes * sum(local_numel(job.params[i], tp) for i in grads)
+            bwd_ids.append(prog.add("compute", memory_pass(
+                f"{prefix}{op.name}.ddp_hook", nbytes, gpu, op.block, kernels=len(grads)),
+                (bwd_ids[-1],)))
         for i in grads:
             b = bucket_of[i]
             pending[b].discard(ddp_index[i])
@@ -135,7 +144,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         nbytes = 8 * sum(b.numel for b in buckets)
         end_of_backward = prog.add("compute", memory_pass(f"{prefix}grad_buffer.div", nbytes,
                                                           gpu), (end_of_backward,))
-    wire = WIRE_BYTES[options.grad_compression]
+    wire = COMPRESSED_BYTES if options.grad_compression == "bf16" else job.grad_bytes
     comm_ids: list[int] = []
     meta: list[dict[str, object]] = []
     for b, bucket in enumerate(buckets):
@@ -150,9 +159,13 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
                      "gradient_bytes": bucket.bytes,
                      "params": [trainable[k] for k in bucket.indices]})
     after = [bwd_ids[-1], *comm_ids[-1:]]
-    if not megatron and not options.gradient_as_bucket_view:  # finalize: bucket -> .grad
-        nbytes = 8 * sum(b.numel for b in buckets)
-        after = [prog.add("compute", memory_pass("ddp.copy_back", nbytes, gpu), tuple(after))]
+    if not megatron and not options.gradient_as_bucket_view:
+        # finalize_backward: each bucket's averaged gradients copied back into .grad, per
+        # tensor (reducer.cpp finalize_bucket_dense, copy_bucket_to_grad)
+        nbytes = 2 * job.grad_bytes * sum(b.numel for b in buckets)
+        tensors = sum(len(b.indices) for b in buckets)
+        after = [prog.add("compute", memory_pass("ddp.copy_back", nbytes, gpu,
+                                                 kernels=tensors), tuple(after))]
     _optimizer(prog, job, gpu, tp, tuple(after))
     prog.meta["buckets"] = meta
     return prog

@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING
 from simulator.engine.program import Comm, Compute, Program
 from simulator.job.workload import Job
 from simulator.strategies.offload import Offloader
-from simulator.strategies.steps import Emit, add_ops, as_compute, compute_only, repeat_unit
+from simulator.strategies.steps import (
+    Emit,
+    add_ops,
+    as_compute,
+    compute_only,
+    memory_pass,
+    repeat_unit,
+)
 
 if TYPE_CHECKING:
     from simulator.job.ops import Op
@@ -88,8 +95,12 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
     fetched = off is not None and off.what == "params"  # shards live in host memory
     # the host copy of a shard: ZeRO-3 keeps 16-bit partitions, FSDP2 the fp32 master shard
     host_param_bytes = 2 if deepspeed and job.precision != "fp32" else 4
+    shard_bytes = 4 if job.precision in ("bf16", "fp16") else param_bytes  # the fp32 master
 
     def gather(name: str, blocks: list[int], deps: tuple[int, ...]) -> int:
+        """The unit's all-gather, after its copy-in on the same stream
+        (_fsdp_collectives.py _get_param_all_gather_inputs: a foreach copy casts the local
+        shards to param_dtype; all_gather_copy_in copies them into the all-gather input)."""
         numel = _sizes(job, blocks)[0] * shard_numel
         if fetched:  # the shard comes up from host memory first, on the same stream
             assert off is not None
@@ -98,17 +109,33 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
                              numel / dp * host_param_bytes, False, deps),)
             if dp == 1:
                 return deps[0]
+        copy_in = numel / dp * ((shard_bytes + param_bytes) + 2 * param_bytes)
+        cin = prog.add("allgather", memory_pass(f"{name}.copy_in", copy_in, gpu), deps)
         return prog.add("allgather", Comm(name, "allgather", int(numel * param_bytes), groups,
-                                          {"unit": name.rsplit(".", 1)[-1]}), deps)
+                                          {"unit": name.rsplit(".", 1)[-1]}), (cin,))
+
+    def copy_out(name: str, blocks: list[int], deps: tuple[int, ...]) -> int:
+        """foreach_all_gather_copy_out on the compute stream: split_with_sizes_copy of the
+        all-gather output into each parameter's unsharded tensor (a read and a write). One
+        rank gathers nothing: the unit is only fetched, the last of ``deps``."""
+        if dp == 1:
+            return deps[-1]
+        numel = _sizes(job, blocks)[0] * shard_numel
+        return prog.add("compute", memory_pass(f"{name}.copy_out", 2 * param_bytes * numel,
+                                               gpu), deps)
 
     def reduce(name: str, blocks: list[int], deps: tuple[int, ...]) -> int | None:
         numel = _sizes(job, blocks)[1] * shard_numel
         if numel == 0:
             return None
         if dp > 1:
+            # foreach_reduce's copy-in: the unsharded gradients chunk-concatenated (and cast
+            # to reduce_dtype) into the reduce-scatter input (torch._chunk_cat)
+            cin = prog.add("reducescatter", memory_pass(f"{name}.copy_in", numel * (
+                param_bytes + reduce_bytes), gpu), deps)
             deps = (prog.add("reducescatter", Comm(
                 name, "reducescatter", int(numel * reduce_bytes), groups,
-                {"unit": name.rsplit(".", 1)[-1]}), deps),)
+                {"unit": name.rsplit(".", 1)[-1]}), (cin,)),)
         if off is None:
             return deps[0]
         return off.copy(prog, "reducescatter" if dp > 1 else "d2h",
@@ -127,6 +154,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
     root_ag = None
     if sharded and root:  # every group reshards after backward, the root too
         root_ag = gather(f"{prefix}allgather.root", root, () if last is None else (last,))
+        root_ag = copy_out(f"{prefix}allgather.root", root, (root_ag,))
     fwd_end: dict[int, int] = {}
     order = [b for b, _ in groupby(fwd, key=lambda op: op.block)]
     for block, ops in groupby(fwd, key=lambda op: op.block):
@@ -138,7 +166,8 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
             ag_deps = (fwd_end[before],) if before in fwd_end else tuple(deps)
             ag[block] = gather(f"{prefix}allgather.fwd.unit{block}", [block], ag_deps)
             counts["allgather"] += 1
-            deps.append(ag[block])
+            deps = [copy_out(f"{prefix}allgather.fwd.unit{block}", [block],
+                             tuple(deps) + (ag[block],))]
         elif sharded and root_ag is not None:
             deps.append(root_ag)
         ids = add_ops(prog, list(ops), emit, after=deps, prefix=prefix)
@@ -156,7 +185,8 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
             ahead = 2 if options.backward_prefetch else 1
             before = border[k - ahead] if k - ahead >= 0 else None
             ag_deps = (bwd_end[before],) if before in bwd_end else (fwd_end[order[-1]],)
-            deps.append(gather(f"{prefix}allgather.bwd.unit{block}", [block], ag_deps))
+            bag = gather(f"{prefix}allgather.bwd.unit{block}", [block], ag_deps)
+            deps = [copy_out(f"{prefix}allgather.bwd.unit{block}", [block], (*deps, bag))]
             counts["allgather"] += 1
         op_end = -1
         for op in ops:

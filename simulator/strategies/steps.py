@@ -26,9 +26,12 @@ def as_compute(op: Op, gpu: GPU, *, scale: float = 1.0, prefix: str = "") -> Com
                    compute.op_time(op, gpu) * scale, op.flops * scale, op.block)
 
 
-def memory_pass(name: str, nbytes: float, gpu: GPU, block: int | None = None) -> Compute:
-    """A memory-bound kernel that moves ``nbytes`` through HBM (copies, scaling)."""
-    return Compute(name, "other", compute.memory_time(nbytes, gpu), 0.0, block)
+def memory_pass(name: str, nbytes: float, gpu: GPU, block: int | None = None,
+                kernels: int = 1) -> Compute:
+    """Memory-bound work that moves ``nbytes`` through HBM (copies, scaling) in ``kernels``
+    launches (one per tensor where a framework loops over tensors)."""
+    launches = max(0, kernels - 1) * compute.LAUNCH_OVERHEAD / gpu.rate_scale
+    return Compute(name, "other", compute.memory_time(nbytes, gpu) + launches, 0.0, block)
 
 
 # Adds one op to a program after `deps` and returns the task the next op must wait for (the

@@ -1,0 +1,97 @@
+"""validate.py's `frameworks` section: training runs as the frameworks publish them.
+
+Every training point of validation/frameworks.yaml is simulated on the machine, workload and
+recipe flags listed in RUNS (the workloads and the Grand Teton machine live in
+validation/workloads and validation/topologies). Throughput is compared per GPU; memory as the
+framework printed it (``memory``: torchtune's "peak memory active" is the allocator's
+allocated peak, torchtitan's figure its reserved peak). None of these points fixed a constant
+of the model: the kernel lists come from the frameworks' code, the rates from the GEMM points
+and the papers the compute module cites; every row is a check.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKLOADS = ROOT / "validation" / "workloads"
+TOPOLOGIES = ROOT / "validation" / "topologies"
+
+
+def _w(name: str) -> str:
+    return str(WORKLOADS / f"{name}.yaml")
+
+
+_TUNE_3B = {"topology": "8xa100-nvswitch", "gpus": 1, "workload": _w("torchtune-llama3.2-3b"),
+            "strategy": "ddp", "memory": "allocated"}
+_FOUNDRY_H100 = {"topology": "8xh100-nvswitch", "strategy": "fsdp"}
+_FOUNDRY_A100 = {"topology": "8xa100-nvswitch", "strategy": "fsdp"}
+
+# point id -> how it is simulated: RunSpec fields, and which memory counter it printed
+RUNS: dict[str, dict[str, Any]] = {
+    "torchtune-a100-llama3.2-3b-packed-eager": _TUNE_3B,
+    "torchtune-a100-llama3.2-3b-packed-compile": {**_TUNE_3B, "kernels": "compiled"},
+    "torchtune-4090-llama3.1-8b-full": {"topology": "1x4090",
+                                        "workload": _w("torchtune-llama3.1-8b-4090"),
+                                        "strategy": "ddp"},
+    "torchtitan-h100-llama3.1-8b-compile": {
+        "topology": str(TOPOLOGIES / "8xh100-96gb-500w.yaml"),
+        "workload": _w("torchtitan-llama3.1-8b"), "strategy": "fsdp", "kernels": "compiled",
+        "memory": "reserved"},
+    "llmfoundry-h100-mpt-3b-s4096": {**_FOUNDRY_H100, "workload": _w("mpt-3b"),
+                                     "seq_len": 4096, "micro_batch": 5, "grad_accum": 6},
+    "llmfoundry-h100-mpt-1b-s2048": {**_FOUNDRY_H100, "workload": _w("mpt-1b"),
+                                     "micro_batch": 14, "grad_accum": 1},
+    "llmfoundry-a100-mpt-3b-s2048": {**_FOUNDRY_A100, "workload": _w("mpt-3b"),
+                                     "micro_batch": 10, "grad_accum": 2},
+    "llmfoundry-a100-mpt-760m-s2048": {**_FOUNDRY_A100, "workload": _w("mpt-760m"),
+                                       "micro_batch": 24, "grad_accum": 2},
+    "llmfoundry-a100-mpt-125m-s2048": {**_FOUNDRY_A100, "workload": _w("mpt-125m"),
+                                       "micro_batch": 40, "grad_accum": 2},
+    "flashattn-a100-gpt3-125m": {"topology": "8xa100-nvswitch", "workload": _w("gpt3-125m-flash"),
+                                 "strategy": "zero1"},
+    "lambda-1x4090-bert-large": {"topology": "1x4090", "workload": "bert-large-squad",
+                                 "strategy": "ddp", "micro_batch": 28},
+    # 64 GPUs over 8 nodes in the source: eight GPUs of one node stand in for them
+    "torchtitan-a100-llama3-8b-64gpu": {"topology": "8xa100-nvswitch",
+                                        "workload": _w("torchtitan-llama3.1-8b"),
+                                        "strategy": "fsdp", "micro_batch": 1, "proxy": True},
+}
+_SPEC_KEYS = ("gpus", "micro_batch", "grad_accum", "seq_len", "kernels", "cross_entropy",
+              "precision", "optimizer", "checkpointing", "framework")
+
+
+def rows(data: dict[str, Any], row_type: Any, mechanism: Any) -> list[Any]:
+    """One row per measured quantity of each run (throughput per GPU, memory, MFU);
+    ``mechanism(gpu)`` tags a one-GPU throughput with the compute mechanism it measures."""
+    from simulator.api import RunSpec, simulate
+    from simulator.units import GiB
+
+    out = []
+    for point in data.get("frameworks", []):
+        setup = RUNS.get(point["id"])
+        if setup is None:
+            continue
+        spec = RunSpec(setup["topology"], setup["workload"], setup["strategy"],
+                       **{k: setup[k] for k in _SPEC_KEYS if k in setup})
+        result = simulate(spec, baseline=False)
+        r = result.report
+        gpus, label = r["gpus"], ("8-GPU proxy" if setup.get("proxy") else r["recipe"]["kernels"])
+        tag = mechanism(r["gpu"]) if gpus == 1 else None
+        if "tokens_per_s" in point:
+            out.append(row_type(point["id"], label, gpus, None, "tok/s/GPU", point["tokens_per_s"],
+                                r["tokens_per_s_per_gpu"], tag, r["topology"]))
+        if "samples_per_s" in point:
+            out.append(row_type(point["id"], label, gpus, None, "samples/s",
+                                point["samples_per_s"], r["samples_per_s"], tag, r["topology"]))
+        if "peak_memory_gib" in point:
+            counter = setup.get("memory", "reserved")
+            out.append(row_type(point["id"], f"{counter} peak"[:13], gpus, None, "memory GiB",
+                                point["peak_memory_gib"],
+                                result.memory[f"peak_{counter}_bytes"] / GiB, None,
+                                r["topology"]))
+        if "mfu" in point:
+            out.append(row_type(point["id"], label, gpus, None, "MFU", point["mfu"], r["mfu"],
+                                None, r["topology"]))
+    return out
