@@ -68,12 +68,12 @@ def test_a_job_that_needs_sharding_says_why_plain_ddp_does_not_fit() -> None:
 
 
 def test_when_nothing_fits_it_says_what_would(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["advise", "-t", "2x5090", "-w", "llama2-7b", "--json"]) == 0
+    assert main(["advise", "-t", "2x5090", "-w", "llama2-70b", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) == KEYS and out["nothing_fits"] is True
     assert out["candidates"] == [] and out["best"] is None
     changes = " ".join(w["change"] for w in out["what_would_fit"])
-    assert "LoRA" in changes and "QLoRA" in changes and "x rtx5090" in changes
+    assert "QLoRA" in changes and "x rtx5090" in changes and "GiB of RAM" in changes
     assert all(w["fits"] and w["peak_bytes"] > 0 for w in out["what_would_fit"])
     assert any("nothing fits" in line for line in out["explanation"])
 
@@ -124,3 +124,11 @@ def test_pipelines_are_candidates_with_enough_micro_batches() -> None:
     spec = next(s for s in candidates.enumerate_machine(
         api.RunSpec("8x5090-dual-socket", "llama2-7b")).first if s.pp > 1)
     assert "--pp" in candidates.run_command(spec) and "pipeline" in candidates.label(spec)
+
+
+def test_offload_is_tried_where_the_gpus_cannot_hold_the_states_alone() -> None:
+    choices = candidates.enumerate_machine(api.RunSpec("2x5090", "llama2-7b"))
+    offloaded = [s for s in choices.first if s.offload != "none"]
+    assert offloaded and all(s.strategy in ("zero1", "zero2", "zero3", "fsdp")
+                             for s in offloaded)
+    assert "--offload" in candidates.run_command(offloaded[0])

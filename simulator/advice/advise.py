@@ -68,7 +68,7 @@ def _round(pool: ProcessPoolExecutor | None, workers: int,
         results = pool.map(_simulate, points, chunksize=max(1, len(points) // (4 * workers)))
     reports = []
     for i, report in enumerate(results):
-        if report["memory"]["fits"]:  # the exact verdict of the run (a pipeline's own split)
+        if cand.fits(report["memory"]):  # the run's exact verdict (a pipeline's own split)
             reports.append(report)
         if progress:
             progress(i + 1, len(points))
@@ -143,15 +143,19 @@ def advise(machines: Sequence[Machine], workload: str, *, objective: str = "thro
         lines.extend(f"  {w['change']}: {w['detail']}" for w in answer["what_would_fit"])
         return answer
     prices = {m.topology: m.prices for m in machines}
-    best = _ranged(reports[0], prices)
+    second = runner_up(reports)
+    finalists = [reports[0]] + ([second] if second is not None else [])
+    with _pool(min(workers, len(finalists))) as pool:  # the two ranged runs side by side
+        ranged = list(pool.map(_ranged, finalists, [prices] * len(finalists)) if pool
+                      else map(_ranged, finalists, [prices] * len(finalists)))
+    best = ranged[0]
     answer["best"] = best
     lines.append(winner_line(best, objective))
     lines.append("why: " + why(best))
     for m in machines:
         lines.extend(not_fitting_lines(verdicts[m.topology], prefix=_prefix(machines, m)))
-    second = runner_up(reports)
-    if second is not None:
-        lines.append(runner_up_line(best, _ranged(second, prices), objective))
+    if len(ranged) > 1:
+        lines.append(runner_up_line(best, ranged[1], objective))
     if len(machines) > 1:
         lines.extend(machine_lines(reports, machines, objective))
     lines.append(best["range_basis"]["summary"])
@@ -176,7 +180,7 @@ def _ranged(report: dict[str, Any], prices: dict[str, Prices]) -> dict[str, Any]
 def spec_of(report: dict[str, Any]) -> RunSpec:
     o = report["options"]
     return RunSpec(o["topology"], o["workload"], o["strategy"], gpus=o["gpus"], tp=o["tp"],
-                   pp=o["pp"], grad_accum=o["grad_accum"],
+                   pp=o["pp"], grad_accum=o["grad_accum"], offload=o["offload"],
                    micro_batch=o["micro_batch"], bucket_mb=o["bucket_cap_mb"],
                    checkpointing=o["activation_checkpointing"],
                    sequence_parallel=o["sequence_parallel"],
@@ -242,6 +246,12 @@ def not_fitting_lines(verdicts: list[cand.Verdict], prefix: str = "") -> list[st
         states = " + ".join(f"{k} {parts[k] / GiB:.1f}" for k in ("weights", "gradients",
                                                                   "optimizer") if parts.get(k))
         tp = f" (TP {least.recipe.tp})" if least.recipe.tp else ""
+        if mem["fits"]:  # the GPU holds it: host RAM is what runs out
+            lines.append(f"{prefix}{family}{tp} does not fit: the GPUs would hold it "
+                         f"({mem['peak_bytes'] / GiB:.1f} of {mem['capacity_bytes'] / GiB:.1f}"
+                         f" GiB), but host RAM would need {mem['host_peak_bytes'] / GiB:,.0f} "
+                         f"GiB of {mem['host_capacity_bytes'] / GiB:,.0f}")
+            continue
         lines.append(f"{prefix}{family}{tp} does not fit: even with checkpointing "
                      f"{least.checkpointing} at micro-batch 1 it needs "
                      f"{mem['peak_bytes'] / GiB:.1f} GiB of {mem['capacity_bytes'] / GiB:.1f} "
@@ -263,7 +273,7 @@ def runner_up(reports: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The best candidate of another strategy (or TP degree, or machine) than the winner's."""
     def kind(r: dict[str, Any]) -> tuple[Any, ...]:
         o = r["options"]
-        return o["topology"], o["strategy"], o["tp"], o["pp"]
+        return o["topology"], o["strategy"], o["tp"], o["pp"], o["offload"]
     return next((r for r in reports[1:] if kind(r) != kind(reports[0])), None)
 
 

@@ -1,7 +1,8 @@
 """The configurations `stepsim advise` weighs on one machine, and which of them fit.
 
 Enumerated, with the frameworks' own option names: DDP (bucket_cap_mb 25, 5, 100), ZeRO-1,
-ZeRO-2, ZeRO-3, FSDP with and without reshard_after_forward, tensor parallelism over every
+ZeRO-2, ZeRO-3, FSDP with and without reshard_after_forward, each ZeRO stage and FSDP with
+what it can offload to host RAM, tensor parallelism over every
 GPU and TP x DP / TP x FSDP at every TP degree that divides the GPUs, each with and without
 sequence parallelism; 1F1B pipelines at every stage count that divides the GPUs, DDP or FSDP
 inside each stage; activation checkpointing none, selective, full; micro-batches in powers of
@@ -9,7 +10,9 @@ two up to the largest that fits, and that largest one. Any strategy the project 
 ``strategies.STRATEGIES`` with no recipe of its own is tried with its defaults.
 
 Pruned by memory first (``api.memory_of``, no simulation). Dominated candidates are not
-generated: more checkpointing at a micro-batch a lighter mode already fits only adds recompute.
+generated: more checkpointing at a micro-batch a lighter mode already fits only adds
+recompute, and offloading at a micro-batch the same strategy fits without it only adds host
+copies.
 Advise simulates in two rounds: every recipe and mode at its largest micro-batch (DDP at each
 bucket size), then the smaller micro-batches of the leading few.
 """
@@ -39,11 +42,13 @@ class Recipe:
     reshard_after_forward: bool = True
     pp: int = 1  # pipeline stages (strategies/pipeline.py); the strategy runs in each stage
     grad_accum: int | None = None  # a pipeline's micro-batches per step
+    offload: str = "none"  # to host RAM (job/host_memory.py): optimizer | params
 
     @property
     def family(self) -> str:
         """How the text groups what does not fit: DDP, ZeRO-1, FSDP, TP x FSDP, ..."""
-        return self.strategy if self.pp == 1 else f"pipeline x {self.strategy}"
+        name = self.strategy if self.pp == 1 else f"pipeline x {self.strategy}"
+        return name if self.offload == "none" else f"{name} with {self.offload} offload"
 
 
 @dataclass
@@ -60,6 +65,11 @@ def recipes(n_gpus: int) -> list[Recipe]:
     """Every strategy and recipe for a machine of ``n_gpus``."""
     out = [Recipe("ddp"), Recipe("zero1"), Recipe("zero2"), Recipe("zero3"),
            Recipe("fsdp"), Recipe("fsdp", reshard_after_forward=False)]
+    # offload to host RAM, as DeepSpeed (offload_optimizer, offload_param) and FSDP2
+    # (CPUOffloadPolicy: parameters, gradients and optimizer states together) allow it
+    out += [Recipe("zero1", offload="optimizer"), Recipe("zero2", offload="optimizer"),
+            Recipe("zero3", offload="optimizer"), Recipe("zero3", offload="params"),
+            Recipe("fsdp", offload="params")]
     if n_gpus > 1:
         for sp in (False, True):
             out.append(Recipe("tp", tp=n_gpus, sequence_parallel=sp))
@@ -89,10 +99,16 @@ def _spec(base: RunSpec, recipe: Recipe, checkpointing: str, micro_batch: int) -
                    sequence_parallel=recipe.sequence_parallel,
                    reshard_after_forward=recipe.reshard_after_forward,
                    checkpointing=checkpointing, micro_batch=micro_batch, pp=recipe.pp,
-                   grad_accum=recipe.grad_accum if recipe.pp > 1 else base.grad_accum)
+                   grad_accum=recipe.grad_accum if recipe.pp > 1 else base.grad_accum,
+                   offload=recipe.offload)
 
 
 _SPLITS: dict[RunSpec, dict[str, Any] | None] = {}
+
+
+def fits(memory: dict[str, Any]) -> bool:
+    """On the GPU, and for an offloading recipe in host RAM too."""
+    return bool(memory["fits"]) and memory.get("host_fits") is not False
 
 
 def _fits(spec: RunSpec) -> dict[str, Any] | None:
@@ -119,19 +135,19 @@ def largest_micro_batch(base: RunSpec, recipe: Recipe, checkpointing: str
     first = _fits(_spec(base, recipe, checkpointing, 1))
     if first is None:
         return None
-    if not first["fits"]:
+    if not fits(first):
         return Verdict(recipe, checkpointing, 0, first)
     lo, hi, best = 1, 2, first
     while hi <= MAX_MICRO_BATCH:
         mem = _fits(_spec(base, recipe, checkpointing, hi))
-        if mem is None or not mem["fits"]:
+        if mem is None or not fits(mem):
             break
         lo, hi, best = hi, hi * 2, mem
     hi = min(hi, MAX_MICRO_BATCH + 1)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         mem = _fits(_spec(base, recipe, checkpointing, mid))
-        if mem is not None and mem["fits"]:
+        if mem is not None and fits(mem):
             lo, best = mid, mem
         else:
             hi = mid
@@ -161,6 +177,7 @@ def enumerate_machine(base: RunSpec) -> Choices:
     """The specs worth simulating on ``base.topology`` and every recipe's memory verdict."""
     n_gpus = api.load_machine(base.topology, base.gpus).n_gpus
     choices = Choices([], {}, [])
+    held: dict[tuple[str, str], int] = {}  # (strategy, mode) -> largest b without offload
     for recipe in recipes(n_gpus):
         fitted = 0  # the largest micro-batch a lighter checkpointing mode already fits
         for mode in CHECKPOINTING_MODES:  # none, selective, full: ever more recompute
@@ -168,6 +185,11 @@ def enumerate_machine(base: RunSpec) -> Choices:
             if verdict is None:
                 break
             choices.verdicts.append(verdict)
+            plain = recipe.offload == "none" and recipe.pp == 1 and recipe.tp is None
+            if plain and recipe.reshard_after_forward:
+                held[(recipe.strategy, mode)] = verdict.largest
+            if recipe.offload != "none":  # host copies only slow a batch the GPU holds alone
+                fitted = max(fitted, held.get((recipe.strategy, mode), 0))
             if verdict.largest <= fitted:
                 continue
             largest = _spec(base, recipe, mode, verdict.largest)
@@ -183,7 +205,7 @@ def enumerate_machine(base: RunSpec) -> Choices:
 def recipe_of(spec: RunSpec) -> tuple[Recipe, str]:
     """The key of a spec's recipe and checkpointing mode in ``Choices.smaller``."""
     return (Recipe(spec.strategy, spec.tp, spec.sequence_parallel, spec.reshard_after_forward,
-                   spec.pp, spec.grad_accum if spec.pp > 1 else None),
+                   spec.pp, spec.grad_accum if spec.pp > 1 else None, spec.offload),
             spec.checkpointing or "none")
 
 
@@ -191,6 +213,7 @@ def options(spec: RunSpec) -> dict[str, Any]:
     """A candidate's choices, as the JSON lists them (framework option names)."""
     return {"topology": spec.topology, "workload": spec.workload, "strategy": spec.strategy,
             "tp": spec.tp, "pp": spec.pp, "grad_accum": spec.grad_accum,
+            "offload": spec.offload,
             "micro_batch": spec.micro_batch, "activation_checkpointing": spec.checkpointing,
             "bucket_cap_mb": spec.bucket_mb, "sequence_parallel": spec.sequence_parallel,
             "reshard_after_forward": spec.reshard_after_forward, "gpus": spec.gpus}
@@ -213,6 +236,8 @@ def run_command(spec: RunSpec) -> str:
         words += ["--checkpointing", spec.checkpointing]
     if spec.bucket_mb is not None:
         words += ["--bucket-mb", f"{spec.bucket_mb:g}"]
+    if spec.offload != "none":
+        words += ["--offload", spec.offload]
     if spec.sequence_parallel:
         words.append("--sequence-parallel")
     if not spec.reshard_after_forward:
@@ -226,6 +251,8 @@ def label(spec: RunSpec) -> str:
     if spec.pp > 1:
         parts = [f"pipeline of {spec.pp} stages (1F1B, {spec.grad_accum} micro-batches) x "
                  + parts[0]]
+    if spec.offload != "none":
+        parts.append(f"{spec.offload} offloaded to host RAM")
     if spec.sequence_parallel:
         parts.append("sequence parallel")
     if not spec.reshard_after_forward:

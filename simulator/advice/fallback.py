@@ -3,8 +3,8 @@
 Each alternative is checked with the memory model (job/memory.py), not guessed: the same model
 with LoRA or QLoRA adapters (rank 16 on every linear layer of a block, as the QLoRA paper
 recommends), the same job sharded over more GPUs of the same card (FSDP, full
-checkpointing), the optimizer states moved to host memory (ZeRO-Offload / FSDP CPU offload),
-and the same machine with a card that has more memory. Memory only: the speed of an
+checkpointing), and the same machine with a card that has more memory. Offloading to host RAM
+is among advise's own candidates, so it is not repeated here. Memory only: the speed of an
 alternative is for `stepsim advise` on it.
 """
 
@@ -19,7 +19,6 @@ from simulator.inputs.schema import LoraConfig
 from simulator.job import memory
 from simulator.job.workload import Job
 from simulator.machine import collectives, hardware
-from simulator.strategies import STRATEGIES
 from simulator.units import GiB
 
 # QLoRA (Dettmers et al. 2023, arXiv:2305.14314): adapters on all linear layers of a block
@@ -90,35 +89,35 @@ def what_would_fit(topology: str, workload: str) -> list[dict[str, Any]]:
                                   f"{_need(report)}; stepsim models one node, so their speed "
                                   "over the network is not simulated"})
             break
-    out += _offload(job, gpu, world, channels)
+    out += _more_host_memory(topology, workload)
     out += _bigger_cards(job, gpu, world, channels)
     return out
 
 
-def _offload(job: Job, gpu: hardware.GPU, world: int, channels: int) -> list[dict[str, Any]]:
-    """Optimizer states in host memory, from the sharded strategy's own breakdown."""
-    offloading = [s for s in STRATEGIES if "offload" in s]
-    for strategy in offloading:  # a strategy of its own, where the project has one
-        report = _estimate(job, gpu, strategy, world, channels)
-        if report is not None and report.fits:
-            return [{"change": f"{strategy} (optimizer states in host memory)", "fits": True,
-                     "strategy": strategy, "gpus": world, "peak_bytes": report.peak_bytes,
-                     "detail": f"{strategy} with full checkpointing {_need(report)}"}]
-    if offloading:
+def _more_host_memory(topology: str, workload: str) -> list[dict[str, Any]]:
+    """An offloading recipe the GPUs would hold, on a host with the RAM it needs."""
+    from simulator.api import RunSpec
+
+    best: dict[str, Any] | None = None
+    for strategy, offload in (("fsdp", "params"), ("zero3", "params"), ("zero3", "optimizer")):
+        spec = RunSpec(topology, workload, strategy, offload=offload, checkpointing="full",
+                       micro_batch=1)
+        try:
+            mem = api.memory_of(spec)
+        except InputError:
+            continue
+        if mem["fits"] and mem.get("host_fits") is False and (
+                best is None or mem["host_peak_bytes"] < best["host_peak_bytes"]):
+            best = dict(mem, strategy=strategy, offload=offload)
+    if best is None:
         return []
-    report = _estimate(job, gpu, "fsdp", world, channels)
-    if report is None:
-        return []
-    optimizer = report.category_bytes("optimizer")
-    peak = report.peak_bytes - optimizer  # the step's peak holds the optimizer states
-    if peak > report.capacity_bytes:
-        return []
-    return [{"change": "optimizer states in host memory (ZeRO-Offload, FSDP CPU offload)",
-             "fits": True, "strategy": "fsdp", "gpus": world, "peak_bytes": int(peak),
-             "detail": f"FSDP with full checkpointing and the Adam states on the CPU would "
-                       f"need about {peak / GiB:.1f} of {report.capacity_bytes / GiB:.1f} GiB "
-                       f"per GPU and {optimizer * world / GiB:.0f} GiB of host memory "
-                       "(memory model only: offload's speed is not simulated)"}]
+    need = best["host_peak_bytes"] / GiB
+    return [{"change": f"{best['strategy']} with {best['offload']} offloaded to a host with "
+                       f"{need:,.0f} GiB of RAM", "fits": True, "strategy": best["strategy"],
+             "gpus": best["world"], "peak_bytes": best["peak_bytes"],
+             "detail": f"with full checkpointing the GPUs hold {best['peak_bytes'] / GiB:.1f} "
+                       f"of {best['capacity_bytes'] / GiB:.1f} GiB; host RAM needs {need:,.0f} "
+                       f"GiB (this machine: {best['host_capacity_bytes'] / GiB:,.0f})"}]
 
 
 def _bigger_cards(job: Job, gpu: hardware.GPU, world: int, channels: int

@@ -223,7 +223,7 @@ def _simulate(name: str, note: str, spec: RunSpec, prices: Prices, best: dict[st
             note += f"; micro-batch {verdict.largest} now fits"
     r = api.simulate(spec, baseline=False, prices=prices, ranges=True).report
     cost = r["cost"]
-    return {"upgrade": name, "applies": True, "note": note, "fits": r["memory"]["fits"],
+    return {"upgrade": name, "applies": True, "note": note, "fits": cand.fits(r["memory"]),
             "micro_batch": spec.micro_batch,
             "step_time_s": r["step_time_s"], "step_time_s_range": r["step_time_s_range"],
             "tokens_per_s": r["tokens_per_s"], "tokens_per_s_range": r["tokens_per_s_range"],
