@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from simulator.cli import main as stepsim
@@ -67,11 +70,30 @@ def ranged_7b_step() -> tuple[float, str]:
                       "--bucket-mb", "25", "--json"])
 
 
+@functools.cache
+def _tree64() -> str:
+    """scripts/boxes.py's 64-GPU PCIe tree of 5090s, written once to a temporary file."""
+    from boxes import pcie_tree  # scripts/ is this script's directory
+
+    path = Path(tempfile.gettempdir()) / "stepsim-bench-tree64.yaml"
+    path.write_text(pcie_tree(64), encoding="utf-8")
+    return str(path)
+
+
+def pipeline_64_step() -> tuple[float, str]:
+    """64 GPUs as 8 pipeline stages x 8 data-parallel replicas, 1F1B over 16 micro-batches:
+    a program per stage, every micro-batch simulated (they interleave)."""
+    return _run_step(["run", "-t", _tree64(), "-w", "llama2-7b", "-s", "ddp", "--pp", "8",
+                      "--grad-accum", "16", "--checkpointing", "full", "--no-ranges",
+                      "--json"])
+
+
 BENCHMARKS: list[Callable[[], tuple[float, str]]] = [
     collective_sweep,
     ddp_7b_step,
     fsdp_7b_step,
     ranged_7b_step,
+    pipeline_64_step,
 ]
 
 

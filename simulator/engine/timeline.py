@@ -148,11 +148,12 @@ def subtract_length(base: Iterable[tuple[float, float]],
     """Length of the points covered by `base` and not by `cut`."""
     cuts = merge(cut)
     total = 0.0
+    first = 0  # both lists are sorted: cuts that end before this interval never matter again
     for start, end in merge(base):
+        while first < len(cuts) and cuts[first][1] <= start:
+            first += 1
         covered = 0.0
-        for c_start, c_end in cuts:
-            if c_end <= start:
-                continue
+        for c_start, c_end in cuts[first:]:
             if c_start >= end:
                 break
             covered += min(end, c_end) - max(start, c_start)

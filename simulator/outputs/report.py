@@ -108,7 +108,7 @@ def offload_report(timeline: Timeline) -> dict[str, Any]:
     return out
 
 
-def bottleneck(timeline: Timeline) -> dict[str, Any]:
+def bottleneck(timeline: Timeline, comm_time_s: float | None = None) -> dict[str, Any]:
     """The busiest link over the step (bytes / (capacity * step time))."""
     used = [k for k, b in timeline.link_bytes.items() if b > 0]
     if not used or timeline.step_time <= 0:
@@ -117,7 +117,8 @@ def bottleneck(timeline: Timeline) -> dict[str, Any]:
     link = max(sorted(used), key=timeline.link_utilization)
     # while any GPU communicates: the union over groups (replays counted by the pacing GPU's)
     comm_time = union_length((s.start, s.end) for s in timeline.comm_spans())
-    comm_time = max(comm_time, time_split(timeline)["comm_time_s"])
+    comm_time = max(comm_time, time_split(timeline)["comm_time_s"] if comm_time_s is None
+                    else comm_time_s)
     carried = timeline.link_bytes[link]
     capacity = timeline.link_capacity[link]
     return {
@@ -170,7 +171,9 @@ def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step:
     report: dict[str, Any] = dict(extra or {})
     report["gpus"] = world
     report["step_time_s"] = step
-    report.update(time_split(timeline))
+    ranks = rank_split(timeline)  # each group's split, once: the pacing group's is the headline
+    pacing = max(ranks, key=lambda r: r["compute_time_s"])
+    report.update({k: pacing[k] for k in ("compute_time_s", "comm_time_s", "exposed_comm_s")})
     report["tokens_per_s"] = tokens_per_s
     report["tokens_per_s_per_gpu"] = per_gpu
     report["samples_per_s"] = samples_per_step / step if step > 0 else 0.0
@@ -186,9 +189,9 @@ def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step:
     for key in ("host_peak_bytes", "host_capacity_bytes", "host_fits", "stage", "stages"):
         if key in memory:  # host RAM (offload); a pipeline's fullest stage and every stage's
             report["memory"][key] = memory[key]
-    report["bottleneck"] = bottleneck(timeline)
-    if len(timeline.rank_groups) > 1:
-        report["ranks"] = rank_split(timeline)
+    report["bottleneck"] = bottleneck(timeline, pacing["comm_time_s"])
+    if len(ranks) > 1:
+        report["ranks"] = ranks
     if "pipeline" in timeline.meta:
         report["pipeline"] = pipeline_report(timeline)
     if "offload" in timeline.meta:
