@@ -46,7 +46,7 @@ class FakeCollectives:
         return fabric.transfer(dict(plan.usage), plan.nbytes, latency=plan.latency)
 
     @staticmethod
-    def start_groups(env, fabric, plans):  # noqa: ANN001, ANN205
+    def start_groups(env, fabric, plans, machine):  # noqa: ANN001, ANN205
         return env.all_of([FakeCollectives.start(env, fabric, p) for p in plans])
 
 

@@ -167,7 +167,7 @@ class GlobalFabric(Fabric):
     """The reference: every rate change refills all active flows together."""
 
     def _groups(self, seeds):  # noqa: ANN001, ANN202
-        return [sorted(self._flows, key=lambda f: f.seq)] if self._flows else []
+        return [list(self._flows)] if self._flows else []
 
 
 def run_on(fabric_class, capacities, flows):  # noqa: ANN001, ANN201

@@ -24,7 +24,7 @@ _spec.loader.exec_module(boxes)
 
 
 def one_flow_per_group(env: simpy.Environment, fabric: collectives.Fabric,
-                       plans: list[collectives.Plan]) -> simpy.Event:
+                       plans: list[collectives.Plan], machine: Machine) -> simpy.Event:
     return env.all_of([collectives.start(env, fabric, p) for p in plans])
 
 
@@ -35,7 +35,7 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
-def _run(env_fabric_start, machine: Machine, calls):  # noqa: ANN001, ANN202
+def _run(start, machine: Machine, calls):  # noqa: ANN001, ANN202
     """Start each call's groups (a list of plans) at t=0; (finish time of each, link bytes)."""
     env = simpy.Environment()
     fabric = collectives.fabric_for(env, machine)
@@ -46,7 +46,7 @@ def _run(env_fabric_start, machine: Machine, calls):  # noqa: ANN001, ANN202
         finish[i] = env.now
 
     for i, plans in enumerate(calls):
-        env.process(watch(i, env_fabric_start(env, fabric, plans)))
+        env.process(watch(i, start(env, fabric, plans, machine)))
     env.run()
     return finish, fabric.link_bytes, fabric.flows_started
 

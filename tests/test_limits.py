@@ -144,7 +144,7 @@ class _OneFlow:
         return fabric.transfer({lid: 1.0 for lid in fabric.link_ids}, plan.nbytes)
 
     @staticmethod
-    def start_groups(env, fabric, plans):  # noqa: ANN001, ANN205
+    def start_groups(env, fabric, plans, machine):  # noqa: ANN001, ANN205
         return env.all_of([_OneFlow.start(env, fabric, p) for p in plans])
 
 

@@ -284,7 +284,8 @@ class _Run:
         channels = max(q.n_channels for q in plans)
         launched = self.env.now
         self.sms[p].comm(channels, +1)
-        self._join(meet, lambda: collectives.start_groups(self.env, self.fabric, plans))
+        self._join(meet, lambda: collectives.start_groups(self.env, self.fabric, plans,
+                                                          self.machine))
         yield from self._wait(meet)
         self.sms[p].comm(channels, -1)
         if meet.started > launched:
@@ -389,7 +390,7 @@ class _Run:
                         key=lambda item: item[:3])
         out: list[LinkSample] = []
         for time, _, _, sample in merged:
-            rates = {ids[i]: r for i, r in enumerate(sample.rates.tolist()) if r > 0}
+            rates = sample.busy(ids)
             if out and out[-1].time == time:
                 out[-1] = LinkSample(time, rates)
             else:

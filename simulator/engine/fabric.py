@@ -25,7 +25,7 @@ Assumes capacities in bytes/s, times in seconds; the fabric knows nothing about 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,7 +42,6 @@ class _Flow:
     max_rate: float
     event: simpy.Event
     tag: Hashable | None
-    seq: int  # start order: flows of a group are filled in this order
     rate: float = 0.0
 
 
@@ -52,6 +51,12 @@ class UsageSample:
 
     time: float
     rates: np.ndarray = field(repr=False)
+
+    def busy(self, link_ids: list[str]) -> dict[str, float]:
+        """The links carrying something, by id, with their rates (in link order)."""
+        nonzero = np.flatnonzero(self.rates > 0)
+        return dict(zip([link_ids[i] for i in nonzero.tolist()],
+                        self.rates[nonzero].tolist(), strict=True))
 
 
 class Fabric:
@@ -66,8 +71,10 @@ class Fabric:
         if np.any(self.capacity <= 0):
             raise ValueError("every link capacity must be positive")
         self._bytes = np.zeros(len(self.link_ids))
-        self._flows: list[_Flow] = []
-        self._on_link: dict[int, list[_Flow]] = {}  # link index -> active flows using it
+        self._flows: list[_Flow] = []  # active, in the order they started moving
+        # usage tuples already turned into (link indices, weights), by identity: collectives
+        # start the same cached plan many times per step
+        self._compiled: dict[int, tuple[object, np.ndarray, np.ndarray]] = {}
         self._last_update = env.now
         self._generation = 0
         self.record_history = record_history
@@ -76,27 +83,42 @@ class Fabric:
 
     # --- public -------------------------------------------------------------------------
 
-    def transfer(self, usage: Mapping[str, float], nbytes: float, max_rate: float = math.inf,
-                 latency: float = 0.0, tag: Hashable | None = None) -> simpy.Event:
-        """Move ``nbytes`` over the links of ``usage`` after ``latency`` seconds.
+    def transfer(self, usage: Mapping[str, float] | Sequence[tuple[str, float]],
+                 nbytes: float, max_rate: float = math.inf, latency: float = 0.0,
+                 tag: Hashable | None = None) -> simpy.Event:
+        """Move ``nbytes`` over the links of ``usage`` (a mapping, or ``(link, weight)``
+        pairs with each link once) after ``latency`` seconds.
 
         Returns an event that fires when the last byte has arrived.
         """
         if nbytes < 0 or latency < 0 or max_rate <= 0:
             raise ValueError("nbytes and latency must be >= 0, max_rate > 0")
-        unknown = [k for k in usage if k not in self._index]
-        if unknown:
-            raise KeyError(f"unknown link(s) {unknown}")
-        used = [(self._index[k], float(w)) for k, w in usage.items() if w > 0]
-        flow = _Flow(np.array([i for i, _ in used], dtype=np.intp),
-                     np.array([w for _, w in used]), float(nbytes), float(max_rate),
-                     self.env.event(), tag, self.flows_started)
+        links, weights = self._compile(usage)
+        flow = _Flow(links, weights, float(nbytes), float(max_rate), self.env.event(), tag)
         self.flows_started += 1
         if latency > 0:
             self.env.timeout(latency).callbacks.append(lambda _ev: self._add(flow))
         else:
             self._add(flow)
         return flow.event
+
+    def _compile(self, usage: Mapping[str, float] | Sequence[tuple[str, float]]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """(link indices, weights) of a usage; a tuple's is kept, by identity."""
+        if isinstance(usage, tuple):
+            known = self._compiled.get(id(usage))
+            if known is not None and known[0] is usage:
+                return known[1], known[2]
+        pairs = list(usage.items()) if isinstance(usage, Mapping) else list(usage)
+        unknown = [k for k, _ in pairs if k not in self._index]
+        if unknown:
+            raise KeyError(f"unknown link(s) {unknown}")
+        used = [(self._index[k], float(w)) for k, w in pairs if w > 0]
+        links = np.array([i for i, _ in used], dtype=np.intp)
+        weights = np.array([w for _, w in used])
+        if isinstance(usage, tuple):
+            self._compiled[id(usage)] = (usage, links, weights)
+        return links, weights
 
     def capacity_of(self, link: str) -> float:
         """A link's capacity, B/s."""
@@ -152,7 +174,7 @@ class Fabric:
     def _current_link_rates(self) -> np.ndarray:
         rates = np.zeros(len(self.link_ids))
         for f in self._flows:
-            np.add.at(rates, f.links, f.weights * f.rate)
+            rates[f.links] += f.weights * f.rate  # a flow names each link once
         return rates
 
     def _advance(self) -> None:
@@ -162,7 +184,7 @@ class Fabric:
             for f in self._flows:
                 moved = f.rate * dt
                 f.remaining -= moved
-                np.add.at(self._bytes, f.links, f.weights * moved)
+                self._bytes[f.links] += f.weights * moved
         self._last_update = self.env.now
 
     def _add(self, flow: _Flow) -> None:
@@ -171,24 +193,24 @@ class Fabric:
             flow.event.succeed()
             return
         self._flows.append(flow)
-        for i in flow.links.tolist():
-            self._on_link.setdefault(i, []).append(flow)
         self._reschedule(flow)
 
     def _reschedule(self, started: _Flow | None = None) -> None:
         """Finish flows that are done, recompute the fair rates of the flows linked to what
         changed, wait for the next completion."""
         done = [f for f in self._flows if f.remaining <= _EPS * max(1.0, f.rate)]
+        seeds = [] if started is None else [started]
         if done:
             self._flows = [f for f in self._flows if f.remaining > _EPS * max(1.0, f.rate)]
             for f in done:
-                for i in f.links.tolist():
-                    self._on_link[i].remove(f)
                 f.event.succeed()
-        # the flows whose rates can change: the new one, and those that shared a link with a
-        # finished one (with everything linked to them)
-        seeds = [g for f in done for i in f.links.tolist() for g in self._on_link[i]]
-        for group in self._groups(seeds + ([started] if started is not None else [])):
+            # the flows whose rates can change: the new one, those that shared a link with a
+            # finished one, and everything linked to them
+            freed = np.zeros(len(self.link_ids), dtype=bool)
+            for f in done:
+                freed[f.links] = True
+            seeds += [f for f in self._flows if freed[f.links].any()]
+        for group in self._groups(seeds):
             self._assign_rates(group)
         if self.record_history:
             rates = self._current_link_rates()
@@ -212,32 +234,37 @@ class Fabric:
 
     def _groups(self, seeds: list[_Flow]) -> list[list[_Flow]]:
         """The connected groups of active flows (sharing links, directly or through others)
-        that hold a seed, each in start order."""
-        seen: set[int] = set()
+        that hold a seed, each in the order the flows started moving."""
+        placed: set[int] = set()
         groups = []
         for seed in seeds:
-            if id(seed) in seen:
+            if id(seed) in placed:
                 continue
-            seen.add(id(seed))
-            group, todo = [seed], [seed]
-            while todo:
-                for i in todo.pop().links.tolist():
-                    for other in self._on_link[i]:
-                        if id(other) not in seen:
-                            seen.add(id(other))
-                            group.append(other)
-                            todo.append(other)
-            groups.append(sorted(group, key=lambda f: f.seq))
+            links = np.zeros(len(self.link_ids), dtype=bool)  # the group's links so far
+            links[seed.links] = True
+            members = {id(seed)}
+            grew = True
+            while grew:
+                grew = False
+                for f in self._flows:
+                    if id(f) not in members and links[f.links].any():
+                        members.add(id(f))
+                        links[f.links] = True
+                        grew = True
+            placed |= members
+            groups.append([f for f in self._flows if id(f) in members])
         return groups
 
     def _assign_rates(self, flows: list[_Flow]) -> None:
         """Weighted max-min fair rates of one connected group of flows by progressive
         filling (vectorised over the group's flows and links)."""
-        cols = np.unique(np.concatenate([f.links for f in flows]))
-        column = {int(c): k for k, c in enumerate(cols.tolist())}
+        used = np.zeros(len(self.link_ids), dtype=bool)
+        for f in flows:
+            used[f.links] = True
+        cols = np.flatnonzero(used)  # the group's links, in link order
         weights = np.zeros((len(flows), len(cols)))
         for row, f in enumerate(flows):
-            weights[row, [column[i] for i in f.links.tolist()]] = f.weights
+            weights[row, np.searchsorted(cols, f.links)] = f.weights
         max_rate = np.array([f.max_rate for f in flows])
         rate = np.zeros(len(flows))
         capacity = self.capacity[cols]

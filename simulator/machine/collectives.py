@@ -96,7 +96,7 @@ def bus_factor(op: str, n: int) -> float:
     return 1.0
 
 
-_PLANS: dict[int, tuple[weakref.ref[Any], dict[tuple[Any, ...], Plan]]] = {}
+_PLANS: dict[int, tuple[weakref.ref[Any], dict[tuple[Any, ...], Any]]] = {}
 
 
 def comm_channels(search_channels: int) -> int:
@@ -130,8 +130,9 @@ def plan(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...] | None =
     return cache[key]
 
 
-def _plan_cache(machine: Machine) -> dict[tuple[Any, ...], Plan]:
-    """Plans of one machine, dropped when the machine is garbage-collected."""
+def _plan_cache(machine: Machine) -> dict[tuple[Any, ...], Any]:
+    """Plans of one machine (and their hops' costs), dropped when the machine is
+    garbage-collected."""
     key = id(machine)
     entry = _PLANS.get(key)
     if entry is None or entry[0]() is not machine:
@@ -192,10 +193,8 @@ def _make_plan(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...], a
         else:
             hops, steps = _cycle(order), nt.ring_steps(op, n)
         bus_bytes = nbytes * bus_factor(op, n)
-    usage = _usage(machine, hops, choice.protocol)
-    transports = sorted({machine.transport(a, b) for a, b in hops})
-    latency = (machine.wire.call_latency_us * US
-               + steps * max(step_latency(machine, a, b, choice.protocol) for a, b in hops))
+    usage, transports, hop_latency = _hop_costs(machine, hops, choice.protocol)
+    latency = machine.wire.call_latency_us * US + steps * hop_latency
     max_rate = min(_max_rate(graph, choice.algorithm, choice.protocol, channels),
                    _pcie_channel_cap(machine, hops, choice.protocol, channels))
     return Plan(op, nbytes, ranks, choice.algorithm, choice.protocol, "+".join(transports),
@@ -210,6 +209,20 @@ def _tree_enabled(n: int) -> bool:
 
 def _cycle(order: tuple[int, ...]) -> list[tuple[int, int]]:
     return [(a, order[(i + 1) % len(order)]) for i, a in enumerate(order)]
+
+
+def _hop_costs(machine: Machine, hops: list[tuple[int, int]], protocol: str
+               ) -> tuple[tuple[tuple[str, float], ...], list[str], float]:
+    """(link usage, transports, the slowest hop's step latency) of a ring or chain's hops
+    under a protocol, cached per machine: every message size of a step shares them."""
+    cache = _plan_cache(machine)
+    key = ("hops", tuple(hops), protocol)
+    if key not in cache:
+        cache[key] = (_usage(machine, hops, protocol),
+                      sorted({machine.transport(a, b) for a, b in hops}),
+                      max(step_latency(machine, a, b, protocol) for a, b in hops))
+    costs: tuple[tuple[tuple[str, float], ...], list[str], float] = cache[key]
+    return costs
 
 
 def _usage(machine: Machine, hops: list[tuple[int, int]],
@@ -321,11 +334,12 @@ def fabric_for(env: simpy.Environment, machine: Machine, **kwargs: Any) -> Fabri
 
 def start(env: simpy.Environment, fabric: Fabric, plan: Plan) -> simpy.Event:
     """Put the collective on the fabric; the event fires when every rank is done."""
-    return fabric.transfer(dict(plan.usage), plan.bus_bytes, plan.max_rate, plan.latency,
+    return fabric.transfer(plan.usage, plan.bus_bytes, plan.max_rate, plan.latency,
                            tag=plan.op)
 
 
-def start_groups(env: simpy.Environment, fabric: Fabric, plans: list[Plan]) -> simpy.Event:
+def start_groups(env: simpy.Environment, fabric: Fabric, plans: list[Plan],
+                 machine: Machine) -> simpy.Event:
     """Put every group of one call on the fabric; the event fires when all are done.
 
     Groups alike in all but which links they use (the same bytes, latency and rate cap, the
@@ -334,28 +348,41 @@ def start_groups(env: simpy.Environment, fabric: Fabric, plans: list[Plan]) -> s
     advance together, as they do when nothing else treats them differently. A 1,024-GPU box
     with TP 8 has 128 TP groups: one flow instead of 128 for the fabric to share. Where other
     traffic loads one group's links more than another's, the slowest group sets the pace of
-    all (the program stands for every group and waits for the last anyway).
+    all (the program stands for every group and waits for the last anyway). How the groups
+    join is worked out once per machine and set of plans.
     """
-    batches: list[tuple[set[str], list[Plan]]] = []  # in the order of their first group
-    alike: dict[tuple[Any, ...], list[int]] = {}  # shape -> its batches
-    for p in plans:
-        shape = (p.bus_bytes, p.latency, p.max_rate,
-                 tuple(sorted((w, fabric.capacity_of(lid)) for lid, w in p.usage)))
-        links = {lid for lid, _ in p.usage}
-        k = next((k for k in alike.get(shape, ()) if not batches[k][0] & links), None)
-        if k is None:
-            alike.setdefault(shape, []).append(len(batches))
-            batches.append((links, [p]))
-        else:
-            batches[k][0].update(links)
-            batches[k][1].append(p)
-    flows = []
-    for _, group in batches:
-        usage = {lid: w for p in group for lid, w in p.usage}
-        first = group[0]
-        flows.append(fabric.transfer(usage, first.bus_bytes, first.max_rate, first.latency,
-                                     tag=first.op))
+    if len(plans) == 1:  # one group (data parallelism over every GPU): nothing to join
+        return env.all_of([start(env, fabric, plans[0])])
+    flows = [fabric.transfer(usage, first.bus_bytes, first.max_rate, first.latency,
+                             tag=first.op) for usage, first in _joined(machine, plans)]
     return env.all_of(flows)
+
+
+def _joined(machine: Machine, plans: list[Plan]) -> list[tuple[tuple[tuple[str, float], ...],
+                                                              Plan]]:
+    """(usage over all their links, the first plan) of each batch of alike, disjoint groups,
+    in the order of their first group; cached by the plans' identities (kept with it)."""
+    cache = _plan_cache(machine)
+    key = ("joined", *(id(p) for p in plans))
+    known = cache.get(key)
+    if known is None or any(a is not b for a, b in zip(known[0], plans, strict=True)):
+        batches: list[tuple[set[str], list[Plan]]] = []
+        alike: dict[tuple[Any, ...], list[int]] = {}  # shape -> its batches
+        for p in plans:
+            shape = (p.bus_bytes, p.latency, p.max_rate,
+                     tuple(sorted((w, machine.links[lid].capacity) for lid, w in p.usage)))
+            links = {lid for lid, _ in p.usage}
+            k = next((k for k in alike.get(shape, ()) if not batches[k][0] & links), None)
+            if k is None:
+                alike.setdefault(shape, []).append(len(batches))
+                batches.append((links, [p]))
+            else:
+                batches[k][0].update(links)
+                batches[k][1].append(p)
+        cache[key] = known = (tuple(plans), [(tuple(pair for p in group for pair in p.usage),
+                                                group[0]) for _, group in batches])
+    joined: list[tuple[tuple[tuple[str, float], ...], Plan]] = known[1]
+    return joined
 
 
 def simulate(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,

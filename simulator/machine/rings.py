@@ -84,7 +84,7 @@ def ring_order(machine: Machine, ranks: tuple[int, ...]) -> tuple[int, ...]:
     cycle = nvlink_cycle(machine, ranks)
     if cycle is not None:
         return cycle
-    cpus = [n.id for n in machine.config.nodes if n.kind == "cpu"]
+    cpus = list(machine.cpu_nodes)
     groups: dict[tuple[int, str], int] = {}
 
     def key(rank: int) -> tuple[int, int, int]:

@@ -120,6 +120,7 @@ class Machine:
     _cpus: dict[str, str | None] = field(default_factory=dict, repr=False)
     _finder: PathFinder | None = field(default=None, repr=False)
     _graph: nx.Graph | None = field(default=None, repr=False)
+    _cpu_nodes: tuple[str, ...] | None = field(default=None, repr=False)
     scales: RateScales = NEUTRAL  # achieved-rate factors for range propagation (scales.py)
     # the physical collective parameters (wire.py), with the topology's calibration applied
     wire: WireParams = field(default_factory=WireParams)
@@ -142,6 +143,13 @@ class Machine:
     @property
     def n_gpus(self) -> int:
         return len(self.gpu_nodes)
+
+    @property
+    def cpu_nodes(self) -> tuple[str, ...]:
+        """The CPU (socket) nodes, in the file's order."""
+        if self._cpu_nodes is None:
+            self._cpu_nodes = tuple(n for n, c in self.nodes.items() if c.kind == "cpu")
+        return self._cpu_nodes
 
     @property
     def graph(self) -> nx.Graph:
@@ -297,7 +305,7 @@ class Machine:
         The best path type alone settles it unless two CPUs tie on it (then whole paths)."""
         node = self.gpu_nodes[rank]
         if node not in self._cpus:
-            cpus = [n.id for n in self.config.nodes if n.kind == "cpu"]
+            cpus = self.cpu_nodes
             types: dict[str, int] = {}
             for c in cpus:
                 t = self.paths.type_rank(node, c)
