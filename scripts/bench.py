@@ -1,115 +1,188 @@
-"""Speed of the simulator: wall time and simulated seconds per wall second.
+"""Speed of stepsim as a user meets it: whole processes, start-up and exit included.
 
-Each benchmark is a function returning (simulated seconds, label) and is listed in
-BENCHMARKS; the table prints its first (cold: module imports, topology parsing, ring search)
-and best warm wall time over --repeat runs, and simulated seconds per warm wall second.
-Not a timed test: targets are in design.md ("Speed").
+Two tables. The cases: the commands design.md and the README quote, each run ``--repeat``
+times (median, fastest and slowest shown) against its target. The scaling table: how a run's
+time grows with GPUs (generated NVSwitch boxes and PCIe switch trees, scripts/boxes.py, 8 to
+1,024 GPUs, FSDP of a 7B model), with layers (8 to 256: a micro-step is bounded at 5,000 ops,
+about 300 layers) and with DDP buckets (55 to about 2,100: every gradient tensor of a 300-layer
+model in its own bucket), each with the exponent k of the fitted growth time ~ n^k over its
+larger half (where the simulation, not start-up, is most of the time).
 
-    python scripts/bench.py [--repeat 3]
+    python scripts/bench.py                 # both tables (a few minutes on 2 cores)
+    python scripts/bench.py --cases         # the cases only
+    python scripts/bench.py --scaling       # the scaling table only
+    python scripts/bench.py --repeat 5      # runs per point (default 5 for cases, 3 scaling)
+
+Not a timed test: the figures depend on the machine and on what else runs on it.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
-import io
+import importlib.util
 import json
+import math
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from simulator.cli import main as stepsim
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("boxes", ROOT / "scripts" / "boxes.py")
+assert _spec is not None and _spec.loader is not None
+boxes = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(boxes)
 
-
-def _json_of(argv: list[str]) -> Any:
-    """Run `stepsim ARGV --json` in this process and return what it printed."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = stepsim(argv)
-    if code != 0:
-        raise SystemExit(f"stepsim {' '.join(argv)} exited {code}")
-    return json.loads(out.getvalue())
-
-
-def collective_sweep() -> tuple[float, str]:
-    """31-size all-reduce sweep (8 B .. 8 GiB) on 8x5090-dual-socket, through the CLI."""
-    argv = ["collective", "-t", "8x5090-dual-socket", "--op", "allreduce",
-            "-b", "8", "-e", "8G", "-f", "2", "--json"]
-    results = _json_of(argv)
-    simulated = sum(r["time_us"] for r in results) * 1e-6
-    return simulated, f"stepsim {' '.join(argv)}  ({len(results)} sizes)"
+COLLECTIVE = ["collective", "-t", "8x5090-dual-socket", "--op", "allreduce", "-b", "8", "-e",
+              "8G", "-f", "2", "--json"]
+SWEEP = ["sweep", "-t", "8x5090-dual-socket", "-w", "gpt2-medium", "--bucket-mb",
+         "1,5,25,100,400", "--gpus", "1,2,4,8"]
+GPU_COUNTS = (8, 16, 32, 64, 128, 256, 512, 1024)
+LAYERS = (8, 16, 32, 64, 128, 256)
+BUCKET_MB = (64.0, 16.0, 4.0, 1.0, 0.05)  # on a 300-layer model: about 55 to 2,100 buckets
 
 
-def _run_step(argv: list[str]) -> tuple[float, str]:
-    """One `stepsim run --json` through the CLI; simulated seconds = the step time."""
-    report = _json_of(argv)
-    tasks = len(report.get("buckets") or [])
-    extra = f"  ({tasks} buckets)" if tasks else ""
-    return report["step_time_s"], f"stepsim {' '.join(argv)}{extra}"
+def program() -> list[str]:
+    """The installed `stepsim` beside this interpreter, else `python -m simulator`."""
+    script = Path(sys.executable).with_name("stepsim")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "simulator"]
 
 
-def ddp_7b_step() -> tuple[float, str]:
-    """8-GPU DDP step of a 7B model with 25 MiB buckets (design.md target: about 1 s)."""
-    return _run_step(["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "ddp",
-                      "--bucket-mb", "25", "--no-ranges", "--json"])
+def wall_times(argv: list[str], repeat: int) -> tuple[list[float], str]:
+    """Seconds of ``repeat`` whole `stepsim ARGV` processes (each must exit 0), and what the
+    last one printed."""
+    out, printed = [], ""
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        done = subprocess.run([*program(), *argv], capture_output=True, text=True, cwd=ROOT)
+        out.append(time.perf_counter() - t0)
+        if done.returncode != 0:
+            raise SystemExit(f"stepsim {' '.join(argv)} exited {done.returncode}: "
+                             f"{done.stderr.strip()}")
+        printed = done.stdout
+    return out, printed
 
 
-def fsdp_7b_step() -> tuple[float, str]:
-    """8-GPU FSDP step of a 7B model (acceptance: at most 2 s of wall time)."""
-    return _run_step(["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp",
-                      "--no-ranges", "--json"])
+def tiny_llama(layers: int) -> str:
+    """A Llama-shaped workload small enough that layers, not FLOPs, set its cost."""
+    return (f"name: tiny-llama-{layers}\n"
+            "description: A 512-wide Llama-shaped model for benchmarks.\n"
+            f"model: {{family: llama, layers: {layers}, hidden: 512, heads: 8, kv_heads: 8, "
+            "ffn_hidden: 1376, vocab: 32000, tie_embeddings: false}\n"
+            "training: {seq_len: 1024, micro_batch: 1, grad_accum: 1, finetune: full}\n")
 
 
-def ranged_7b_step() -> tuple[float, str]:
-    """The DDP step with its ranges: the same step again at the ends of its mechanisms."""
-    return _run_step(["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "ddp",
-                      "--bucket-mb", "25", "--json"])
-
-
-@functools.cache
-def _tree64() -> str:
-    """scripts/boxes.py's 64-GPU PCIe tree of 5090s, written once to a temporary file."""
-    from boxes import pcie_tree  # scripts/ is this script's directory
-
-    path = Path(tempfile.gettempdir()) / "stepsim-bench-tree64.yaml"
-    path.write_text(pcie_tree(64), encoding="utf-8")
+def write(folder: Path, name: str, text: str) -> str:
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
     return str(path)
 
 
-def pipeline_64_step() -> tuple[float, str]:
-    """64 GPUs as 8 pipeline stages x 8 data-parallel replicas, 1F1B over 16 micro-batches:
-    a program per stage, every micro-batch simulated (they interleave)."""
-    return _run_step(["run", "-t", _tree64(), "-w", "llama2-7b", "-s", "ddp", "--pp", "8",
-                      "--grad-accum", "16", "--checkpointing", "full", "--no-ranges",
-                      "--json"])
+def cases(folder: Path) -> list[tuple[str, list[str], float | None]]:
+    """(label, argv, target seconds or None) of every case, from the issue's acceptance list."""
+    nvs256 = write(folder, "nvswitch256.yaml", boxes.nvswitch(256))
+    nvs1024 = write(folder, "nvswitch1024.yaml", boxes.nvswitch(1024))
+    tree1024 = write(folder, "tree1024.yaml", boxes.pcie_tree(1024))
+    tree64 = write(folder, "tree64.yaml", boxes.pcie_tree(64))
+    return [
+        ("stepsim --version", ["--version"], 0.06),
+        ("stepsim presets", ["presets"], 0.06),
+        ("collective 8 B..8 GiB, 31 sizes (8x5090-dual-socket)", COLLECTIVE, 0.25),
+        ("run llama2-7b fsdp --json (8x5090-switch)",
+         ["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp", "--json"], 0.3),
+        ("run llama2-7b ddp --bucket-mb 25 --json (8x5090-switch)",
+         ["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "ddp", "--bucket-mb", "25",
+          "--json"], None),
+        ("run llama2-7b ddp, 8 pipeline stages x 8 replicas, 1F1B x 16 (64-GPU PCIe tree)",
+         ["run", "-t", tree64, "-w", "llama2-7b", "-s", "ddp", "--pp", "8", "--grad-accum",
+          "16", "--checkpointing", "full", "--no-ranges", "--json"], None),
+        ("sweep gpt2-medium, 5 buckets x 4 GPU counts", SWEEP, None),
+        ("sweep as above, --no-ranges", [*SWEEP, "--no-ranges"], None),
+        ("run llama2-7b fsdp, 256-GPU NVSwitch box",
+         ["run", "-t", nvs256, "-w", "llama2-7b", "-s", "fsdp", "--json"], 2.0),
+        ("run llama2-7b fsdp, 1,024-GPU NVSwitch box",
+         ["run", "-t", nvs1024, "-w", "llama2-7b", "-s", "fsdp", "--json"], 10.0),
+        ("run llama2-7b tp+fsdp --tp 8, 1,024-GPU NVSwitch box",
+         ["run", "-t", nvs1024, "-w", "llama2-7b", "-s", "tp+fsdp", "--tp", "8", "--json"],
+         10.0),
+        ("run llama2-7b fsdp, 1,024-GPU PCIe switch tree",
+         ["run", "-t", tree1024, "-w", "llama2-7b", "-s", "fsdp", "--json"], 10.0),
+        ("advise llama2-7b (8x5090-dual-socket)",
+         ["advise", "-t", "8x5090-dual-socket", "-w", "llama2-7b", "--json"], 30.0),
+    ]
 
 
-BENCHMARKS: list[Callable[[], tuple[float, str]]] = [
-    collective_sweep,
-    ddp_7b_step,
-    fsdp_7b_step,
-    ranged_7b_step,
-    pipeline_64_step,
-]
+def print_cases(folder: Path, repeat: int) -> None:
+    print(f"{'median s':>9} {'min-max s':>13} {'target':>7}  case ({repeat} runs each)")
+    for label, argv, target in cases(folder):
+        times, _ = wall_times(argv, repeat)
+        mark = "" if target is None else f"< {target:g}" + ("" if statistics.median(times)
+                                                            < target else " !")
+        print(f"{statistics.median(times):>9.3f} {min(times):>6.3f}-{max(times):<6.3f} "
+              f"{mark:>7}  {label}", flush=True)
+
+
+def growth(points: list[tuple[float, float]]) -> float:
+    """k of time ~ n^k, least squares in log-log over the larger half of the points."""
+    upper = points[len(points) // 2:] if len(points) > 3 else points
+    xs = [math.log(n) for n, _ in upper]
+    ys = [math.log(t) for _, t in upper]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / \
+        sum((x - mx) ** 2 for x in xs)
+
+
+def scaling_rows(folder: Path) -> list[tuple[str, str, list[tuple[int | None, list[str]]]]]:
+    """(what grows, unit, [(n, argv)]) of each scaling series (n None: the run's bucket count)."""
+    Series = list[tuple[int | None, list[str]]]
+    rows: list[tuple[str, str, Series]] = []
+    for family, make in (("NVSwitch box", boxes.nvswitch), ("PCIe switch tree", boxes.pcie_tree)):
+        series: Series = []
+        for n in GPU_COUNTS:
+            box = write(folder, f"{make.__name__}{n}.yaml", make(n))
+            series.append((n, ["run", "-t", box, "-w", "llama2-7b", "-s", "fsdp", "--json"]))
+        rows.append((f"GPUs, {family}, llama2-7b fsdp", "GPUs", series))
+    layers: Series = [(n, ["run", "-t", "8x5090-switch", "-w",
+                           write(folder, f"tiny{n}.yaml", tiny_llama(n)), "-s", "ddp", "--json"])
+                      for n in LAYERS]
+    rows.append(("layers, 512-wide Llama, ddp on 8x5090-switch", "layers", layers))
+    deep = write(folder, "tiny300.yaml", tiny_llama(300))
+    buckets: Series = [
+        (None, ["run", "-t", "8x5090-switch", "-w", deep, "-s", "ddp", "--bucket-mb", f"{mb:g}",
+                "--json"]) for mb in BUCKET_MB]
+    rows.append(("DDP buckets, 300-layer 512-wide Llama on 8x5090-switch", "buckets", buckets))
+    return rows
+
+
+def print_scaling(folder: Path, repeat: int) -> None:
+    print(f"\nscaling: median of {repeat} whole processes per point; k fits time ~ n^k over "
+          "the larger half")
+    for title, unit, series in scaling_rows(folder):
+        points = []
+        for n, argv in series:
+            times, printed = wall_times(argv, repeat)
+            count = n if n is not None else len(json.loads(printed)["buckets"])
+            points.append((float(count), statistics.median(times)))
+        cells = "  ".join(f"{int(n):>5} {t:6.2f}s" for n, t in points)
+        print(f"{title}\n  {unit}: {cells}\n  k = {growth(points):.2f}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3, help="runs per benchmark (best kept)")
+    parser.add_argument("--cases", action="store_true", help="only the cases table")
+    parser.add_argument("--scaling", action="store_true", help="only the scaling table")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="runs per point (default 5 for cases, 3 for scaling)")
     args = parser.parse_args(argv)
-    print(f"{'cold s':>8} {'warm s':>8} {'sim s / wall s':>15}  benchmark")
-    for bench in BENCHMARKS:
-        walls = []
-        for _ in range(max(2, args.repeat)):
-            t0 = time.perf_counter()
-            simulated, label = bench()
-            walls.append(time.perf_counter() - t0)
-        best = min(walls[1:])
-        print(f"{walls[0]:>8.3f} {best:>8.3f} {simulated / best:>15.3g}  {label}")
+    both = not (args.cases or args.scaling)
+    with tempfile.TemporaryDirectory(prefix="stepsim-bench-") as tmp:
+        folder = Path(tmp)
+        if args.cases or both:
+            print_cases(folder, args.repeat or 5)
+        if args.scaling or both:
+            print_scaling(folder, args.repeat or 3)
     return 0
 
 

@@ -33,7 +33,7 @@ def test_trace_is_valid_json_with_the_perfetto_top_level() -> None:
 
 
 def test_a_process_per_gpu_and_a_thread_per_stream_are_named() -> None:
-    events = json.loads(trace.dumps(timeline(world=4)))["traceEvents"]
+    events = json.loads(trace.dumps(timeline(world=4), every_gpu=True))["traceEvents"]
     meta = [e for e in events if e["ph"] == "M"]
     procs = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
     assert procs == {0: "GPU 0", 1: "GPU 1", 2: "GPU 2", 3: "GPU 3", 4: "links"}
@@ -43,7 +43,7 @@ def test_a_process_per_gpu_and_a_thread_per_stream_are_named() -> None:
 
 
 def test_slices_are_microseconds_and_never_overlap_on_a_thread() -> None:
-    events = json.loads(trace.dumps(timeline()))["traceEvents"]
+    events = json.loads(trace.dumps(timeline(), every_gpu=True))["traceEvents"]
     slices = [e for e in events if e["ph"] == "X"]
     assert len(slices) == 5 * 4  # replicated to every GPU
     by_track: dict[tuple[int, int], list[dict]] = defaultdict(list)
@@ -76,7 +76,7 @@ def test_dependencies_across_streams_are_flow_arrows() -> None:
     t = Timeline(spans=spans, world=2, step_time=t.step_time, link_bytes=t.link_bytes,
                  link_capacity=t.link_capacity, link_usage=t.link_usage)
     deps = [{1: (0,), 2: (1,), 3: (2,), 4: (1, 3)}]  # bucket 0 waits for backward, ...
-    events = trace.chrome_trace(t, deps=deps)["traceEvents"]
+    events = trace.chrome_trace(t, deps=deps, every_gpu=True)["traceEvents"]
     starts = [e for e in events if e["ph"] == "s"]
     ends = [e for e in events if e["ph"] == "f"]
     # 1->2 and 3->4 cross streams; 0->1, 2->3 and 1->4 stay on one stream: no arrow
@@ -107,10 +107,24 @@ def test_groups_of_ranks_get_their_own_spans_in_the_trace() -> None:
              Span(2, "compute", "stage 1 forward", "forward", 0.001, 0.003)]
     t = Timeline(spans=spans, world=4, step_time=0.003, link_bytes={}, link_capacity={},
                  groups=((0, 1), (2, 3)))
-    events = [e for e in trace.chrome_trace(t)["traceEvents"] if e["ph"] == "X"]
+    events = [e for e in trace.chrome_trace(t, every_gpu=True)["traceEvents"] if e["ph"] == "X"]
     assert [(e["pid"], e["name"], e["dur"]) for e in events] == [
         (0, "stage 0 forward", 1000.0), (1, "stage 0 forward", 1000.0),
         (2, "stage 1 forward", 2000.0), (3, "stage 1 forward", 2000.0)]
+
+
+def test_by_default_each_group_of_identical_ranks_is_one_process() -> None:
+    spans = [Span(0, "compute", "stage 0 forward", "forward", 0.0, 0.001),
+             Span(2, "compute", "stage 1 forward", "forward", 0.001, 0.003)]
+    t = Timeline(spans=spans, world=4, step_time=0.003, link_bytes={}, link_capacity={},
+                 groups=((0, 1), (2, 3)))
+    events = trace.chrome_trace(t)["traceEvents"]
+    assert [(e["pid"], e["name"]) for e in events if e["ph"] == "X"] == [
+        (0, "stage 0 forward"), (2, "stage 1 forward")]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {0: "GPU 0 (stands for GPUs 0-1)", 2: "GPU 2 (stands for GPUs 2-3)"}
+    one = json.loads(trace.dumps(timeline(world=8)))["traceEvents"]  # data parallel: all alike
+    assert {e["pid"] for e in one if e["ph"] == "X"} == {0}
 
 
 def test_gantt_lanes_follow_the_groups() -> None:
@@ -127,3 +141,18 @@ def test_gantt_lanes_follow_the_groups() -> None:
         ("GPU 2 · compute", 2), ("GPU 3 · compute", 2)]
     assert plots.exposed_intervals(t, 0) == [(0.001, 0.002)]
     assert plots.exposed_intervals(t, 2) == []
+
+
+def test_run_writes_one_process_per_group_unless_every_gpu_is_asked(tmp_path) -> None:  # noqa: ANN001
+    from simulator.cli import main
+
+    run = ["run", "-t", "4x5090", "-w", "gpt2-medium", "--seq-len", "512", "--no-ranges"]
+    pids = {}
+    for flags in ([], ["--trace-per-gpu"]):
+        path = tmp_path / f"t{len(flags)}.json"
+        assert main([*run, "--trace", str(path), *flags]) == 0
+        doc = json.loads(path.read_text())
+        assert trace.problems(doc) == []
+        pids[len(flags)] = {e["pid"] for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert pids == {0: {0}, 1: {0, 1, 2, 3}}
+    assert main([*run, "--trace-per-gpu"]) == 2  # without a trace to change

@@ -79,6 +79,9 @@ def add_parser(subparsers: Any) -> None:
                         help="perfetto (default: one Chrome-trace file for ui.perfetto.dev) | "
                         "kineto (PyTorch-profiler files, one per rank beside FILE: "
                         "FILE.rank0.json, ...; Holistic Trace Analysis reads the folder)")
+    parser.add_argument("--trace-per-gpu", action="store_true",
+                        help="with --trace (perfetto): a process for every GPU instead of one "
+                        "per group of identical ranks, whose tracks stand for the others'")
     parser.add_argument("--gantt", metavar="FILE.png", help="write a Gantt chart of the step")
     parser.add_argument("--gantt-per-gpu", action="store_true",
                         help="with --gantt: one lane per GPU and stream (plots.gantt "
@@ -308,11 +311,12 @@ def trace_paths(path: str, fmt: str, world: int) -> list[str]:
     return [path] if fmt == "perfetto" else kineto.rank_paths(path, world)
 
 
-def trace_writers(result: RunResult, path: str, fmt: str) -> list[tuple[str, Writer]]:
+def trace_writers(result: RunResult, path: str, fmt: str,
+                  every_gpu: bool = False) -> list[tuple[str, Writer]]:
     deps = [{t.id: t.deps for t in p.tasks} for p in result.programs]
     timeline = result.timeline
     if fmt == "perfetto":
-        return [(path, text_writer(trace.dumps(timeline, deps=deps)))]
+        return [(path, text_writer(trace.dumps(timeline, deps=deps, every_gpu=every_gpu)))]
     machine = result.machine
     devices = [kineto.device_properties(g.name, g.memory_bytes, g.compute_capability, g.sms)
                for g in (machine.gpu_of(r) for r in range(machine.n_gpus))]
@@ -335,7 +339,7 @@ def write_outputs(result: RunResult, args: argparse.Namespace) -> None:
              f"step {result.timeline.step_time * 1e3:.1f} ms")
     writers: list[tuple[str, Writer]] = []
     if args.trace:
-        writers += trace_writers(result, args.trace, args.trace_format)
+        writers += trace_writers(result, args.trace, args.trace_format, args.trace_per_gpu)
     if args.gantt or args.memory_png:
         from simulator.outputs import plots  # matplotlib only when a picture is asked for
 
@@ -352,6 +356,9 @@ def write_outputs(result: RunResult, args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.gantt_per_gpu and not args.gantt:
         raise InputError("--gantt-per-gpu changes the Gantt chart: give --gantt FILE.png too")
+    if args.trace_per_gpu and (not args.trace or args.trace_format != "perfetto"):
+        raise InputError("--trace-per-gpu changes the perfetto trace: give --trace FILE.json "
+                         "(kineto writes every rank's file already)")
     spec = spec_from_args(args, args.topology, args.workload, args.strategy)
     traces = trace_paths(args.trace, args.trace_format,
                          api.load_machine(spec.topology, spec.gpus).n_gpus) if args.trace else []

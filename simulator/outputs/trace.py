@@ -1,7 +1,8 @@
 """Chrome Trace Event JSON of a simulated step, for Perfetto (ui.perfetto.dev) or chrome://tracing.
 
 Layout (Trace Event Format, domain-model 7.1; like a PyTorch profiler trace, 7.2):
-- one process per GPU (``pid`` = GPU index, named "GPU k" and sorted by index),
+- one process per group of identical ranks (``pid`` = its first GPU, named "GPU k (stands for
+  GPUs k-m)"), or with ``every_gpu`` one per GPU ("GPU k"), sorted by index,
 - one thread per stream (``tid`` = stream number, named after the stream), so slices on one
   track never overlap (Perfetto drops overlapping slices on one track),
 - complete events (``"ph": "X"``) with ``ts`` and ``dur`` in microseconds, named after the
@@ -38,22 +39,27 @@ def _meta(name: str, pid: int, tid: int | None, value: Any) -> dict[str, Any]:
     return event
 
 
-def chrome_trace(timeline: Timeline, *,
-                 deps: Sequence[Mapping[int, Sequence[int]]] = ()) -> dict[str, Any]:
+def chrome_trace(timeline: Timeline, *, deps: Sequence[Mapping[int, Sequence[int]]] = (),
+                 every_gpu: bool = False) -> dict[str, Any]:
     """The trace as a JSON-ready dict: {"traceEvents": [...], "displayTimeUnit": "ms"}.
-    ``deps``: each rank group's ``{task: the tasks it waits for}`` (for the flow arrows)."""
+    ``deps``: each rank group's ``{task: the tasks it waits for}`` (for the flow arrows).
+    ``every_gpu``: a process for every GPU; by default one per group of identical ranks (its
+    first GPU, named with the GPUs it stands for), as the others' tracks are the same."""
     streams = timeline.streams()
     tid_of = {name: i + 1 for i, name in enumerate(streams)}
-    group_of = {gpu: g for g, group in enumerate(timeline.rank_groups) for gpu in group}
+    groups = timeline.rank_groups
+    group_of = {gpu: g for g, group in enumerate(groups) for gpu in group}
+    gpus = range(timeline.world) if every_gpu else [group[0] for group in groups]
     events: list[dict[str, Any]] = []
-    for gpu in range(timeline.world):
-        events.append(_meta("process_name", gpu, None, f"GPU {gpu}"))
+    for gpu in gpus:
+        events.append(_meta("process_name", gpu, None, _process_name(gpu, groups[group_of[gpu]],
+                                                                     every_gpu)))
         events.append(_meta("process_sort_index", gpu, None, gpu))
         for stream, tid in tid_of.items():
             events.append(_meta("thread_name", gpu, tid, stream))
             events.append(_meta("thread_sort_index", gpu, tid, tid))
     placed: dict[int, dict[int, tuple[float, int, str]]] = {}
-    for span in timeline.spans_per_gpu():
+    for span in (s for gpu in gpus for s in timeline.spans_of(gpu)):
         start, end = _us(span.start), _us(span.end)
         events.append({
             "name": span.name, "cat": span.kind, "ph": "X", "pid": span.gpu,
@@ -76,6 +82,14 @@ def chrome_trace(timeline: Timeline, *,
         "otherData": {"step_time_s": timeline.step_time, "world": timeline.world,
                       "strategy": timeline.meta.get("strategy")},
     }
+
+
+def _process_name(gpu: int, group: tuple[int, ...], every_gpu: bool) -> str:
+    if every_gpu or len(group) == 1:
+        return f"GPU {gpu}"
+    span = f"{group[0]}-{group[-1]}" if list(group) == list(range(group[0], group[-1] + 1)) \
+        else ", ".join(map(str, group))
+    return f"GPU {gpu} (stands for GPUs {span})"
 
 
 def flows(placed: Mapping[int, tuple[float, int, str]], deps: Mapping[int, Sequence[int]], *,

@@ -69,7 +69,8 @@ def plan_buckets(job: Job, backward: list[Op], options: StrategyOptions,
     tensors = grad_tensors(job, tp)
     ddp_index = {p: k for k, p in enumerate(trainable_indices(job))}
     order = [ddp_index[i] for i in ready_order(backward) if i in ddp_index]
-    missing = [k for k in range(len(tensors)) if k not in set(order)]
+    claimed = set(order)
+    missing = [k for k in range(len(tensors)) if k not in claimed]
     order += missing[::-1]  # gradients no backward op claims: last, reverse registration
     if options.overlapped or options.bucket_mb is not None:
         return bucket_plan(tensors, options.bucket_mb, order)

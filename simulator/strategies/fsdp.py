@@ -55,7 +55,8 @@ def units(job: Job) -> list[int]:
 
 
 def root_blocks(job: Job) -> list[int]:
-    return [b for b in job.blocks if b not in set(units(job))]
+    unit_blocks = set(units(job))
+    return [b for b in job.blocks if b not in unit_blocks]
 
 
 def _sizes(job: Job, blocks: list[int]) -> tuple[int, int]:

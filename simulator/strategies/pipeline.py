@@ -152,8 +152,9 @@ class _Stage:
         if lay.tp > 1:
             fwd, bwd = tensor.shard_ops(fwd, lay.tp, sp), tensor.shard_ops(bwd, lay.tp, sp)
         self.blocks = mine
-        self.fwd = [[op for op in fwd if op.block in set(b)] for b in mine]
-        self.bwd = [[op for op in bwd if op.block in set(b)] for b in mine]
+        chunk_blocks = [set(b) for b in mine]
+        self.fwd = [[op for op in fwd if op.block in s] for s in chunk_blocks]
+        self.bwd = [[op for op in bwd if op.block in s] for s in chunk_blocks]
         act = job.micro_batch * job.seq_len * job.hidden * job.activation_bytes
         self.message_bytes = act // lay.tp if sp else act
 
@@ -343,7 +344,8 @@ def _last_backward(stage: _Stage, c: int, after: list[int], prefix: str
             last = stage.emit(prog, op, tuple(deps), prefix)
             deps = [last]
             for b in ([op.block] if final[op.block] == k else []):
-                numel = sum(job.params[i].numel for i in trainable if job.params[i].block == b)
+                numel = sum(job.params[i].numel for i in job.block_params(b)
+                            if job.params[i].trainable)
                 if numel:
                     reduces.append(stage.comm("reducescatter", Comm(
                         f"reducescatter.unit{b}", "reducescatter", int(numel / stage.lay.tp * 4),
@@ -353,7 +355,8 @@ def _last_backward(stage: _Stage, c: int, after: list[int], prefix: str
                                       "fp32") for i in trainable]
     index = {i: k for k, i in enumerate(trainable)}
     order = [index[i] for op in ops if op.phase == "backward" for i in op.grads if i in index]
-    order += [k for k in reversed(range(len(tensors))) if k not in set(order)]
+    claimed = set(order)
+    order += [k for k in reversed(range(len(tensors))) if k not in claimed]
     plan = ddp_buckets.bucket_plan(tensors, stage.options.bucket_mb, order)
     bucket_of = {trainable[k]: b for b, bucket in enumerate(plan) for k in bucket.indices}
     pending = [set(b.indices) for b in plan]
