@@ -22,6 +22,7 @@ import argparse
 import importlib.util
 import json
 import math
+import resource
 import statistics
 import subprocess
 import sys
@@ -50,19 +51,23 @@ def program() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "simulator"]
 
 
-def wall_times(argv: list[str], repeat: int) -> tuple[list[float], str]:
-    """Seconds of ``repeat`` whole `stepsim ARGV` processes (each must exit 0), and what the
-    last one printed."""
-    out, printed = [], ""
+def wall_times(argv: list[str], repeat: int) -> tuple[list[float], list[float], str]:
+    """Wall seconds and CPU seconds (user + system, the process and its workers) of
+    ``repeat`` whole `stepsim ARGV` processes (each must exit 0), and what the last printed.
+    On a busy machine the wall time waits for other work; the CPU time hardly does."""
+    walls, cpus, printed = [], [], ""
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         done = subprocess.run([*program(), *argv], capture_output=True, text=True, cwd=ROOT)
-        out.append(time.perf_counter() - t0)
+        walls.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         if done.returncode != 0:
             raise SystemExit(f"stepsim {' '.join(argv)} exited {done.returncode}: "
                              f"{done.stderr.strip()}")
         printed = done.stdout
-    return out, printed
+    return walls, cpus, printed
 
 
 def tiny_llama(layers: int) -> str:
@@ -115,13 +120,14 @@ def cases(folder: Path) -> list[tuple[str, list[str], float | None]]:
 
 
 def print_cases(folder: Path, repeat: int) -> None:
-    print(f"{'median s':>9} {'min-max s':>13} {'target':>7}  case ({repeat} runs each)")
+    print(f"{'median s':>9} {'min-max s':>15} {'cpu s':>7} {'target':>8}  case "
+          f"({repeat} runs each; cpu: median user + system)")
     for label, argv, target in cases(folder):
-        times, _ = wall_times(argv, repeat)
+        times, cpus, _ = wall_times(argv, repeat)
         mark = "" if target is None else f"< {target:g}" + ("" if statistics.median(times)
                                                             < target else " !")
-        print(f"{statistics.median(times):>9.3f} {min(times):>6.3f}-{max(times):<6.3f} "
-              f"{mark:>7}  {label}", flush=True)
+        print(f"{statistics.median(times):>9.3f} {min(times):>7.3f}-{max(times):<7.3f} "
+              f"{statistics.median(cpus):>7.3f} {mark:>8}  {label}", flush=True)
 
 
 def growth(points: list[tuple[float, float]]) -> float:
@@ -162,7 +168,7 @@ def print_scaling(folder: Path, repeat: int) -> None:
     for title, unit, series in scaling_rows(folder):
         points = []
         for n, argv in series:
-            times, printed = wall_times(argv, repeat)
+            times, _, printed = wall_times(argv, repeat)
             count = n if n is not None else len(json.loads(printed)["buckets"])
             points.append((float(count), statistics.median(times)))
         cells = "  ".join(f"{int(n):>5} {t:6.2f}s" for n, t in points)
