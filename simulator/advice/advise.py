@@ -131,7 +131,8 @@ def advise(machines: Sequence[Machine], workload: str, *, objective: str = "thro
                  f"choices; {fitting} configurations fit in memory (every micro-batch); "
                  f"{len(reports)} simulated in {elapsed:.1f} s ({workers} "
                  f"process{'es' if workers > 1 else ''}: each choice at its largest "
-                 f"micro-batch, then the smaller ones of the {LEADERS} leaders), ranked by "
+                 f"micro-batch, then the {LEADERS} leaders' smaller ones and bucket sizes), "
+                 f"ranked by "
                  f"{objective}")
     if not reports:
         for m in machines:

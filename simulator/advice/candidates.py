@@ -13,8 +13,8 @@ Pruned by memory first (``api.memory_of``, no simulation). Dominated candidates 
 generated: more checkpointing at a micro-batch a lighter mode already fits only adds
 recompute, and offloading at a micro-batch the same strategy fits without it only adds host
 copies.
-Advise simulates in two rounds: every recipe and mode at its largest micro-batch (DDP at each
-bucket size), then the smaller micro-batches of the leading few.
+Advise simulates in two rounds: every recipe and mode at its largest micro-batch, then for the
+leading few their smaller micro-batches (and DDP's other bucket sizes).
 """
 
 from __future__ import annotations
@@ -193,11 +193,12 @@ def enumerate_machine(base: RunSpec) -> Choices:
             if verdict.largest <= fitted:
                 continue
             largest = _spec(base, recipe, mode, verdict.largest)
-            buckets = DDP_BUCKETS_MB if recipe.strategy == "ddp" and recipe.pp == 1 else (None,)
-            choices.first += [replace(largest, bucket_mb=mb) for mb in buckets]
-            choices.smaller[(recipe, mode)] = [
-                _spec(base, recipe, mode, b)
-                for b in micro_batches(verdict.largest, above=fitted)[:-1]]
+            buckets = DDP_BUCKETS_MB[1:] if recipe.strategy == "ddp" and recipe.pp == 1 else ()
+            choices.first.append(largest)
+            choices.smaller[(recipe, mode)] = [  # round two: other buckets, smaller batches
+                *(replace(largest, bucket_mb=mb) for mb in buckets),
+                *(_spec(base, recipe, mode, b)
+                  for b in micro_batches(verdict.largest, above=fitted)[:-1])]
             fitted = verdict.largest
     return choices
 
