@@ -258,6 +258,11 @@ class Fabric:
     def _assign_rates(self, flows: list[_Flow]) -> None:
         """Weighted max-min fair rates of one connected group of flows by progressive
         filling (vectorised over the group's flows and links)."""
+        if len(flows) == 1 and flows[0].links.size:  # filling ends at its first step
+            f = flows[0]
+            widest = float(np.min(self.capacity[f.links] / f.weights))
+            f.rate = max(min(widest, f.max_rate - 0.0), 0.0)
+            return
         used = np.zeros(len(self.link_ids), dtype=bool)
         for f in flows:
             used[f.links] = True
