@@ -64,3 +64,17 @@ def test_upgrades_are_simulated_with_ranges_and_priced_per_gpu() -> None:
     assert api.load_machine("2x5090").n_gpus == 2  # the preset itself is untouched
     text = "\n".join(whatif.lines(answer["best"], list(results.values())))
     assert "does not apply" in text and "per million tokens" in text
+
+
+def test_a_p2p_driver_that_nccl_would_not_use_says_so() -> None:
+    config, note = rewrite("p2p driver", "8x5090-dual-socket")  # root ports: PHB apart
+    assert config is None and "NCCL_P2P_LEVEL" in note
+
+
+def test_a_bigger_card_carries_its_own_price() -> None:
+    bigger, note = rewrite("more memory", "8x5090-switch")
+    card = resolve_gpu(bigger.gpu)
+    base = load_topology("8x5090-switch").price_usd_per_hour
+    assert bigger.price_usd_per_hour == pytest.approx(
+        base * card.price_usd / gpu("rtx5090").price_usd)
+    assert "card prices" in note

@@ -33,6 +33,7 @@ from simulator.errors import InputError
 from simulator.inputs.config import load_topology
 from simulator.inputs.schema import GpuSpec, LinkConfig, NodeConfig, TopologyConfig
 from simulator.machine import hardware
+from simulator.machine.topology import Machine
 
 Rewrite = Callable[[TopologyConfig, hardware.GPU], "tuple[TopologyConfig | None, str]"]
 
@@ -52,8 +53,13 @@ def _gpu_links(config: TopologyConfig) -> dict[str, LinkConfig]:
 def p2p_driver(config: TopologyConfig, gpu: hardware.GPU) -> tuple[TopologyConfig | None, str]:
     if config.p2p:
         return None, "the box already has PCIe peer-to-peer"
-    return (config.model_copy(update={"p2p": True, "name": config.name + "+p2p"}),
-            "PCIe peer-to-peer on (a patched driver on GeForce cards)")
+    variant = config.model_copy(update={"p2p": True, "name": config.name + "+p2p"})
+    machine = Machine.from_config(variant)
+    pairs = [(i, j) for i in range(machine.n_gpus) for j in range(machine.n_gpus) if i != j]
+    if pairs and all(machine.transport(i, j) != "P2P" for i, j in pairs):
+        return None, (f"NCCL uses PCIe P2P only up to NCCL_P2P_LEVEL={config.p2p_level}, and "
+                      f"these GPUs are {machine.path_type(*pairs[0])} apart: it would stay SHM")
+    return variant, "PCIe peer-to-peer on (a patched driver on GeForce cards)"
 
 
 def switch_or_sockets(config: TopologyConfig, gpu: hardware.GPU
@@ -155,9 +161,18 @@ def more_memory(config: TopologyConfig, gpu: hardware.GPU) -> tuple[TopologyConf
     if not bigger:
         return None, "no card in the catalog has more memory"
     card = bigger[0]
-    return (config.model_copy(update={"name": f"{config.name}+{card.name}",
-                                      "gpu": GpuSpec(base=card.name)}),
-            f"{card.name} ({card.memory_bytes / 2**30:.0f} GiB) in place of {gpu.name}")
+    update: dict[str, object] = {"name": f"{config.name}+{card.name}",
+                                 "gpu": GpuSpec(base=card.name)}
+    note = f"{card.name} ({card.memory_bytes / 2**30:.0f} GiB) in place of {gpu.name}"
+    if config.price_usd_per_hour is not None:  # the box's rent follows its cards' prices
+        if card.price_usd and gpu.price_usd:
+            update["price_usd_per_hour"] = config.price_usd_per_hour * card.price_usd / \
+                gpu.price_usd
+            note += (f"; the box's rent scaled by the card prices (${card.price_usd:,.0f} / "
+                     f"${gpu.price_usd:,.0f})")
+        else:
+            update["price_usd_per_hour"] = None
+    return config.model_copy(update=update), note
 
 
 UPGRADES: dict[str, Rewrite] = {
