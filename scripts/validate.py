@@ -1,9 +1,11 @@
 """Run stepsim on every published measurement in validation/measurements.yaml,
-validation/pcie-p2p.yaml and validation/frameworks.yaml.
+validation/pcie-p2p.yaml, validation/frameworks.yaml and validation/offload.yaml.
 
 Prints one row per point (id, op, gpus, bytes, measured, simulated, error %) and then the
 median and worst |error|. Sections: ``collectives`` (nccl-tests numbers), ``training`` (step
-throughput), ``gemm`` (one large GEMM per GPU) and ``boxes`` (no-P2P boxes of
+throughput), ``frameworks`` (training runs as frameworks publish them), ``offload``
+(offloaded runs: FSDP CPU offload on a dual-4090 workstation and 8 A100s), ``gemm`` (one
+large GEMM per GPU) and ``boxes`` (no-P2P boxes of
 validation/box-spread.yaml, simulated from the machine a user would describe); each section is
 one function returning rows, listed in SECTIONS. Always exits 0: it reports, the tests hold
 the tolerances.
@@ -13,7 +15,7 @@ Each row names the mechanism it measures (``shm``, ``pcie_p2p``, ``nvlink`` coll
 their spread per mechanism to validation/residuals.yaml, which the ranges read
 (simulator/advice/ranges.py, docs/accuracy.md).
 
-    python scripts/validate.py [--section collectives|training|gemm|boxes|all] [--write-residuals]
+    python scripts/validate.py [--section NAME|all] [--write-residuals]
 """
 
 from __future__ import annotations
@@ -371,10 +373,19 @@ def framework_rows(data: dict[str, Any]) -> list[Row]:
     return list(validate_frameworks.rows(data, Row, compute_mechanism))
 
 
+def offload_rows(data: dict[str, Any]) -> list[Row]:
+    """validation/offload.yaml's offloaded runs (scripts/validate_offload.py)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import validate_offload
+
+    return list(validate_offload.rows(validate_offload.load(), Row))
+
+
 SECTIONS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "collectives": collective_rows,
     "training": training_rows,
     "frameworks": framework_rows,
+    "offload": offload_rows,
     "gemm": gemm_rows,
     "boxes": box_rows,
 }

@@ -94,17 +94,50 @@ def cpu_step_time(machine, strategy: str, what: str) -> float:  # noqa: ANN001
     return sum(s.duration for s in t.spans if s.kind == "cpu_optimizer")
 
 
-def test_the_cpu_optimizer_runs_at_its_threads_times_its_per_core_rate() -> None:
-    one = api.load_machine("1x4090")  # 16 cores, one process: every core
-    expected = JOB.n_trainable / (16 * host.TORCH_ADAMW.params_per_s_per_core)
+def fast_memory(name: str) -> api.Machine:
+    """A preset whose sockets' memory never binds: the CPU step is its threads' alone."""
+    cfg = api.load_topology(name)
+    nodes = [n.model_copy(update={"memory_bandwidth_gb_per_s": 1e6}) if n.kind == "cpu"
+             else n for n in cfg.nodes]
+    return api.Machine.from_config(cfg.model_copy(update={"nodes": nodes}))
+
+
+def with_recipe(framework: str):  # noqa: ANN201
+    from dataclasses import replace
+
+    from simulator.inputs.schema import TrainingConfig
+    from simulator.job.recipe import resolve
+    return replace(JOB, recipe=resolve(TrainingConfig(seq_len=JOB.seq_len, framework=framework)))
+
+
+def test_the_cpu_optimizer_runs_at_its_threads_times_one_threads_rate() -> None:
+    one = fast_memory("1x4090")  # 16 cores, one process: every core
+    fused = host.TORCH_FUSED_ADAMW  # transformers' default optimizer, fp32 master shards
+    expected = JOB.n_trainable / (16 * fused.thread_rate())
     assert cpu_step_time(one, "fsdp", "params") == pytest.approx(expected, rel=1e-6)
     # DeepSpeed on 8 GPUs of one 32-core socket: CPU-Adam's threads share it, 4 per rank
+    switch = fast_memory("8x5090-switch")
     shard = JOB.n_trainable / 8
-    expected = shard / (4 * host.CPU_ADAM.params_per_s_per_core)
-    assert cpu_step_time(SWITCH, "zero2", "optimizer") == pytest.approx(expected, rel=1e-6)
-    # torchrun runs FSDP2's CPU optimizer on one thread per process
-    expected = shard / host.TORCH_ADAMW.params_per_s_per_core
-    assert cpu_step_time(SWITCH, "fsdp", "params") == pytest.approx(expected, rel=1e-6)
+    expected = shard / (4 * host.CPU_ADAM.thread_rate())
+    assert cpu_step_time(switch, "zero2", "optimizer") == pytest.approx(expected, rel=1e-6)
+
+
+def test_torchrun_runs_the_cpu_optimizer_on_one_thread_per_rank() -> None:
+    job = with_recipe("torchtune")  # tune run is torchrun; pure bf16 keeps bf16 states
+    [program] = strategies.build("fsdp", job, fast_memory("8x5090-switch"),
+                                 StrategyOptions(offload="params"))
+    t = engine.simulate(program, fast_memory("8x5090-switch"))
+    step = sum(s.duration for s in t.spans if s.kind == "cpu_optimizer")
+    expected = job.n_trainable / 8 / host.TORCH_FUSED_ADAMW.thread_rate(2)
+    assert step == pytest.approx(expected, rel=1e-6)
+    assert host.TORCH_FUSED_ADAMW.thread_rate(2) == pytest.approx(
+        2 * host.TORCH_FUSED_ADAMW.thread_rate(4))
+
+
+def test_the_for_loop_costs_a_thread_five_times_the_fused_kernel() -> None:
+    ratio = host.TORCH_FUSED_ADAMW.thread_rate() / host.TORCH_ADAMW.thread_rate()
+    assert ratio == pytest.approx(5.1)  # PR #123074's measured speed-up
+    assert host.CPU_OPTIMIZERS["foreach"] is host.TORCH_ADAMW  # no foreach kernels on CPU
 
 
 def test_a_slow_host_memory_bounds_the_cpu_optimizer() -> None:

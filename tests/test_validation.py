@@ -125,3 +125,11 @@ def test_the_torchtitan_h100_row_fits_on_its_96_gb_cards() -> None:
                    kernels="compiled")
     r = simulate(spec, baseline=False)
     assert r.memory["fits"] and r.report["recipe"]["activation_checkpointing"] == "op"
+
+
+def test_offloaded_throughput_is_within_ten_percent_of_every_published_run() -> None:
+    rows = validate.offload_rows(validate.load_all())
+    throughput = {r.id: r.error for r in rows if r.quantity == "tok/s/GPU"}
+    assert len(throughput) == 6  # fsdp_qlora's 2 x 4090 rows and torchtune's 8 x A100 row
+    assert all(abs(e) <= 0.10 for e in throughput.values()), throughput
+    assert all(r.role == "check" for r in rows)  # no point fixed a constant

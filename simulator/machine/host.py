@@ -11,9 +11,14 @@ FSDP2 ``CPUOffloadPolicy``).
   through a pinned bounce buffer, one more host memcpy (a write and a read); measured, pinning
   made DeepSpeed's H2D copies 6x faster on one GPU (DeepSpeed PR #5301), so a pageable copy
   runs at most at a sixth of the path's rate.
-- The CPU optimizer of one rank is a flow through its socket's memory of ``bytes_per_param``
-  per parameter, capped by its threads x the optimizer's per-core rate: memory-bound when the
-  socket's memory is busy (SHM collectives, other ranks' steps), compute-bound otherwise.
+- The CPU optimizer of one rank is a flow through its socket's memory of the bytes its kernel
+  reads and writes per parameter, capped by its threads x one thread's rate: memory-bound
+  when the socket's memory is busy (SHM collectives, other ranks' steps), otherwise bound by
+  how fast one core streams memory. Every CPU Adam is an elementwise pass over four or five
+  arrays far larger than the caches, so one thread's rate is one core's streaming bandwidth
+  (SINGLE_THREAD_STREAM) over the bytes a parameter costs that thread: its memory traffic for
+  the fused kernels (DeepSpeedCPUAdam, torch's fused CPU AdamW), more for torch's per-op loop,
+  whose eight ATen ops each stream the arrays again and allocate temporaries.
 
 Defaults where a topology gives no ``cores`` or ``memory_gib`` are stated below.
 """
@@ -35,30 +40,50 @@ DEFAULT_MEMORY_GIB = 512  # assumption: 8 DDR5 channels with one 64 GiB RDIMM ea
 PAGEABLE_SLOWDOWN = 6.0  # DeepSpeed PR #5301: pinned H2D 6x faster than pageable, one GPU
 
 
+SINGLE_THREAD_STREAM = 12e9  # B/s one core streams; see below
+
+
 @dataclass(frozen=True)
 class CpuOptimizer:
-    """One CPU implementation of Adam: its per-core rate and its memory traffic."""
+    """One CPU implementation of Adam: the host-memory bytes it reads and writes per fp32
+    parameter and step, and the bytes' worth of one thread's time a parameter costs."""
 
     name: str
-    params_per_s_per_core: float
-    bytes_per_param: float  # host-memory bytes read and written per parameter and step
+    bytes_per_param: float
+    thread_bytes_per_param: float
     source: str
 
+    def thread_rate(self, state_bytes: int = 4) -> float:
+        """Parameters per second one thread steps, states of ``state_bytes`` each."""
+        return SINGLE_THREAD_STREAM / (self.thread_bytes_per_param * state_bytes / 4)
 
-# DeepSpeed PR #735 (its CPU-Adam author, 2021): an 11.6B-parameter GPT-2 step takes 8.2 s with
-# DeepSpeedCPUAdam and 56 s with torch.optim.Adam. The PR names no host; taken as DeepSpeed's
-# DGX-2 test host (2 x 24-core Xeon Platinum 8168, the ZeRO-Offload paper's testbed, arXiv:
-# 2101.06840): 29.5 M and 4.3 M parameters/s per core, uncertain by about 2x with the core count.
+
+# One core's streaming bandwidth: single-thread STREAM triad is about 12 GB/s on Skylake-SP
+# with DDR4-2666 (AnandTech, "Intel Skylake-EP vs AMD EPYC 7000", 2017) and about 20 GB/s on
+# Haswell-EP (J. McCalpin, Intel community forum, "single core bandwidth"); Little's law
+# (outstanding misses x 64 B / latency) keeps every server core of the last decade near that.
+# Assumption: 12 GB/s, the lower of the two.
 CPU_ADAM = CpuOptimizer(
-    "DeepSpeedCPUAdam", 11.6e9 / 8.2 / 48,
-    # fused AVX kernel: reads fp32 param, grad, m, v (16 B), writes param, m, v (12 B) and the
-    # 16-bit copy for the GPU (2 B), as job/ops.py counts the GPU step
-    30.0, "DeepSpeed PR #735: 11.6B parameters in 8.2 s, 48 cores assumed")
+    "DeepSpeedCPUAdam",
+    # fused AVX kernel (csrc/adam/cpu_adam_impl.cpp): reads the fp32 parameter, gradient, m, v
+    # (16 B), writes parameter, m, v (12 B) and the 16-bit copy for the GPU (2 B)
+    30.0, 30.0, "deepspeed/ops/adam/cpu_adam.py: 5x to 7x faster than torch.optim.Adam(W); "
+    "memory-bound at one core's streaming rate")
+TORCH_FUSED_ADAMW = CpuOptimizer(
+    "torch.optim.AdamW(fused=True) on CPU",
+    # aten _fused_adamw on CPU (torch >= 2.4): one vectorized pass, reads 16 B, writes 12 B
+    28.0, 28.0, "pytorch/pytorch PR #123074: fused CPU Adam(W), 5.1x the for-loop on a "
+    "56-core Sapphire Rapids")
 TORCH_ADAMW = CpuOptimizer(
-    "torch.optim.AdamW on CPU (for-loop)", 11.6e9 / 56 / 48,
+    "torch.optim.AdamW on CPU (for-loop)",
     # torch/optim/adamw.py _single_tensor_adamw: mul_, lerp_, mul_, addcmul_, sqrt, div_, add_,
-    # addcdiv_ each read and write fp32 tensors: about 80 B per parameter
-    80.0, "DeepSpeed PR #735: torch.optim.Adam 56 s for 11.6B parameters, 48 cores assumed")
+    # addcdiv_ each stream fp32 tensors (about 88 B a parameter); one thread's time per
+    # parameter is the fused kernel's x 5.1 (PR #123074), within DeepSpeed's 5x-7x for CPU-Adam
+    88.0, 28.0 * 5.1, "pytorch/pytorch PR #123074: the fused CPU kernel is 5.1x the for-loop")
+# torch's foreach path does not run on CPU tensors (foreach kernels are CUDA's and XPU's:
+# torch/utils/_foreach_utils.py), so foreach on the host is the for-loop.
+CPU_OPTIMIZERS = {"deepspeed": CPU_ADAM, "fused": TORCH_FUSED_ADAMW, "foreach": TORCH_ADAMW,
+                  "loop": TORCH_ADAMW}
 
 
 def _cpu_config(machine: Machine, cpu: str) -> NodeConfig:
@@ -102,11 +127,13 @@ def copy_flow(machine: Machine, rank: int, nbytes: float, *, to_host: bool,
 
 
 def optimizer_flow(machine: Machine, rank: int, params: float, optimizer: CpuOptimizer,
-                   threads: float) -> Flow:
-    """One rank's CPU optimizer step over ``params`` parameters on ``threads`` cores."""
+                   threads: float, state_bytes: int = 4) -> Flow:
+    """One rank's CPU optimizer step over ``params`` parameters on ``threads`` cores, its
+    parameters and states ``state_bytes`` each (2 when they are bf16, as torchtune keeps them)."""
     cpu = socket(machine, rank)
-    rate = threads * optimizer.params_per_s_per_core * optimizer.bytes_per_param
-    return Flow(((f"mem:{cpu}", 1.0),), params * optimizer.bytes_per_param, rate)
+    nbytes = params * optimizer.bytes_per_param * state_bytes / 4
+    seconds = params / (threads * optimizer.thread_rate(state_bytes))
+    return Flow(((f"mem:{cpu}", 1.0),), nbytes, nbytes / seconds)
 
 
 def threads_per_rank(machine: Machine, rank: int, *, torchrun: bool) -> float:
@@ -114,7 +141,10 @@ def threads_per_rank(machine: Machine, rank: int, *, torchrun: bool) -> float:
 
     DeepSpeed's launcher leaves OMP_NUM_THREADS unset, so CPU-Adam's OpenMP loop spreads over
     the socket's cores, shared by the ranks on that socket (what --bind_cores_to_rank makes
-    explicit). torchrun sets OMP_NUM_THREADS=1 for every process when it starts more than one
+    explicit); so do a process per GPU started by torch.multiprocessing (AnswerDotAI/fsdp_qlora
+    train.py) and accelerate launch, which gives each process cores / processes threads
+    (``num_cpu_threads_per_process``). torchrun (torchtune's ``tune run``, torchtitan's
+    run_train.sh) sets OMP_NUM_THREADS=1 for every process when it starts more than one
     (torch/distributed/run.py), so PyTorch's CPU optimizer runs on one thread per rank.
     """
     cpu = socket(machine, rank)

@@ -28,6 +28,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING
 
 from simulator.engine.program import Comm, Compute, Program
+from simulator.job.memory import NF4_BITS_PER_PARAM
 from simulator.job.workload import Job
 from simulator.strategies.offload import Offloader
 from simulator.strategies.steps import (
@@ -57,6 +58,19 @@ def units(job: Job) -> list[int]:
 def root_blocks(job: Job) -> list[int]:
     unit_blocks = set(units(job))
     return [b for b in job.blocks if b not in unit_blocks]
+
+
+def _stored_bytes(job: Job, blocks: list[int], trainable_bytes: float) -> float:
+    """Bytes the blocks' parameters occupy where a shard is kept: ``trainable_bytes`` per
+    trainable element, NF4's 4.13 bits per quantized one (QLoRA's storage, what FSDP moves),
+    the compute dtype for frozen ones."""
+    total = 0.0
+    for i in (i for b in blocks for i in job.block_params(b)):
+        p = job.params[i]
+        each = (trainable_bytes if p.trainable else
+                NF4_BITS_PER_PARAM / 8 if p.quantized else job.activation_bytes)
+        total += p.numel * each
+    return total
 
 
 def _sizes(job: Job, blocks: list[int]) -> tuple[int, int]:
@@ -91,12 +105,18 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
     root = root_blocks(job)
 
     deepspeed = framework == "deepspeed"
-    off = (Offloader(machine, options.ranks, what=options.offload, pinned=options.pin_memory,
-                     framework=framework) if options.offload != "none" else None)
-    fetched = off is not None and off.what == "params"  # shards live in host memory
-    # the host copy of a shard: ZeRO-3 keeps 16-bit partitions, FSDP2 the fp32 master shard
-    host_param_bytes = 2 if deepspeed and job.precision != "fp32" else 4
     shard_bytes = 4 if job.precision in ("bf16", "fp16") else param_bytes  # the fp32 master
+    off = (Offloader(machine, options.ranks, what=options.offload, pinned=options.pin_memory,
+                     framework=framework, optimizer_impl=job.recipe.optimizer_impl,
+                     state_bytes=shard_bytes,
+                     torchrun=job.recipe.framework in ("torchtune", "torchtitan"))
+           if options.offload != "none" else None)
+    fetched = off is not None and off.what == "params"  # shards live in host memory
+    # the host copy of a shard: ZeRO-3 keeps 16-bit partitions, FSDP2 the shard as it is
+    # (the fp32 master under mixed precision, bf16 under pure bf16)
+    host_param_bytes = 2 if deepspeed and job.precision != "fp32" else shard_bytes
+    # the reduced gradient shard goes down as fp32 (DeepSpeed) or in the shard's dtype (FSDP2)
+    host_grad_bytes = 4 if deepspeed else shard_bytes
 
     def gather(name: str, blocks: list[int], deps: tuple[int, ...]) -> int:
         """The unit's all-gather, after its copy-in on the same stream
@@ -105,14 +125,15 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         numel = _sizes(job, blocks)[0] * shard_numel
         if fetched:  # the shard comes up from host memory first, on the same stream
             assert off is not None
+            host_bytes = _stored_bytes(job, blocks, host_param_bytes) * shard_numel
             deps = (off.copy(prog, "allgather" if dp > 1 else "h2d",
-                             name.replace("allgather", "h2d"),
-                             numel / dp * host_param_bytes, False, deps),)
+                             name.replace("allgather", "h2d"), host_bytes / dp, False, deps),)
             if dp == 1:
                 return deps[0]
         copy_in = numel / dp * ((shard_bytes + param_bytes) + 2 * param_bytes)
         cin = prog.add("allgather", memory_pass(f"{name}.copy_in", copy_in, gpu), deps)
-        return prog.add("allgather", Comm(name, "allgather", int(numel * param_bytes), groups,
+        wire = _stored_bytes(job, blocks, param_bytes) * shard_numel  # NF4 travels packed
+        return prog.add("allgather", Comm(name, "allgather", int(wire), groups,
                                           {"unit": name.rsplit(".", 1)[-1]}), (cin,))
 
     def copy_out(name: str, blocks: list[int], deps: tuple[int, ...]) -> int:
@@ -141,7 +162,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
             return deps[0]
         return off.copy(prog, "reducescatter" if dp > 1 else "d2h",
                         name.replace("reducescatter", "d2h"),
-                        numel / dp * 4, True, deps)  # the fp32 gradient shard goes down
+                        numel / dp * host_grad_bytes, True, deps)
 
     counts = {"allgather": 0, "reducescatter": 0}
     accum = options.grad_accum or job.grad_accum

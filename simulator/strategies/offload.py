@@ -39,13 +39,20 @@ class Offloader:
     """The offload tasks of one program (the ranks it stands for, each on its own path)."""
 
     def __init__(self, machine: Machine, ranks: Sequence[int], *, what: str, framework: str,
-                 pinned: bool | None) -> None:
+                 pinned: bool | None, optimizer_impl: str = "fused", state_bytes: int = 4,
+                 torchrun: bool = False) -> None:
         self.machine = machine
         self.ranks = tuple(ranks) or tuple(range(machine.n_gpus))
         self.what = what  # "optimizer" | "params"
         self.framework = framework  # "deepspeed" | "fsdp"
         self.pinned = (framework == "fsdp") if pinned is None else pinned
         self.copied = {"d2h": 0.0, "h2d": 0.0}  # bytes one rank moves per step
+        # DeepSpeed steps with CPU-Adam on fp32 partitions; FSDP2 with the recipe's torch AdamW
+        # on the shards as they are (bf16 under torchtune's pure bf16)
+        self.optimizer = host.CPU_OPTIMIZERS["deepspeed" if framework == "deepspeed"
+                                             else optimizer_impl]
+        self.state_bytes = 4 if framework == "deepspeed" else state_bytes
+        self.torchrun = torchrun and framework != "deepspeed"
 
     def copy(self, prog: Program, stream: str, name: str, nbytes: float, to_host: bool,
              deps: tuple[int, ...]) -> int:
@@ -58,16 +65,16 @@ class Offloader:
 
     def cpu_step(self, prog: Program, params: float, deps: tuple[int, ...]) -> int:
         """The optimizer over ``params`` parameters per rank, on every rank's socket at once."""
-        optimizer = host.CPU_ADAM if self.framework == "deepspeed" else host.TORCH_ADAMW
         flows = tuple(host.optimizer_flow(
-            self.machine, r, params, optimizer,
-            host.threads_per_rank(self.machine, r, torchrun=self.framework == "fsdp"))
+            self.machine, r, params, self.optimizer,
+            host.threads_per_rank(self.machine, r, torchrun=self.torchrun), self.state_bytes)
             for r in self.ranks)
         return prog.add("cpu", Move("optimizer.cpu", "cpu_optimizer", flows,
-                                    {"optimizer": optimizer.name, "params": params}), deps)
+                                    {"optimizer": self.optimizer.name, "params": params}), deps)
 
     def report(self, per_micro: dict[str, float], accum: int) -> dict[str, object]:
         """What the report says of the offload: bytes one GPU moves per step, each way."""
         step = {k: self.copied[k] - per_micro[k] for k in self.copied}  # after the last micro
         return {"what": self.what, "framework": self.framework, "pin_memory": self.pinned,
+                "cpu_optimizer": self.optimizer.name,
                 **{f"{k}_bytes_per_gpu": per_micro[k] * accum + step[k] for k in self.copied}}

@@ -1,0 +1,88 @@
+"""validate.py's `offload` section: offloaded training runs as their authors published them.
+
+Every point of validation/offload.yaml is simulated on the machine and workload listed in
+RUNS (validation/topologies, validation/workloads). Throughput is compared per GPU (a run
+that reports seconds for a number of samples: samples x context / seconds); memory as the
+framework printed it (fsdp_qlora's peak reserved memory, torchtune's "peak memory active",
+the allocator's allocated peak). None of these points fixed a constant: the CPU optimizer's
+rate comes from one core's streaming bandwidth and the cited kernel ratios (host.py), the
+copies from the PCIe paths; every row is a check.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKLOADS = ROOT / "validation" / "workloads"
+TOPOLOGIES = ROOT / "validation" / "topologies"
+OFFLOAD = ROOT / "validation" / "offload.yaml"
+
+
+def _w(name: str) -> str:
+    return str(WORKLOADS / f"{name}.yaml")
+
+
+_WORKSTATION = {"topology": str(TOPOLOGIES / "2x4090-workstation.yaml"), "strategy": "fsdp"}
+
+# point id -> how it is simulated: RunSpec fields, and which memory counter it printed
+RUNS: dict[str, dict[str, Any]] = {
+    "answerdotai-2x4090-llama2-7b-qlora-offload": {
+        **_WORKSTATION, "workload": _w("fsdp-qlora-llama2-7b"), "offload": "params"},
+    "answerdotai-2x4090-llama2-7b-qlora": {
+        **_WORKSTATION, "workload": _w("fsdp-qlora-llama2-7b"), "micro_batch": 10},
+    "answerdotai-2x4090-llama2-7b-lora-offload": {
+        **_WORKSTATION, "workload": _w("fsdp-lora-llama2-7b"), "offload": "params"},
+    "answerdotai-2x4090-llama2-7b-lora": {
+        **_WORKSTATION, "workload": _w("fsdp-lora-llama2-7b"), "micro_batch": 6},
+    "answerdotai-2x4090-llama2-70b-qlora-offload": {
+        **_WORKSTATION, "workload": _w("fsdp-qlora-llama2-70b"), "offload": "params"},
+    "torchtune-8xa100-llama3.1-70b-full-offload": {
+        "topology": "8xa100-nvswitch", "workload": _w("torchtune-llama3.1-70b"),
+        "strategy": "fsdp", "offload": "params", "memory": "allocated"},
+}
+_SPEC_KEYS = ("gpus", "micro_batch", "grad_accum", "offload", "pin_memory", "pp", "schedule")
+
+
+def load() -> list[dict[str, Any]]:
+    import yaml
+
+    with open(OFFLOAD, encoding="utf-8") as f:
+        return list(yaml.safe_load(f)["offload"])
+
+
+def measured_tokens_per_s(point: dict[str, Any]) -> float:
+    if "tokens_per_s" in point:
+        return float(point["tokens_per_s"])
+    return point["samples"] * point["seq_len"] / point["seconds"]
+
+
+def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
+    """Per point: throughput per GPU and peak memory per GPU, simulated beside measured.
+    No mechanism tag: an offloaded step mixes compute, copies and the CPU step, so these rows
+    stay out of the per-mechanism residual table."""
+    from simulator.api import RunSpec, simulate
+    from simulator.units import GiB
+
+    out = []
+    for point in points:
+        setup = RUNS.get(point["id"])
+        if setup is None:
+            continue
+        spec = RunSpec(setup["topology"], setup["workload"], setup["strategy"],
+                       **{k: setup[k] for k in _SPEC_KEYS if k in setup})
+        result = simulate(spec, baseline=False)
+        r = result.report
+        gpus = r["gpus"]
+        label = f"offload {spec.offload}" if spec.offload != "none" else "no offload"
+        out.append(row_type(point["id"], label, gpus, None, "tok/s/GPU",
+                            measured_tokens_per_s(point) / gpus, r["tokens_per_s_per_gpu"],
+                            None, r["topology"]))
+        if "peak_memory_gib" in point:
+            counter = setup.get("memory", "reserved")
+            out.append(row_type(point["id"], f"{counter} peak"[:13], gpus, None, "memory GiB",
+                                point["peak_memory_gib"],
+                                result.memory[f"peak_{counter}_bytes"] / GiB, None,
+                                r["topology"]))
+    return out
