@@ -22,6 +22,8 @@ Machines and jobs are cached per process, so sweeps and comparisons build each o
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -31,7 +33,7 @@ from simulator.advice import cost, energy
 from simulator.engine.program import Program
 from simulator.engine.timeline import Timeline
 from simulator.errors import InputError
-from simulator.inputs.config import load_topology, load_workload, preset_names
+from simulator.inputs.config import load_topology, load_workload, preset_names, resolve
 from simulator.inputs.schema import MAX_STEP_TOKENS, TopologyConfig, WorkloadConfig
 from simulator.job import host_memory, memory_search
 from simulator.job import memory as memory_model
@@ -124,7 +126,8 @@ def _machine(topology: str, gpus: int | None, scales: RateScales, nccl: NcclEnv)
         if gpus > built.n_gpus:
             raise InputError(f"--gpus {gpus}: the machine has only {built.n_gpus} GPUs")
         return built.subset(gpus)
-    return Machine.from_config(load_topology(topology))
+    with blame(topology, "topologies"):
+        return Machine.from_config(load_topology(topology))
 
 
 @lru_cache(maxsize=32)
@@ -139,7 +142,27 @@ def load_job(workload: str, micro_batch: int | None, seq_len: int | None,
         changes["activation_checkpointing"] = checkpointing
     if changes:
         cfg = cfg.with_training(**changes)
-    return Job.from_config(cfg, micro_batch=micro_batch, seq_len=seq_len, grad_accum=grad_accum)
+    with blame(workload, "workloads"):
+        return Job.from_config(cfg, micro_batch=micro_batch, seq_len=seq_len,
+                               grad_accum=grad_accum)
+
+
+@contextmanager
+def blame(name_or_path: str, kind: str, machine: Machine | None = None,
+          topology: str = "") -> Iterator[None]:
+    """An input error found while building from a file names that file (a machine whose
+    nodes do not connect, LoRA targets the model lacks), as loading errors do. With
+    ``machine``, an error the machine raises (its messages start with its name: a route it
+    cannot find) names the ``topology`` file instead."""
+    try:
+        yield
+    except InputError as exc:
+        if exc.file is not None:
+            raise
+        if machine is not None and exc.message.startswith(f"{machine.name}: "):
+            name_or_path, kind = topology, "topologies"
+        raise InputError(exc.message, file=str(resolve(name_or_path, kind)), line=exc.line,
+                         key=exc.key) from None
 
 
 TRAINING_OVERRIDES = ("framework", "kernels", "cross_entropy", "precision", "optimizer")
@@ -396,7 +419,8 @@ def collective(spec: CollectiveSpec) -> list[collectives.Result]:
     if spec.algo not in ("auto", "ring", "tree"):
         raise InputError(f"algorithm {spec.algo!r}: expected ring, tree or auto")
     machine = load_machine(spec.topology, spec.gpus, nccl=spec.nccl)
-    return [collectives.simulate(machine, spec.op, n, algo=spec.algo) for n in spec.sizes]
+    with blame(spec.topology, "topologies"):
+        return [collectives.simulate(machine, spec.op, n, algo=spec.algo) for n in spec.sizes]
 
 
 def presets(kind: str) -> list[tuple[str, TopologyConfig | WorkloadConfig]]:
@@ -503,8 +527,10 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
     if spec.offload != "none" and spec.pp > 1:
         raise InputError("--offload with --pp: offloading inside a pipeline is not modelled")
     check_size(job)
-    programs = strategies.build(spec.strategy, job, machine, options_of(spec))
-    timeline = engine.simulate(programs, machine, compute_slowdown=spec.compute_slowdown)
+    # a job the strategy cannot split, too long a step; or a route the machine lacks
+    with blame(spec.workload, "workloads", machine, spec.topology):
+        programs = strategies.build(spec.strategy, job, machine, options_of(spec))
+        timeline = engine.simulate(programs, machine, compute_slowdown=spec.compute_slowdown)
     meta = programs[0].meta
     mem = _memory(job, machine, spec, meta.get("pipeline"))
     dp = int(meta.get("dp", machine.n_gpus))  # replicas that each take a batch

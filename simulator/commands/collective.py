@@ -150,8 +150,9 @@ def run(args: argparse.Namespace) -> int:
         warmup_iters=echo("-w", 5), iters=echo("-n", 20), agg_iters=echo("-m", 1),
         validation=echo("-c", 1), graph=echo("-G", 0),
         device_name=f"{machine.gpu.name} (simulated)")
-    notes = _notes(machine, plain, op, args.algo, results, given, threads + (
-        [str(args.nthreads)] if args.nthreads is not None else []))
+    with api.blame(topology, "topologies"):  # paths and rings are found on demand
+        notes = _notes(machine, plain, op, args.algo, results, given, threads + (
+            [str(args.nthreads)] if args.nthreads is not None else []))
     print(nccl_tests.render(header, op, args.datatype, args.redop, rows, notes,
                             check=given["-c"] != 0))
     return 0

@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     if args.topology is None:
         raise InputError("give -t TOPOLOGY (a preset or YAML), or `stepsim topo import FILE`")
     machine = api.load_machine(args.topology, args.gpus)
-    report = summary(machine)
+    with api.blame(args.topology, "topologies"):  # paths and rings are found on demand
+        report = summary(machine)
     if args.png:
         draw(machine, Path(args.png))
     if args.json:

@@ -1,0 +1,209 @@
+"""Seeded mutations of the bundled topologies and workloads, through the commands.
+
+Each mutation changes one thing in a preset (a value made hostile, a key removed or made up, a
+list emptied or grown, the text cut, garbled, re-encoded or given YAML's stranger features),
+writes it to a temporary file and runs `stepsim` on it. The contract: exit 0, or exit 2 with
+one line on stderr naming the file; never a traceback, never more than 10 s.
+
+    python scripts/fuzz.py --seed 11 --topologies 1000 --workloads 1000 [--jobs 2]
+
+prints the outcome counts. tests/test_fuzz.py runs a few hundred of the same mutations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import io
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT_S = 10
+
+HOSTILE: list[Any] = [0, -1, 1e9, 1e300, -1e-300, 5e-324, float("inf"), float("nan"), "x", "",
+                      True, None, [], {}, 2**70, "1:30", "on", "y" * 5000, -0.0, [1, 2], "010"]
+TEXT_HAZARDS = ["!foo ", "&a ", "*a", "<<: ", "? ", "\t", "\x00", "%YAML 1.1\n", "---\n",
+                "{", "]", ": :", "'", '"']
+
+
+@dataclass(frozen=True)
+class Case:
+    kind: str  # topologies | workloads
+    preset: str
+    seed: int
+
+
+def presets(kind: str) -> list[str]:
+    return sorted(p.stem for p in (ROOT / kind).glob("*.yaml"))
+
+
+def _leaves(data: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield path + (k,)
+            yield from _leaves(v, path + (k,))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            yield path + (i,)
+            yield from _leaves(v, path + (i,))
+
+
+def _set(data: Any, path: tuple[Any, ...], value: Any) -> None:
+    for part in path[:-1]:
+        data = data[part]
+    data[path[-1]] = value
+
+
+def _get(data: Any, path: tuple[Any, ...]) -> Any:
+    for part in path:
+        data = data[part]
+    return data
+
+
+def mutate(text: str, rng: random.Random) -> bytes:
+    """One mutation of a preset's text, as the bytes of the file to write."""
+    choice = rng.randrange(10)
+    if choice >= 7:  # text-level: cut, garble, hazards, encodings
+        if choice == 7:
+            return text[: rng.randrange(len(text))].encode()
+        if choice == 8:
+            at = rng.randrange(len(text))
+            return (text[:at] + rng.choice(TEXT_HAZARDS) + text[at:]).encode()
+        data = bytearray(text.encode())
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        return bytes(data)
+    data = yaml.safe_load(text)
+    paths = list(_leaves(data))
+    path = rng.choice(paths)
+    if choice <= 3:  # a hostile value
+        _set(data, path, copy.deepcopy(rng.choice(HOSTILE + [_get(data, rng.choice(paths))])))
+    elif choice == 4:  # a key removed
+        parent = _get(data, path[:-1])
+        if isinstance(parent, dict):
+            parent.pop(path[-1], None)
+        elif isinstance(parent, list) and parent:
+            parent.pop(path[-1])
+    elif choice == 5:  # a key made up (misspelt)
+        parent = _get(data, path[:-1])
+        if isinstance(parent, dict):
+            parent[f"{path[-1]}x"] = 1
+    else:  # a list emptied or grown, a number scaled
+        value = _get(data, path)
+        if isinstance(value, list):
+            _set(data, path, [] if rng.random() < 0.5 else value * rng.choice([2, 10, 100]))
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            _set(data, path, value * rng.choice([-1, 0.001, 7, 1000, 10**6]))
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True).encode()
+
+
+def commands(case: Case, path: str, *, run: bool = True) -> list[list[str]]:
+    """What each mutated file goes through: topologies through collective, topo and run;
+    workloads through memory and run (with a small partner so runs take a fraction of a s).
+    ``run=False`` leaves the (slower) run out."""
+    if case.kind == "topologies":
+        out = [["collective", "-t", path, "--op", "allreduce", "--bytes", "1M"],
+               ["topo", "-t", path]]
+        return out + [["run", "-t", path, "-w", "gpt2-medium", "--seq-len", "256",
+                       "--no-ranges"]] * run
+    return [["memory", "-t", "2x5090", "-w", path]] + [
+        ["run", "-t", "2x5090", "-w", path, "--no-ranges"]] * run
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(_signum: int, _frame: Any) -> None:
+    raise _Timeout
+
+
+def check(case: Case, run: bool = True) -> list[str]:
+    """The outcome of each command on the case's mutation: ok, error (one good line), or a
+    failure (traceback, hang, a message not naming the file, more than one line)."""
+    from simulator.cli import main
+
+    rng = random.Random(case.seed)
+    text = (ROOT / case.kind / f"{case.preset}.yaml").read_text()
+    data = mutate(text, rng)
+    outcomes = []
+    with tempfile.TemporaryDirectory() as folder:
+        path = str(Path(folder) / f"{case.preset}-m{case.seed}.yaml")
+        Path(path).write_bytes(data)
+        for argv in commands(case, path, run=run):
+            out, err = io.StringIO(), io.StringIO()
+            signal.signal(signal.SIGALRM, _alarm)
+            signal.alarm(TIMEOUT_S)
+            started = time.perf_counter()
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                    code = main(argv)
+            except _Timeout:
+                outcomes.append(f"HANG {argv[0]} {case}")
+                continue
+            except BaseException as exc:  # noqa: BLE001 - any escape is the finding
+                outcomes.append(f"TRACEBACK {argv[0]} {case}: {type(exc).__name__}: {exc}")
+                continue
+            finally:
+                signal.alarm(0)
+            took = time.perf_counter() - started
+            lines = err.getvalue().splitlines()
+            if code == 0:
+                outcomes.append("ok")
+            elif code == 2 and len(lines) == 1 and path in lines[0]:
+                outcomes.append("error")
+            else:
+                outcomes.append(f"BAD {argv[0]} {case} exit {code}: {err.getvalue()[:300]!r}")
+            if took > TIMEOUT_S:
+                outcomes.append(f"SLOW {argv[0]} {case}: {took:.1f} s")
+    return outcomes
+
+
+def cases(kind: str, count: int, seed: int) -> list[Case]:
+    rng = random.Random(seed)
+    names = presets(kind)
+    return [Case(kind, rng.choice(names), rng.randrange(2**31)) for _ in range(count)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--topologies", type=int, default=1000)
+    parser.add_argument("--workloads", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args(argv)
+    todo = cases("topologies", args.topologies, args.seed) + cases(
+        "workloads", args.workloads, args.seed + 1)
+    counts: Counter[str] = Counter()
+    findings: list[str] = []
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for case, outcomes in zip(todo, pool.map(check, todo, chunksize=8), strict=True):
+            for outcome in outcomes:
+                counts[f"{case.kind} {outcome.split()[0]}"] += 1
+                if outcome not in ("ok", "error"):
+                    findings.append(outcome)
+    print(f"seed {args.seed}: {args.topologies} topology and {args.workloads} workload "
+          f"mutations in {time.perf_counter() - started:.0f} s")
+    for key in sorted(counts):
+        print(f"  {key:<28} {counts[key]}")
+    for finding in findings:
+        print(finding)
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
