@@ -84,7 +84,7 @@ def test_absurd_file_values_are_refused_at_load(
     code, err, took = _run(argv, capsys)
     assert code == 2 and err.count("\n") == 1, err
     assert f"{path}:" in err and f": {key}: " in err and words in err, err
-    assert took < 5
+    assert took < 10  # a shared machine: the point is seconds, not hours
 
 
 FLAG_CASES = [
@@ -104,7 +104,7 @@ def test_absurd_flags_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]
                                               flags: list[str], words: str) -> None:
     code, err, took = _run(["run", "-t", "2x5090", "-w", "gpt2-medium", *flags], capsys)
     assert code == 2 and err.count("\n") == 1 and words in err, err
-    assert took < 5
+    assert took < 10  # a shared machine: the point is seconds, not hours
 
 
 def test_long_gradient_accumulation_is_replayed_not_refused(
@@ -119,7 +119,7 @@ def test_a_micro_step_too_large_to_simulate_is_refused_with_its_count(
     path = _write(tmp_path, "gpt2-medium", "layers: 24", "layers: 2000")
     code, err, took = _run(["run", "-t", "2x5090", "-w", str(path)], capsys)
     assert code == 2 and "2,000 layers" in err and "at most 5,000" in err, err
-    assert took < 5
+    assert took < 10  # a shared machine: the point is seconds, not hours
     assert main(["memory", "-t", "2x5090", "-w", str(path)]) == 0  # memory has no such bound
 
 
