@@ -7,7 +7,10 @@ one line on stderr naming the file; never a traceback, never more than 10 s.
 
     python scripts/fuzz.py --seed 11 --topologies 1000 --workloads 1000 [--jobs 2]
 
-prints the outcome counts. tests/test_fuzz.py runs a few hundred of the same mutations.
+prints progress every ``--every`` cases (count, elapsed time, findings so far; a finding as
+soon as it is found), then the outcome counts. ``--topologies 0`` or ``--workloads 0`` runs
+one kind alone: each kind's cases depend only on the seed, so two runs make the same 2,000.
+tests/test_fuzz.py runs a few hundred of the same mutations.
 """
 
 from __future__ import annotations
@@ -132,8 +135,9 @@ def _alarm(_signum: int, _frame: Any) -> None:
 
 
 def check(case: Case, run: bool = True) -> list[str]:
-    """The outcome of each command on the case's mutation: ok, error (one good line), or a
-    failure (traceback, hang, a message not naming the file, more than one line)."""
+    """The outcome of each command on the case's mutation: ``ok CMD``, ``error CMD`` (one
+    good line), or a failure (traceback, hang, a message not naming the file, more than one
+    line, too slow): see ``is_finding``."""
     from simulator.cli import main
 
     rng = random.Random(case.seed)
@@ -162,14 +166,18 @@ def check(case: Case, run: bool = True) -> list[str]:
             took = time.perf_counter() - started
             lines = err.getvalue().splitlines()
             if code == 0:
-                outcomes.append("ok")
+                outcomes.append(f"ok {argv[0]}")
             elif code == 2 and len(lines) == 1 and path in lines[0]:
-                outcomes.append("error")
+                outcomes.append(f"error {argv[0]}")
             else:
                 outcomes.append(f"BAD {argv[0]} {case} exit {code}: {err.getvalue()[:300]!r}")
             if took > TIMEOUT_S:
                 outcomes.append(f"SLOW {argv[0]} {case}: {took:.1f} s")
     return outcomes
+
+
+def is_finding(outcome: str) -> bool:
+    return outcome.split()[0] not in ("ok", "error")
 
 
 def cases(kind: str, count: int, seed: int) -> list[Case]:
@@ -184,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topologies", type=int, default=1000)
     parser.add_argument("--workloads", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--every", type=int, default=50, help="progress every N cases")
     args = parser.parse_args(argv)
     todo = cases("topologies", args.topologies, args.seed) + cases(
         "workloads", args.workloads, args.seed + 1)
@@ -191,17 +200,21 @@ def main(argv: list[str] | None = None) -> int:
     findings: list[str] = []
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for case, outcomes in zip(todo, pool.map(check, todo, chunksize=8), strict=True):
+        results = pool.map(check, todo, chunksize=4)
+        for done, (case, outcomes) in enumerate(zip(todo, results, strict=True), 1):
             for outcome in outcomes:
-                counts[f"{case.kind} {outcome.split()[0]}"] += 1
-                if outcome not in ("ok", "error"):
+                counts[f"{case.kind} {' '.join(outcome.split()[:2])}"] += 1
+                if is_finding(outcome):
                     findings.append(outcome)
+                    print(outcome, flush=True)
+            if done % args.every == 0 or done == len(todo):
+                print(f"  {done}/{len(todo)} cases, {time.perf_counter() - started:.0f} s, "
+                      f"{len(findings)} findings", flush=True)
     print(f"seed {args.seed}: {args.topologies} topology and {args.workloads} workload "
           f"mutations in {time.perf_counter() - started:.0f} s")
     for key in sorted(counts):
-        print(f"  {key:<28} {counts[key]}")
-    for finding in findings:
-        print(finding)
+        print(f"  {key:<32} {counts[key]}")
+    print(f"{len(findings)} findings" + "".join(f"\n{f}" for f in findings))
     return 1 if findings else 0
 
 

@@ -26,5 +26,23 @@ SEED = 20261201
 def test_mutated_presets_end_cleanly(kind: str) -> None:
     findings = []
     for i, case in enumerate(fuzz.cases(kind, 150, SEED)):  # `run` on every sixth: speed
-        findings += [o for o in fuzz.check(case, run=i % 6 == 0) if o not in ("ok", "error")]
+        findings += [o for o in fuzz.check(case, run=i % 6 == 0) if fuzz.is_finding(o)]
     assert not findings, findings[:5]
+
+
+def test_the_fuzz_reports_what_breaks_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
+    import simulator.cli
+
+    case = fuzz.cases("workloads", 1, SEED)[0]
+
+    def raising(argv: list[str]) -> int:
+        raise ZeroDivisionError
+
+    def chatty(argv: list[str]) -> int:
+        print("two\nlines", file=sys.stderr)
+        return 2
+
+    monkeypatch.setattr(simulator.cli, "main", raising)
+    assert all(o.startswith("TRACEBACK") for o in fuzz.check(case, run=False))
+    monkeypatch.setattr(simulator.cli, "main", chatty)
+    assert all(o.startswith("BAD") for o in fuzz.check(case, run=False))
