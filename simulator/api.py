@@ -301,6 +301,21 @@ def _mean_card_price(machine: Machine) -> float | None:
     return None if None in prices else sum(p for p in prices if p) / len(prices)
 
 
+def _card_price(machine: Machine) -> float | None:
+    """One card's price for the purchase: the card's own, or the mean on a mixed box."""
+    names = {machine.gpu_of(r).name for r in range(machine.n_gpus)}
+    return machine.gpu.price_usd if len(names) == 1 else _mean_card_price(machine)
+
+
+def _card_price_source(machine: Machine) -> str | None:
+    """Where the card prices come from: one source, or each card's on a mixed box."""
+    names = dict.fromkeys(machine.gpu_of(r).name for r in range(machine.n_gpus))
+    if len(names) == 1:
+        return hardware.PRICE_SOURCES.get(next(iter(names)))
+    return "the mean of " + "; ".join(f"{name}: {hardware.PRICE_SOURCES.get(name, 'unknown')}"
+                                      for name in names)
+
+
 def pipeline_split(spec: RunSpec) -> dict[str, Any] | None:
     """A pipeline's stages (their GPUs, blocks, in-flight activations), from its shape alone
     (no program is built, nothing simulated). None without a pipeline."""
@@ -543,8 +558,8 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
         step_time_s=step, tokens_per_s=tokens / step if step > 0 else 0.0,
         gpus=machine.n_gpus, machine_gpus=machine_gpus, prices=prices or cost.Prices(),
         machine_usd_per_hour=machine.config.price_usd_per_hour,
-        card_price_usd=machine.gpu.price_usd,
-        card_price_source=hardware.PRICE_SOURCES.get(machine.gpu.name),
+        card_price_usd=_card_price(machine),
+        card_price_source=_card_price_source(machine),
         avg_power_w=power["avg_power_w"])
     metrics = report.step_report(
         timeline,

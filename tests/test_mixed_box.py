@@ -56,3 +56,17 @@ def test_the_4090s_pace_the_step_of_a_mixed_box(strategy: str) -> None:
     waits = [s.args.get("wait_s", 0.0) for s in timeline.spans_of(0) if s.is_comm]
     assert max(waits) > 0
     assert all("wait_s" not in s.args for s in timeline.spans_of(2) if s.is_comm)
+
+
+def test_a_mixed_box_is_bought_and_powered_card_by_card() -> None:
+    """Purchase: two 5090s and two 4090s at their own prices; power: each card at its own
+    board limit (575 W and 450 W), so the box draws less than four 5090s would."""
+    from simulator import api
+    from simulator.machine.hardware import GPUS
+
+    mixed = api.simulate(api.RunSpec("2x5090-2x4090", "gpt2-medium", "ddp")).report
+    price = 2 * GPUS["rtx5090"].price_usd + 2 * GPUS["rtx4090"].price_usd
+    assert mixed["cost_basis"]["purchase_usd"] == pytest.approx(price)
+    assert mixed["gpus_price_usd"] == pytest.approx(price)
+    top = (2 * 575 + 2 * 450) / 0.92 + 1000  # every card at its limit, with a generous host
+    assert mixed["energy"]["avg_power_w"] < top

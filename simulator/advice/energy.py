@@ -9,7 +9,7 @@ A GPU draws one of three levels (the timeline says which, moment by moment):
 The host (CPU sockets, memory, fans) draws ``HOST_W_PER_SOCKET`` per socket, and the power
 supply's losses come on top of everything (``PSU_EFFICIENCY``).
 
-Assumes every GPU runs the representative GPU's timeline (ranks are symmetric). No published
+Each group of identical ranks is counted from its first GPU's timeline. No published
 per-phase draw of NCCL kernels is in this repository, so the communicating level is the SM
 rule above; idle time is a small share of a training step, so the answer moves by a few
 percent at most for any idle share between 10% and 30%.
@@ -17,42 +17,15 @@ percent at most for any idle share between 10% and 30%.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simulator.engine.timeline import Timeline, merge, subtract_length, union_length
 
 if TYPE_CHECKING:
+    from simulator.machine.hardware import GPU
     from simulator.machine.topology import Machine
 
 
-@dataclass(frozen=True)
-class BoardPower:
-    watts: float  # board power (TDP / TGP): the default power limit
-    source: str
-
-
-# Spec-sheet board power per catalog GPU (machine/hardware.py names).
-BOARD_POWER: dict[str, BoardPower] = {
-    "v100-sxm2": BoardPower(300, "NVIDIA V100 datasheet: 300 W (SXM2)"),
-    "rtx2080ti": BoardPower(250, "NVIDIA GeForce RTX 2080 Ti spec: 250 W graphics card power"),
-    "rtx3090": BoardPower(350, "NVIDIA GeForce RTX 3090 spec: 350 W graphics card power"),
-    "rtx3090ti": BoardPower(450, "NVIDIA GeForce RTX 3090 Ti spec: 450 W graphics card power"),
-    "rtx4090": BoardPower(450, "NVIDIA GeForce RTX 4090 spec: 450 W total graphics power"),
-    "rtx5090": BoardPower(575, "NVIDIA GeForce RTX 5090 spec: 575 W total graphics power"),
-    "a100-sxm4-80gb": BoardPower(400, "NVIDIA A100 datasheet: 400 W max TDP (SXM4)"),
-    "a100-pcie-80gb": BoardPower(300, "NVIDIA A100 80GB PCIe datasheet: 300 W"),
-    "h100-sxm": BoardPower(700, "NVIDIA H100 datasheet: up to 700 W (SXM5)"),
-    "h100-pcie": BoardPower(350, "NVIDIA H100 PCIe datasheet: 300-350 W configurable"),
-    "h200": BoardPower(700, "NVIDIA H200 datasheet: up to 700 W (SXM)"),
-    "h100-nvl": BoardPower(400, "NVIDIA H100 NVL product brief: 350-400 W configurable"),
-    "b200": BoardPower(1000, "NVIDIA HGX B200 datasheet: 1000 W per GPU"),
-    "l40s": BoardPower(350, "NVIDIA L40S datasheet: 350 W max power"),
-    "rtx6000-ada": BoardPower(300, "NVIDIA RTX 6000 Ada datasheet: 300 W max power"),
-    "rtx-pro-6000": BoardPower(600, "NVIDIA RTX PRO 6000 Blackwell datasheet: 600 W "
-                               "(Workstation Edition)"),
-    "rtx-a6000": BoardPower(300, "NVIDIA RTX A6000 datasheet: 300 W max power"),
-}
 # Assumption, no measurement in this repository: a waiting GPU (context alive, memory
 # powered, clocks up between kernels) draws a fifth of its board power.
 IDLE_SHARE = 0.20
@@ -67,31 +40,28 @@ PSU_EFFICIENCY = 0.92
 ENERGY_KEYS = ("joules_per_step", "avg_power_w", "kwh_per_million_tokens")
 
 
-def power_limit(machine: Machine) -> float | None:
-    """The GPUs' power limit in watts: the topology's (``gpu: {power_limit_w: ...}``, resolved
-    in machine/hardware.py), else the board power (None: unknown)."""
-    limit = machine.gpu.power_limit
-    if limit:
-        return float(limit)
-    board = BOARD_POWER.get(machine.gpu.name)
-    return board.watts if board else None
+def power_limit(gpu: GPU) -> float | None:
+    """A card's power limit in watts: the topology's (``gpu: {power_limit_w: ...}``, resolved
+    in machine/hardware.py), else its catalog board power (None: unknown)."""
+    return float(gpu.power_limit) if gpu.power_limit else None
 
 
 def sockets(machine: Machine) -> int:
     return sum(1 for node in machine.config.nodes if node.kind == "cpu") or 1
 
 
-def gpu_joules(timeline: Timeline, limit: float, sms: int) -> float:
-    """Joules one GPU draws over the step (the representative GPU's timeline)."""
+def gpu_joules(timeline: Timeline, gpu: int, limit: float, sms: int) -> float:
+    """Joules one GPU draws over the step, from its own spans (its rank group's)."""
     idle_w = IDLE_SHARE * limit
-    compute = merge((s.start, s.end) for s in timeline.compute_spans())
+    compute = merge((s.start, s.end) for s in timeline.compute_spans(gpu))
+    comm = timeline.comm_spans(gpu)
     busy = union_length(compute)
     comm_only = 0.0
-    for span in timeline.comm_spans():  # each collective's exposed part, at its SM share
+    for span in comm:  # each collective's exposed part, at its SM share
         exposed = subtract_length([(span.start, span.end)], compute)
         share = min(1.0, float(span.args.get("channels", 1)) / sms)
         comm_only += exposed * (idle_w + share * (limit - idle_w))
-    exposed_total = subtract_length([(s.start, s.end) for s in timeline.comm_spans()], compute)
+    exposed_total = subtract_length([(s.start, s.end) for s in comm], compute)
     idle = max(0.0, timeline.step_time - busy - exposed_total)
     return busy * limit + comm_only + idle * idle_w
 
@@ -103,11 +73,14 @@ def step_energy(timeline: Timeline, machine: Machine, tokens_per_step: float, *,
     ``host_share``: the part of the host the run accounts for (GPUs used / GPUs of the box,
     as the price is charged).
     """
-    limit = power_limit(machine)
     step = timeline.step_time
-    if limit is None or step <= 0:
-        return dict.fromkeys(ENERGY_KEYS)
-    gpus = timeline.world * gpu_joules(timeline, limit, machine.gpu.sms)
+    gpus = 0.0
+    for group in timeline.rank_groups:  # ranks that differ (pipeline stages, mixed cards)
+        card = machine.gpu_of(group[0])
+        limit = power_limit(card)
+        if limit is None or step <= 0:
+            return dict.fromkeys(ENERGY_KEYS)
+        gpus += len(group) * gpu_joules(timeline, group[0], limit, card.sms)
     host = HOST_W_PER_SOCKET * sockets(machine) * host_share * step
     joules = (gpus + host) / PSU_EFFICIENCY
     kwh_per_token = joules / 3.6e6 / tokens_per_step if tokens_per_step > 0 else None
