@@ -33,7 +33,8 @@ def add_parser(subparsers: Any) -> None:
         "and rank them, e.g. `stepsim advise -t 8x5090-dual-socket -w llama2-7b`.")
     parser.add_argument("-t", "--topology", required=True, action="append",
                         help="topology YAML or preset name (repeatable)")
-    parser.add_argument("-w", "--workload", required=True, help="workload YAML or preset name")
+    parser.add_argument("-w", "--workload", required=True,
+                        help="workload YAML, preset name or hf:config.json")
     parser.add_argument("--objective", default="throughput", metavar="GOAL",
                         help=f"what to rank by: {' | '.join(core.OBJECTIVES)} "
                         "(default throughput)")

@@ -32,7 +32,8 @@ def add_parser(subparsers: Any) -> None:
         description="Itemise the memory one GPU needs for a training step (weights, gradients, "
                     "optimizer states, activations, buffers, reserve) and say whether it fits.")
     parser.add_argument("-t", "--topology", required=True, help="topology YAML or preset name")
-    parser.add_argument("-w", "--workload", required=True, help="workload YAML or preset name")
+    parser.add_argument("-w", "--workload", required=True,
+                        help="workload YAML, preset name or hf:config.json")
     parser.add_argument("-s", "--strategy", default="ddp",
                         help=f"{' | '.join(STRATEGIES)} (default ddp), as `stepsim run` takes "
                         "them")

@@ -40,7 +40,8 @@ def add_job_arguments(parser: argparse.ArgumentParser, *, many: bool = False) ->
     parser.add_argument("-t", "--topology", required=True, action=action,
                         help="topology YAML or preset name" + (" (repeatable)" if many else ""))
     parser.add_argument("-w", "--workload", required=True, action=action,
-                        help="workload YAML or preset name" + (" (repeatable)" if many else ""))
+                        help="workload YAML, preset name or hf:config.json (a Hugging Face config)"
+                        + (" (repeatable)" if many else ""))
     parser.add_argument("-s", "--strategy", action=action,
                         help=f"one of {', '.join(STRATEGIES)} (default ddp)"
                         + (" (repeatable)" if many else ""))

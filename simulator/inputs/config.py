@@ -38,7 +38,12 @@ def preset_names(kind: str) -> list[str]:
 
 
 def resolve(name_or_path: str, kind: str) -> Path:
-    """A YAML path as given, or the bundled preset of that name; unknown names list the presets."""
+    """A YAML path as given, or the bundled preset of that name; unknown names list the presets.
+    A workload ``hf:PATH`` is the Hugging Face config.json it names."""
+    if kind == "workloads" and name_or_path.startswith("hf:"):
+        from simulator.inputs import hf_config
+
+        return hf_config.config_path(name_or_path)
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if path.is_dir():
@@ -66,6 +71,10 @@ def load_topology(name_or_path: str) -> TopologyConfig:
 def load_workload(name_or_path: str) -> WorkloadConfig:
     from simulator.inputs.schema import WorkloadConfig
 
+    if name_or_path.startswith("hf:"):
+        from simulator.inputs import hf_config
+
+        return hf_config.load(name_or_path)
     return _load(resolve(name_or_path, "workloads"), WorkloadConfig)
 
 
