@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "sweep": "one job over list-valued options (e.g. --bucket-mb 1,5,25,100,400)",
     "advise": "the best strategy, recipe and micro-batch for a job on each machine",
     "presets": "list the bundled topologies and workloads",
+    "schema": "the JSON Schema of topology or workload YAML (for editors)",
 }
 
 

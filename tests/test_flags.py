@@ -133,3 +133,16 @@ def test_a_full_stdout_is_one_line_not_a_traceback(
     assert main(["presets"]) == 2
     err = capsys.readouterr().err
     assert err == "stepsim presets: error: cannot write the output: No space left on device\n"
+
+
+@pytest.mark.parametrize("command", ["run", "memory"])
+def test_fail_if_no_fit_exits_3_after_the_usual_output(
+        command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [command, "-t", "2x5090", "-w", "llama2-7b", "--json"] + \
+        (["--no-ranges"] if command == "run" else [])
+    assert main(argv) == 0  # without the flag, "does not fit" is an answer
+    capsys.readouterr()
+    assert main([*argv, "--fail-if-no-fit"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["memory"] if command == "run" else doc)["fits"] is False
+    assert main([command, "-t", "2x5090", "-w", "gpt2-medium", "--fail-if-no-fit"]) == 0

@@ -17,7 +17,7 @@ from typing import Any
 from simulator import api
 from simulator.api import RunSpec
 from simulator.commands import recipe_flags
-from simulator.commands.parsing import whole
+from simulator.commands.parsing import NO_FIT_EXIT, no_fit_status, whole
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
 from simulator.job import memory
@@ -66,6 +66,9 @@ def add_parser(subparsers: Any) -> None:
                         help="scale the workload's model (same shape ratios) and report the "
                              "largest that fits")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--fail-if-no-fit", action="store_true",
+                        help=f"exit {NO_FIT_EXIT} (after the usual output) when the job does "
+                        "not fit in GPU or host memory")
     parser.set_defaults(handler=run)
 
 
@@ -95,9 +98,9 @@ def run(args: argparse.Namespace) -> int:
                         largest_model=args.largest_model)
     if args.json:
         print(json.dumps(result.summary, indent=2))
-        return 0
-    print(render(result.report, result.summary, list(result.hints)))
-    return 0
+    else:
+        print(render(result.report, result.summary, list(result.hints)))
+    return no_fit_status(args, result.summary)
 
 
 def _gib(nbytes: float) -> str:

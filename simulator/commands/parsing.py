@@ -99,3 +99,12 @@ def number(minimum: float = -math.inf, maximum: float = math.inf) -> Callable[[s
                                              f"{maximum:g}, got {text}")
         return value
     return parse
+
+
+NO_FIT_EXIT = 3  # distinct from bad input (2): a script can tell "too big" from "wrong"
+
+
+def no_fit_status(args: argparse.Namespace, memory: dict[str, Any]) -> int:
+    """0, or NO_FIT_EXIT under --fail-if-no-fit when GPU or host memory does not hold it."""
+    fits = memory["fits"] and memory.get("host_fits", True) is not False
+    return NO_FIT_EXIT if getattr(args, "fail_if_no_fit", False) and not fits else 0

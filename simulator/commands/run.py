@@ -21,6 +21,7 @@ from simulator import api
 from simulator.api import RunResult, RunSpec
 from simulator.commands import figures as fig
 from simulator.commands import price_flags, recipe_flags
+from simulator.commands.parsing import NO_FIT_EXIT, no_fit_status
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
 from simulator.machine.nccl_env import NcclEnv
@@ -90,6 +91,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--memory-png", metavar="FILE.png",
                         help="write memory per GPU over the step")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    parser.add_argument("--fail-if-no-fit", action="store_true",
+                        help=f"exit {NO_FIT_EXIT} (after the usual output) when the job does "
+                        "not fit in GPU or host memory")
     parser.set_defaults(handler=run)
 
 
@@ -370,4 +374,5 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.report, indent=2, default=str))
     else:
         print_text(result)
-    return 0
+    return no_fit_status(args, result.report["memory"])
+

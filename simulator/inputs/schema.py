@@ -104,6 +104,11 @@ class GpuSpec(Frozen):
     def _from_name(cls, data: Any) -> Any:
         return {"base": data} if isinstance(data, str) else data
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core: Any, handler: Any) -> dict[str, Any]:
+        """In `stepsim schema`: a name or a mapping, as ``_from_name`` reads it."""
+        return {"anyOf": [{"type": "string", "description": "a catalog name"}, handler(core)]}
+
     def overrides(self) -> dict[str, float]:
         """The numbers this spec changes, by key."""
         return {k: v for k, v in self.model_dump().items() if k != "base" and v is not None}
