@@ -25,7 +25,8 @@ def _w(name: str) -> str:
 
 _TUNE_3B = {"topology": "8xa100-nvswitch", "gpus": 1, "workload": _w("torchtune-llama3.2-3b"),
             "strategy": "ddp", "memory": "allocated"}
-_FOUNDRY_H100 = {"topology": "8xh100-nvswitch", "strategy": "fsdp"}
+# llm-foundry's H100 tables ran CUDA 11.8's cuBLAS (the machine file says why that matters)
+_FOUNDRY_H100 = {"topology": str(TOPOLOGIES / "8xh100-cuda11.8.yaml"), "strategy": "fsdp"}
 _FOUNDRY_A100 = {"topology": "8xa100-nvswitch", "strategy": "fsdp"}
 
 # point id -> how it is simulated: RunSpec fields, and which memory counter it printed

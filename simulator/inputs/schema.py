@@ -335,8 +335,9 @@ class TrainingConfig(Frozen):
     lora: LoraConfig | None = None
     # flash: FlashAttention-2 kernels (default; SDPA's flash backend, flash-attn 2); flash3:
     # FlashAttention-3 (Hopper; other GPUs run FA2); eager: scores materialised in HBM
-    # (Megatron-LM before flash-attn support, HF "eager"), dropout on the probabilities if > 0
-    attention: Literal["flash", "flash3", "eager"] = "flash"
+    # (Megatron-LM before flash-attn support, HF "eager"), dropout on the probabilities if > 0;
+    # triton: flash-attn's Triton kernel (flash_attn_triton.py, llm-foundry attn_impl: triton)
+    attention: Literal["flash", "flash3", "triton", "eager"] = "flash"
     # attention-probability dropout; bert also drops the hidden states at this rate (its
     # BertConfig has hidden_dropout_prob = attention_probs_dropout_prob = 0.1)
     dropout: float = Field(default=0.0, ge=0, lt=1)

@@ -25,17 +25,21 @@ from simulator.job.kernels import FP32, Kernel, gemm, memory
 
 
 def flash(b: int, s: int, h: int, kv_in: int, e: int, *, causal: bool,
-          backward: bool, version: int = 2) -> Kernel:
+          backward: bool, version: int | str = 2) -> Kernel:
     """``kv_in``: the K/V width the kernel reads (kv_dim, or hidden when repeated);
-    ``version`` 2 or 3 (FlashAttention-3, Shah et al. 2024): compute.py times them apart."""
+    ``version`` 2, 3 (FlashAttention-3, Shah et al. 2024) or "triton" (flash-attn's
+    flash_attn_triton.py, the same algorithm in Triton): compute.py times them apart."""
     flops = 4.0 * b * s * s * h / (2 if causal else 1)
     tokens = b * s
-    name = "flash_attention" if version == 2 else "flash3_attention"
+    names: dict[int | str, str] = {2: "flash_attention", 3: "flash3_attention",
+                                   "triton": "triton_flash_attention"}
+    name = names[version]
+    mask = "_causal" if causal else ""  # compute.py: a causal kernel has its own efficiency
     if not backward:
         return Kernel("attention_fwd", flops, (2 * tokens * h + 2 * tokens * kv_in) * e,
-                      name=f"{name}_forward")
+                      name=f"{name}_forward{mask}")
     return Kernel("attention_bwd", 2.5 * flops, (4 * tokens * h + 4 * tokens * kv_in) * e,
-                  name=f"{name}_backward")
+                  name=f"{name}_backward{mask}")
 
 
 def flash_saved_per_token(h: int, kv_in: int, heads: int, e: int) -> float:

@@ -38,26 +38,43 @@ FLASH_EFFICIENCY: dict[tuple[str, int], tuple[float, float]] = {
     # A5000 (GA102) measured 81 TFLOPS forward and 77 backward of its 111 at head dim 64
     # (gpu-mode/ring-attention issue 10), above A100's share: the A100 figures are kept
     ("ada", 2): (0.60, 0.50), ("blackwell-geforce", 2): (0.60, 0.50),
-    # FA3 paper (Shah et al. 2024, arXiv:2407.08608): FA2 "achieving only 35% utilization on
-    # the H100"; FA3 forward up to 740 TFLOPS (75%) in bf16, backward 1.5-1.75x FA2's
-    ("hopper", 2): (0.35, 0.30), ("hopper", 3): (0.70, 0.50),
+    # H100, flash-attention benchmarks/benchmark_attn.py, head dim 128, seqlen 8192
+    # (Dao-AILab/flash-attention PR 1791): FA2 370 / 291 TFLOPS forward / backward, FA3 659 /
+    # 554, of 989 (the FA3 paper, Shah et al. 2024, arXiv:2407.08608: FA2 "only 35% utilization
+    # on the H100")
+    ("hopper", 2): (370 / 989, 291 / 989), ("hopper", 3): (659 / 989, 554 / 989),
     # B200: no published FA2/SDPA training figure here; taken as Hopper's FA2 (assumption)
-    ("blackwell", 2): (0.35, 0.30),
+    ("blackwell", 2): (370 / 989, 291 / 989),
     # Volta/Turing have no FA2; SDPA falls back to its memory-efficient (CUTLASS) kernel:
     # assumption, about half the Ampere share
     ("volta", 2): (0.30, 0.25), ("turing", 2): (0.30, 0.25),
 }
+# Under a causal mask, where a measurement of both exists (same PR 1791 run): FA2 284 / 287,
+# FA3 630 / 532 TFLOPS. Elsewhere the causal share is taken as the non-causal one.
+CAUSAL_FLASH_EFFICIENCY: dict[tuple[str, int], tuple[float, float]] = {
+    ("hopper", 2): (284 / 989, 287 / 989), ("hopper", 3): (630 / 989, 532 / 989),
+    ("blackwell", 2): (284 / 989, 287 / 989),
+}
 FLASH_FWD_EFFICIENCY, FLASH_BWD_EFFICIENCY = FLASH_EFFICIENCY[("ampere", 2)]
+# flash-attn's Triton kernel (flash_attn_triton.py; llm-foundry's attn_impl: triton): the FA2
+# paper (arXiv:2307.08691, section 4.1) measures FA2 "1.3-2.5x faster than FlashAttention in
+# Triton" on A100; the geometric middle, 1.8, on every architecture (the kernel predates
+# Triton's Hopper instructions, so it runs the same mma.sync path FA2 does there).
+TRITON_FLASH_SLOWDOWN = 1.8
 
 
-def flash_efficiency(gpu: GPU, version: int = 2, backward: bool = False) -> float:
+def flash_efficiency(gpu: GPU, version: int = 2, backward: bool = False,
+                     causal: bool = False) -> float:
     """FlashAttention's share of ``gpu.matmul_flops``; FA3 only exists on Hopper (elsewhere
     FA2 runs)."""
     arch = gpu.arch
     if arch == "blackwell" and gpu.compute_capability >= 120:  # GeForce / RTX PRO (sm120)
         arch = "blackwell-geforce"
-    shares = FLASH_EFFICIENCY.get((arch, version)) or FLASH_EFFICIENCY.get((arch, 2)) \
-        or FLASH_EFFICIENCY[("ampere", 2)]
+    if (arch, version) not in FLASH_EFFICIENCY:
+        version = 2
+    table = CAUSAL_FLASH_EFFICIENCY if causal and (arch, version) in \
+        CAUSAL_FLASH_EFFICIENCY else FLASH_EFFICIENCY
+    shares = table.get((arch, version)) or FLASH_EFFICIENCY[("ampere", 2)]
     return shares[1] if backward else shares[0]
 
 # GEMM tile for wave quantisation: cuBLAS / CUTLASS large-tile kernels on Ampere and later use
@@ -103,11 +120,17 @@ PLAIN_TO_SPEC = {line: _plain_to_spec(line) for line in {g.line for g in GPUS.va
 
 
 def matmul_rate(gpu: GPU) -> float:
-    """Achievable dense 16-bit FLOP/s of a large plain GEMM at the enforced power limit:
-    plain-matmul measured, else from MAMF, else spec x the median ratio of its product line;
-    slowed with the SM clock under a lower power limit (simulator/machine/power.py)."""
+    """Achievable dense 16-bit FLOP/s of a large plain GEMM benchmark at the enforced power
+    limit: plain-matmul measured, else from MAMF, else spec x the median ratio of its product
+    line; slowed with the SM clock under a lower power limit (simulator/machine/power.py)."""
     rate = _derived_plain_rate(gpu) or gpu.matmul_flops * PLAIN_TO_SPEC[gpu.line]
     return rate * power.clock_share(gpu)
+
+
+def sustained_share(gpu: GPU) -> float:
+    """Tensor-core work of a training step runs for seconds, not a benchmark's milliseconds:
+    at the clock the card's datasheet rates its tensor peak at (GPU.tensor_clock_share)."""
+    return gpu.tensor_clock_share
 
 
 def fp32_rate(gpu: GPU) -> float:
@@ -155,18 +178,23 @@ def _flash_version(k: Kernel) -> int:
     return 3 if k.name.startswith("flash3") else 2
 
 
+def _flash_slowdown(k: Kernel) -> float:
+    return TRITON_FLASH_SLOWDOWN if k.name.startswith("triton") else 1.0
+
+
 def kernel_time(k: Kernel, gpu: GPU) -> float:
+    """Roofline time of one kernel of a training step; tensor-core work at the sustained
+    clock (sustained_share), FP32 CUDA-core work at the benchmark's."""
+    tensor = 1.0 if k.element_bytes == 4 else sustained_share(gpu)
     dense_rate = fp32_rate(gpu) if k.element_bytes == 4 else matmul_rate(gpu)
     if k.kind == "gemm" and k.shape is not None:
-        rate = gemm_rate(*k.shape, gpu, k.element_bytes)
-    elif k.kind == "attention_fwd":
-        rate = gpu.matmul_flops * flash_efficiency(gpu, _flash_version(k)) * \
-            power.clock_share(gpu)
-    elif k.kind == "attention_bwd":
-        rate = gpu.matmul_flops * flash_efficiency(gpu, _flash_version(k), backward=True) * \
-            power.clock_share(gpu)
+        rate = gemm_rate(*k.shape, gpu, k.element_bytes) * tensor
+    elif k.kind in ("attention_fwd", "attention_bwd"):
+        rate = gpu.matmul_flops * power.clock_share(gpu) * tensor * flash_efficiency(
+            gpu, _flash_version(k), backward=k.kind == "attention_bwd",
+            causal=k.name.endswith("_causal")) / _flash_slowdown(k)
     elif k.kind == "dense":
-        rate = dense_rate
+        rate = dense_rate * tensor
     else:  # memory-bound elementwise work: FLOPs on CUDA cores never bind here
         rate = math.inf
     compute = k.flops / rate if k.flops else 0.0

@@ -300,8 +300,9 @@ class _Builder:
         return self._linears_fwd(mods) + list(stage)
 
     @property
-    def flash_version(self) -> int:
-        return 3 if self.job.training.attention == "flash3" else 2
+    def flash_version(self) -> int | str:
+        attention = self.job.training.attention
+        return 3 if attention == "flash3" else "triton" if attention == "triton" else 2
 
     @property
     def kv_in(self) -> int:

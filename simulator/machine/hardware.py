@@ -60,8 +60,32 @@ class GPU:
         """The board power limit in force, W."""
         return self.power_limit_w if self.power_limit_w is not None else self.tdp_w
 
+    @property
+    def tensor_clock_share(self) -> float:
+        """The clock sustained tensor-core work runs at, as a share of the clock a short GEMM
+        benchmark reaches: a datasheet that rates its tensor peak below its FP32 peak's clock
+        says so (module note on TENSOR_PER_FP32); 1.0 where the two clocks agree or the
+        per-clock ratio of the architecture is not known."""
+        per_clock = TENSOR_PER_FP32.get(self.compute_capability)
+        if per_clock is None or not self.fp32_flops:
+            return 1.0
+        return min(1.0, self.matmul_flops / (per_clock * self.fp32_flops))
+
 
 _T = 1e12
+
+# Dense 16-bit tensor-core FLOPs per FP32 CUDA-core FLOP, per SM and clock, by compute
+# capability: A100 whitepaper (GA100 SM: 4 tensor cores x 512 FP16 FLOP/clk = 2048 against
+# 64 FP32 lanes x 2 = 128) and H100 whitepaper (4 x 1024 = 4096 against 128 x 2 = 256). Both are
+# 16, so a datasheet's two peaks at one clock differ by exactly 16x. A100's do (312 = 16 x 19.5,
+# both at its 1410 MHz boost). H100 SXM's do not: FP32 67 TFLOPS = 132 SMs x 256 x 1.98 GHz,
+# its maximum clock (torch.cuda._device_limits derives 1070.5 bf16 TFLOPS from that clock,
+# pytorch PR #172523), but BF16 989.4 = 132 x 4096 x 1.83 GHz: NVIDIA rates tensor work at the
+# clock the card holds within its power limit. A short benchmark (the catalog's plain GEMM,
+# 6 warm-up + 30 iterations of 1.4 ms in zzc0721/torch-performance-test-data test.py) runs at
+# the maximum clock before the power controller settles; a training step runs for seconds at
+# the rated one: 1830 / 1980 = 0.924 (PCIe 0.926, NVL 0.87 from their datasheets' pairs).
+TENSOR_PER_FP32: dict[int, float] = {80: 16.0, 90: 16.0}
 
 GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("v100-sxm2", "volta", 70, 80, 32 * GiB, 900 * GB, 125 * _T, None, 6, 3,
