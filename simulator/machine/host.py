@@ -87,8 +87,7 @@ CPU_OPTIMIZERS = {"deepspeed": CPU_ADAM, "fused": TORCH_FUSED_ADAMW, "foreach": 
 
 
 def _cpu_config(machine: Machine, cpu: str) -> NodeConfig:
-    config: NodeConfig = machine.graph.nodes[cpu]["config"]
-    return config
+    return machine.nodes[cpu]
 
 
 def cores(machine: Machine, cpu: str) -> int:
@@ -97,9 +96,8 @@ def cores(machine: Machine, cpu: str) -> int:
 
 def memory_bytes(machine: Machine) -> int:
     """Host RAM of the whole machine (every socket's)."""
-    cpus = [n for n, d in machine.graph.nodes(data=True) if d["kind"] == "cpu"]
     return int(sum((_cpu_config(machine, c).memory_gib or DEFAULT_MEMORY_GIB) * GiB
-                   for c in cpus))
+                   for c in machine.cpu_nodes))
 
 
 def socket(machine: Machine, rank: int) -> str:
