@@ -43,6 +43,7 @@ from simulator.machine.nccl_env import NO_ENV, NcclEnv, transport_effects
 from simulator.machine.topology import Machine
 from simulator.outputs import report
 from simulator.scales import NEUTRAL, RateScales
+from simulator.strategies import steps
 from simulator.strategies.buckets import DEFAULT_BUCKET_CAP_MB
 from simulator.strategies.recipe import (
     DDP_STRATEGIES,
@@ -513,11 +514,12 @@ def _single_gpu(one: RunSpec) -> float | None:
 
 
 def clear_caches() -> None:
-    """Forget every machine, job and one-GPU baseline built so far (for tests that swap a
+    """Forget every machine, job, op time and one-GPU baseline built so far (for tests that swap a
     module the cached results came from)."""
     _machine.cache_clear()
     load_job.cache_clear()
     _single_gpu.cache_clear()
+    steps.forget_op_times()
 
 
 def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None = None,

@@ -1,5 +1,5 @@
 """Work done once per process: a job's ops and parameter index, a topology file's machine, the
-one-GPU baseline a sweep's points share."""
+one-GPU baseline a sweep's points share, an op's time on a card."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from dataclasses import replace
 import pytest
 
 from simulator import api
+from simulator.engine.program import Compute, Program
 from simulator.inputs import config
-from simulator.job import ops
+from simulator.job import compute, ops
 from simulator.job.workload import Job
+from simulator.machine import hardware
+from simulator.strategies import steps
 
 
 @pytest.fixture(autouse=True)
@@ -57,3 +60,22 @@ def test_a_sweep_simulates_one_gpu_once() -> None:
             api.simulate(replace(base, bucket_mb=bucket, gpus=gpus, overlap=gpus != 4))
     info = api._single_gpu.cache_info()
     assert (info.misses, info.hits) == (1, 8)
+
+
+@pytest.mark.parametrize("change", [{"rate_scale": 0.5}, {"power_limit_w": 300.0},
+                                    {"achieved_fraction": 0.8}])
+def test_an_ops_time_is_remembered_per_card_and_each_input_of_it(change: dict[str, float]
+                                                                  ) -> None:
+    job = api.load_job("gpt2-medium", None, None, None)
+    plain = hardware.GPUS["rtx5090"]
+    other = replace(plain, **change)
+
+    def durations(gpu: hardware.GPU) -> list[float]:
+        program = Program(1)
+        steps.add_ops(program, job.forward_ops(), steps.compute_only(gpu))
+        return [t.work.duration for t in program.tasks if isinstance(t.work, Compute)]
+
+    first, changed, again = durations(plain), durations(other), durations(plain)
+    assert first == again == [compute.op_time(op, plain) for op in job.forward_ops()]
+    assert changed == [compute.op_time(op, other) for op in job.forward_ops()]
+    assert changed != first and all(c >= f for c, f in zip(changed, first, strict=True))

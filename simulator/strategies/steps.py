@@ -39,10 +39,26 @@ def memory_pass(name: str, nbytes: float, gpu: GPU, block: int | None = None,
 Emit = Callable[[Program, Op, tuple[int, ...], str], int]
 
 
+# card -> op id -> (the op, kept alive so its id stays its own; its seconds). A job builds
+# its ops once (Job.ops) and the card holds every other input of their time (rate_scale for
+# ranges, the power limit, calibration's achieved_fraction; the kernel regime is in the op's
+# kernels), so the programs of a sweep, comparison or range time each op once per card.
+# Forgotten past _MAX_TIMED entries in all, so a long-lived process stays bounded.
+_TIMED: dict[GPU, dict[int, tuple[Op, float]]] = {}
+_MAX_TIMED = 50_000
+
+
+def forget_op_times() -> None:
+    """Drop every remembered op time (api.clear_caches)."""
+    _TIMED.clear()
+
+
 def compute_only(gpu: GPU) -> Emit:
-    """The plain emitter: the op on the compute stream (each op timed once: micro-steps and
-    pipeline micro-batches repeat the same ops)."""
-    timed: dict[int, tuple[Op, float]] = {}  # id -> (the op, kept alive so ids stay unique)
+    """The plain emitter: the op on the compute stream (each op timed once per card: micro-
+    steps, pipeline micro-batches and other programs of the same job repeat the same ops)."""
+    if sum(len(times) for times in _TIMED.values()) > _MAX_TIMED:
+        _TIMED.clear()
+    timed = _TIMED.setdefault(gpu, {})
 
     def emit(program: Program, op: Op, deps: tuple[int, ...], prefix: str) -> int:
         hit = timed.get(id(op))
