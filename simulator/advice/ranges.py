@@ -70,7 +70,9 @@ def residual_table() -> dict[str, Any]:
     for path in _TABLE_PATHS:
         if path.is_file():
             with open(path, encoding="utf-8") as f:
-                return dict(yaml.safe_load(f)["mechanisms"])
+                # the table is written by validate.py, not by users: libyaml's parser, no marks
+                loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+                return dict(yaml.load(f, Loader=loader)["mechanisms"])
     return {}
 
 
