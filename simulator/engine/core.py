@@ -80,6 +80,36 @@ def _stall_message(now: float, delay: float) -> str:
             "(micro-batch, sequence length, model size) or a rate is too small")
 
 
+class _After(simpy.Event):
+    """Fires once ``count`` of ``events`` have happened, scheduled at the very moment SimPy's
+    AnyOf (count 1) or AllOf (count all) would schedule itself, so everything after it runs in
+    the same order; without the condition's value (a dict of every event's value), which a
+    step would build for each of its thousands of tasks and never read."""
+
+    def __init__(self, env: simpy.Environment, events: Sequence[simpy.Event], count: int
+                 ) -> None:
+        super().__init__(env)
+        self.events = events
+        self.left = count
+        self.hook = self._happened
+        for event in events:
+            if event.callbacks is None:  # already happened
+                self._happened(event)
+            else:
+                event.callbacks.append(self.hook)
+
+    def _happened(self, _: simpy.Event) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.succeed()
+
+    def forget(self) -> None:
+        """Stop listening to the events that have not happened (as a fired condition does)."""
+        for event in self.events:
+            if event.callbacks is not None and self.hook in event.callbacks:
+                event.callbacks.remove(self.hook)
+
+
 class _Sms:
     """One program's GPU SMs: how fast compute runs given the NCCL kernels beside it."""
 
@@ -207,7 +237,7 @@ class _Run:
         for task in tasks:
             deps = [done[d] for d in task.deps if not done[d].processed]
             if deps:
-                yield self.env.all_of(deps)
+                yield _After(self.env, deps, len(deps))
             if task.id in self.unit_first[p]:
                 self._unit_starts(self.meets[self.unit_first[p][task.id]])
             start = self.env.now
@@ -245,7 +275,9 @@ class _Run:
             rate, changed, began = sms.rate(), sms.changed, self.env.now
             if rate > 0:
                 finish = self.env.timeout(remaining / rate)
-                yield finish | changed
+                woken = _After(self.env, (finish, changed), 1)
+                yield woken
+                woken.forget()
                 if finish.processed:
                     return
             else:
