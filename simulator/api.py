@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from typing import Any
 
@@ -93,6 +93,13 @@ class RunSpec:
     scales: RateScales = NEUTRAL
     # NCCL_* environment variables in force (machine/nccl_env.py); commands read os.environ
     nccl: NcclEnv = NO_ENV
+    # config files users have (docs/inputs.md): a PEFT adapter_config.json sets the LoRA
+    # (QLoRA with load_in_4bit); a DeepSpeed config sets the fields this spec leaves at their
+    # defaults, except those named in ``explicit`` (flags given on the command line win)
+    peft: str | None = None
+    load_in_4bit: bool = False
+    deepspeed: str | None = None
+    explicit: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -134,10 +141,13 @@ def _machine(topology: str, gpus: int | None, scales: RateScales, nccl: NcclEnv)
 @lru_cache(maxsize=32)
 def load_job(workload: str, micro_batch: int | None, seq_len: int | None,
              grad_accum: int | None, checkpointing: str | None = None,
-             training: tuple[tuple[str, str], ...] = ()) -> Job:
+             training: tuple[tuple[str, str], ...] = (), peft: str | None = None,
+             load_in_4bit: bool = False) -> Job:
     """The job of a workload with command-line overrides: ``training`` holds (key, value)
-    pairs of training keys (framework, kernels, ...), applied as if the workload gave them."""
-    cfg = load_workload(workload)
+    pairs of training keys (framework, kernels, ...), applied as if the workload gave them;
+    ``peft`` an adapter_config.json whose LoRA replaces the workload's, on a 4-bit base
+    with ``load_in_4bit`` (QLoRA)."""
+    cfg = with_adapters(load_workload(workload), peft, load_in_4bit)
     changes = dict(training)
     if checkpointing is not None:  # as `--checkpointing` overrides it
         changes["activation_checkpointing"] = checkpointing
@@ -166,15 +176,56 @@ def blame(name_or_path: str, kind: str, machine: Machine | None = None,
                          key=exc.key) from None
 
 
+def with_adapters(cfg: WorkloadConfig, peft: str | None, load_in_4bit: bool) -> WorkloadConfig:
+    """The workload with the LoRA of a PEFT adapter_config.json, QLoRA with
+    ``load_in_4bit`` (bitsandbytes' name: a 4-bit base trains adapters only)."""
+    if peft is not None:
+        from simulator.inputs import peft_config
+
+        return peft_config.apply(cfg, peft, four_bit=load_in_4bit)
+    if load_in_4bit:
+        if cfg.training.finetune == "full":
+            raise InputError("--load-in-4bit trains LoRA adapters on a 4-bit base: give "
+                             "--peft adapter_config.json or a LoRA workload")
+        return cfg.with_training(finetune="qlora")
+    return cfg
+
+
+def configured(spec: RunSpec) -> RunSpec:
+    """The spec with its DeepSpeed config applied: each setting of the file goes where the
+    spec leaves the default and names no explicit flag. When the spec's strategy is explicit
+    and another than the file's stage, the file's ZeRO settings (overlap_comm, offload,
+    pin_memory) do not apply; its batch and precision still do."""
+    if spec.deepspeed is None:
+        return spec
+    found = dict(_deepspeed_settings(spec.deepspeed))
+    if "strategy" in spec.explicit and found.get("strategy", spec.strategy) != spec.strategy:
+        for key in ("zero_overlap_comm", "offload", "pin_memory"):
+            found.pop(key, None)
+    defaults = {f.name: f.default for f in fields(RunSpec)}
+    changes = {k: v for k, v in found.items()
+               if k not in spec.explicit and getattr(spec, k) == defaults[k]}
+    return replace(spec, **changes) if changes else spec
+
+
+@lru_cache(maxsize=16)
+def _deepspeed_settings(path: str) -> tuple[tuple[str, Any], ...]:
+    """A DeepSpeed config's RunSpec fields, read once per process (its warnings too)."""
+    from simulator.inputs import deepspeed_config
+
+    return tuple(deepspeed_config.settings(path).items())
+
+
 TRAINING_OVERRIDES = ("framework", "kernels", "cross_entropy", "precision", "optimizer")
 
 
 def job_of(spec: RunSpec) -> Job:
     """The job a spec names, with its batch, sequence and training-recipe overrides."""
+    spec = configured(spec)
     training = tuple((k, getattr(spec, k)) for k in TRAINING_OVERRIDES
                      if getattr(spec, k) is not None)
     job = load_job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum,
-                   spec.checkpointing, training)
+                   spec.checkpointing, training, spec.peft, spec.load_in_4bit)
     tokens = job.micro_batch * job.grad_accum * job.seq_len
     if tokens > MAX_STEP_TOKENS:
         raise InputError(f"micro-batch {job.micro_batch:,} x grad-accum {job.grad_accum:,} x "
@@ -320,6 +371,7 @@ def _card_price_source(machine: Machine) -> str | None:
 def pipeline_split(spec: RunSpec) -> dict[str, Any] | None:
     """A pipeline's stages (their GPUs, blocks, in-flight activations), from its shape alone
     (no program is built, nothing simulated). None without a pipeline."""
+    spec = configured(spec)
     if spec.pp == 1:
         return None
     check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
@@ -365,6 +417,7 @@ def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
     micro-batch, or model of the same family, that fits on the GPU and in host RAM
     (``spec.micro_batch`` None with ``largest_micro_batch``: searched from 1). A pipeline's
     verdict is its fullest stage's, every stage under ``stages``."""
+    spec = configured(spec)
     check_strategy(spec.strategy)
     check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
                    virtual_stages=spec.virtual_stages)
@@ -401,7 +454,7 @@ def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
     elif not found.fits and can_checkpoint and found.model_state_bytes < found.capacity_bytes:
         hints.append(f"with full activation checkpointing: {report_of(job_of(full)).verdict()}")
     if largest_model:
-        cfg = load_workload(spec.workload)
+        cfg = with_adapters(load_workload(spec.workload), spec.peft, spec.load_in_4bit)
         if spec.checkpointing is not None:
             cfg = cfg.with_training(activation_checkpointing=spec.checkpointing)
         if spec.seq_len is not None:
@@ -493,12 +546,14 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
     buckets, overlap, comm hook, FSDP/ZeRO options) are dropped, as on one GPU nothing is
     communicated.
     """
+    spec = configured(spec)  # its batch and precision; nothing else of it runs on one GPU
     return _single_gpu(replace(spec, strategy="ddp", gpus=1, tp=None, bucket_mb=None,
                                overlap=True, grad_compression="none",
                                gradient_as_bucket_view=False, sequence_parallel=False,
                                reshard_after_forward=True, zero_overlap_comm=None, pp=1,
                                schedule="1f1b", virtual_stages=1,
-                               offload="none", pin_memory=None))
+                               offload="none", pin_memory=None, deepspeed=None,
+                               explicit=frozenset()))
 
 
 @lru_cache(maxsize=64)
@@ -513,10 +568,28 @@ def _single_gpu(one: RunSpec) -> float | None:
     return tokens / timeline.step_time if timeline.step_time > 0 else None
 
 
+def config_files(spec: RunSpec, job: Job) -> dict[str, Any] | None:
+    """The Hugging Face, PEFT and DeepSpeed files a spec read, with the parameter count they
+    give (to hold against the model card); None when it read none."""
+    out: dict[str, Any] = {}
+    if spec.workload.startswith("hf:"):
+        from simulator.inputs import hf_config
+
+        out["hf"] = str(hf_config.config_path(spec.workload))
+    if spec.peft is not None:
+        out["peft"] = spec.peft
+    if spec.deepspeed is not None:
+        out["deepspeed"] = spec.deepspeed
+    if not out:
+        return None
+    return {**out, "parameters": job.n_params, "trainable_parameters": job.n_trainable}
+
+
 def clear_caches() -> None:
-    """Forget every machine, job, op time and one-GPU baseline built so far (for tests that swap a
-    module the cached results came from)."""
+    """Forget every machine, job, op time and one-GPU baseline built so far (for tests that swap
+    a module the cached results came from, or rewrite a config file)."""
     _machine.cache_clear()
+    _deepspeed_settings.cache_clear()
     load_job.cache_clear()
     _single_gpu.cache_clear()
     steps.forget_op_times()
@@ -579,6 +652,9 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
                "overlap": spec.overlap, "recipe": recipe(spec, job),
                **degrees(spec, job, machine, dp)},
     )
+    files = config_files(spec, job)
+    if files is not None:  # what came from the user's own config files
+        metrics["config_files"] = files
     link = metrics["bottleneck"]["link"]
     metrics["bottleneck"]["description"] = machine.describe(link) if link else None
     if machine.calibration is not None:  # a calibrated machine says so, and what it holds

@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("-t", "--topology", required=True, help="topology YAML or preset name")
     parser.add_argument("-w", "--workload", required=True,
                         help="workload YAML, preset name or hf:config.json")
-    parser.add_argument("-s", "--strategy", default="ddp",
+    parser.add_argument("-s", "--strategy", default=None,
                         help=f"{' | '.join(STRATEGIES)} (default ddp), as `stepsim run` takes "
                         "them")
     parser.add_argument("--gpus", type=whole(1, MAX_GPUS), default=None,
@@ -50,6 +50,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--seq-len", type=whole(1, MAX_TOKENS), default=None,
                         help="sequence length override")
     recipe_flags.add_training_arguments(parser)
+    recipe_flags.add_config_arguments(parser)
     parser.add_argument("--offload", default=None, metavar="WHAT",
                         help="optimizer (zero1, zero2, zero3) or params (zero3, fsdp) in host "
                         "RAM: the GPU holds less, the host's memory is counted too")
@@ -74,18 +75,21 @@ def add_parser(subparsers: Any) -> None:
 
 def spec_of(args: argparse.Namespace) -> RunSpec:
     """The RunSpec the flags describe: the same spec `stepsim run` would simulate."""
-    strategy = check_strategy(args.strategy)
+    micro_batch = None if args.micro_batch == "max" else positive_int(
+        args.micro_batch, "--micro-batch", maximum=MAX_BATCH)
+    files = recipe_flags.config_fields(args)
+    if args.micro_batch == "max":  # searched: a DeepSpeed config's micro-batch does not apply
+        files["explicit"] |= {"micro_batch"}
+    spec = api.configured(RunSpec(
+        args.topology, args.workload, check_strategy(args.strategy or "ddp"), gpus=args.gpus,
+        tp=args.tp, micro_batch=micro_batch, seq_len=args.seq_len,
+        sequence_parallel=args.sequence_parallel, grad_accum=args.grad_accum,
+        offload=args.offload or "none", pp=args.pp, schedule=args.schedule,
+        virtual_stages=args.virtual_stages, **recipe_flags.training_fields(args), **files))
+    strategy = spec.strategy
     for message in dict(unused_flags(strategy, tp=args.tp, bucket_mb=None,
                                      overlap=True)).values():
         raise InputError(message)
-    micro_batch = None if args.micro_batch == "max" else positive_int(
-        args.micro_batch, "--micro-batch", maximum=MAX_BATCH)
-    spec = RunSpec(args.topology, args.workload, strategy, gpus=args.gpus, tp=args.tp,
-                   micro_batch=micro_batch, seq_len=args.seq_len,
-                   sequence_parallel=args.sequence_parallel,
-                   grad_accum=args.grad_accum, offload=args.offload or "none",
-                   pp=args.pp, schedule=args.schedule, virtual_stages=args.virtual_stages,
-                   **recipe_flags.training_fields(args))
     check_recipe(strategy, tp=api.tp_degree(strategy, args.tp, api.load_machine(
         args.topology, args.gpus).n_gpus), overlap=True, grad_compression="none",
         gradient_as_bucket_view=False, sequence_parallel=args.sequence_parallel,

@@ -67,8 +67,43 @@ def training_fields(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """--peft, --load-in-4bit, --deepspeed: the config files users already have."""
+    parser.add_argument("--peft", metavar="adapter_config.json",
+                        help="a PEFT adapter_config.json: LoRA of its r, lora_alpha and "
+                        "target_modules replaces the workload's (QLoRA with --load-in-4bit)")
+    parser.add_argument("--load-in-4bit", action="store_true",
+                        help="bitsandbytes NF4 base weights (BitsAndBytesConfig load_in_4bit): "
+                        "the LoRA job becomes QLoRA")
+    parser.add_argument("--deepspeed", metavar="ds_config.json",
+                        help="a DeepSpeed config: ZeRO stage (-> -s ddp|zero1|zero2|zero3), "
+                        "overlap_comm, offload_optimizer/offload_param (cpu), pin_memory, "
+                        "train_micro_batch_size_per_gpu, gradient_accumulation_steps, bf16/fp16; "
+                        "\"auto\" keeps stepsim's default and flags given here win over the file")
+
+
+def config_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """RunSpec fields of the config-file flags; ``explicit`` names the flags given whose
+    value may equal the default, so that a DeepSpeed config does not override them."""
+    explicit = {field for field, given in (("strategy", getattr(args, "strategy", None)),
+                                           ("offload", getattr(args, "offload", None)))
+                if given is not None}
+    return {"peft": args.peft, "load_in_4bit": args.load_in_4bit, "deepspeed": args.deepspeed,
+            "explicit": frozenset(explicit)}
+
+
+def config_words(files: dict[str, Any]) -> str:
+    """``hf path (8,030,261,248 parameters, 41,943,040 trainable); deepspeed path``."""
+    counts = f"{files['parameters']:,} parameters"
+    if files["trainable_parameters"] != files["parameters"]:
+        counts += f", {files['trainable_parameters']:,} trainable"
+    names = [f"{kind} {files[kind]}" for kind in ("hf", "peft", "deepspeed") if kind in files]
+    return f"{'; '.join(names)} ({counts})"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_training_arguments(parser)
+    add_config_arguments(parser)
     parser.add_argument("--comm-hook", default=None, metavar="HOOK",
                         help="DDP communication hook: bf16 = register_comm_hook("
                         "bf16_compress_hook), 2-byte gradients on the wire; none (default)")
@@ -104,7 +139,8 @@ def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "sequence_parallel": args.sequence_parallel,
             "reshard_after_forward": not args.no_reshard_after_forward,
             "zero_overlap_comm": True if args.overlap_comm else None,
-            "offload": args.offload or "none", "pin_memory": args.pin_memory}
+            "offload": args.offload or "none", "pin_memory": args.pin_memory,
+            **config_fields(args)}
 
 
 def training_words(rec: dict[str, Any]) -> str:

@@ -131,6 +131,7 @@ def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
         virtual_stages=positive_int(args.virtual_stages, "--virtual-stages",
                                     maximum=MAX_GPUS) or 1,
         nccl=NcclEnv.from_environ(os.environ), **recipe_flags.fields_from_args(args))
+    spec = api.configured(spec)  # a DeepSpeed config's settings, under the flags given
 
     def unused(name: str) -> dict[str, str]:
         return dict(unused_flags(name, tp=spec.tp, bucket_mb=spec.bucket_mb,
@@ -198,6 +199,8 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
             f"{eff:.1%}", r.get("scaling_efficiency_range"), lambda x: f"{x:.1%}")),
         ("memory per GPU", memory_verdict(r["memory"])),
         ("recipe", recipe_flags.training_words(r.get("recipe", {})) or "-"),
+        *([("config files", recipe_flags.config_words(r["config_files"]))]
+          if r.get("config_files") else []),
         *([("host memory", host)] if (host := host_verdict(r["memory"])) else []),
         *([("offload", offload_summary(r["offload"]))] if r.get("offload") else []),
         *([("pipeline", pipeline_summary(r["pipeline"]))] if r.get("pipeline") else []),

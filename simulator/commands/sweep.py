@@ -79,10 +79,11 @@ def _run_point(point: tuple[RunSpec, Prices, bool]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     slowdown = fraction(args.compute_slowdown, "--compute-slowdown")
     swept, combos = points(args)
-    base = RunSpec(args.topology, args.workload, check_strategy(args.strategy or "ddp"),
-                   overlap=not args.no_overlap, compute_slowdown=slowdown,
-                   nccl=NcclEnv.from_environ(os.environ),
-                   **recipe_flags.fields_from_args(args))  # the same at every point
+    base = api.configured(RunSpec(
+        args.topology, args.workload, check_strategy(args.strategy or "ddp"),
+        overlap=not args.no_overlap, compute_slowdown=slowdown,
+        nccl=NcclEnv.from_environ(os.environ),
+        **recipe_flags.fields_from_args(args)))  # the same at every point
     specs = [replace(base, **{LIST_OPTIONS[k][0]: v for k, v in combo.items()})
              for combo in combos]
     for message in dict(unused_flags(base.strategy, tp=specs[0].tp, bucket_mb=specs[0].bucket_mb,

@@ -69,6 +69,7 @@ def load_topology(name_or_path: str) -> TopologyConfig:
 
 
 def load_workload(name_or_path: str) -> WorkloadConfig:
+    """A workload YAML or preset, or ``hf:PATH``: a Hugging Face config.json (hf_config.py)."""
     from simulator.inputs.schema import WorkloadConfig
 
     if name_or_path.startswith("hf:"):
@@ -102,7 +103,7 @@ def validate(data: Any, lines: dict[Loc, int], model: type[M], file: str) -> M:
     except ValidationError as exc:
         err = _first_error(exc)
         loc = tuple(err["loc"])
-        raise InputError(_explain(err), file=file, line=_line_for(loc, lines),
+        raise InputError(explain(err), file=file, line=_line_for(loc, lines),
                          key=_key(loc)) from None
     for loc, message in getattr(obj, "reference_errors", list)():
         raise InputError(message, file=file, line=_line_for(loc, lines), key=_key(loc))
@@ -133,7 +134,8 @@ def _key(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-def _explain(err: Any) -> str:
+def explain(err: Any) -> str:
+    """A pydantic error (one of ``exc.errors()``) as the one-line message users read."""
     kind = err["type"]
     if kind == "extra_forbidden":
         return "unknown key (misspelt?)"

@@ -1,209 +1,280 @@
-"""A Hugging Face ``config.json`` as a workload: ``-w hf:path/to/config.json`` (or ``hf:DIR``
-holding one).
+"""A Hugging Face ``config.json`` as a workload: ``-w hf:path/to/config.json`` (or its folder).
 
-What is inside: :func:`load` maps the config of a llama, mistral, qwen2, gemma, gpt2 or mpt
-model to the workload schema (``model:`` keys) and validates it like a YAML workload, so a
-bad value names the file, the line and the config's own key. The training keys are not in a
-model's config: they come from flags (``--seq-len``, ``--micro-batch``, ``--grad-accum``,
-``--precision``...) over the defaults below. Keys that would change the step but are not
-modelled (``rope_scaling`` aside, which changes no shape: ``sliding_window``, ``attention_bias``
-on the output projection...) are reported on stderr, once per file, not refused.
+What is inside: ``load(name)`` reads the config of a ``model_type`` the job model can lay out
+(llama, mistral, qwen2 and gemma as the Llama layout; gpt2; mpt) and returns the
+:class:`WorkloadConfig` a workload YAML would give, so the parameter count is transformers'
+own. A model's config holds no training keys: the flags set them (``--seq-len``,
+``--micro-batch``, ``--grad-accum``, the recipe flags, ``--peft``, ``--deepspeed``) over the
+defaults of a Hugging Face fine-tune below (full fine-tune otherwise).
 
-Assumes: the names of transformers' own config classes (``models/<type>/configuration_*.py``
-in huggingface/transformers); a model whose heads times head size is not its width (Gemma 7B,
-Mistral NeMo) or that routes experts is refused: the transformer builder has neither shape.
+Parameter layout, from transformers (``models/<type>/modeling_<type>.py``):
+- llama: q/k/v/o_proj ``bias=config.attention_bias``, gate/up/down_proj ``bias=config.mlp_bias``,
+  ``head_dim = config.head_dim or hidden_size // num_attention_heads``, q_proj
+  ``num_attention_heads * head_dim`` wide; LlamaConfig ``tie_word_embeddings=False``.
+- mistral: the same with every bias False; MistralConfig ties nothing.
+- qwen2: q/k/v_proj ``bias=True``, o_proj and the MLP ``bias=False``; Qwen2Config ties nothing.
+- gemma: GemmaMLP's gate/up/down (GeGLU: SwiGLU's three projections, so the same shapes),
+  q/k/v/o ``bias=config.attention_bias``, explicit ``head_dim`` (256); GemmaConfig
+  ``tie_word_embeddings=True``.
+- gpt2: GPT2MLP ``inner_dim = n_inner or 4 * n_embd``, wpe of ``n_positions`` rows, biases
+  everywhere, lm_head tied (GPT2Config ``tie_word_embeddings=True``).
+- mpt: the Hub's MPT configs run llm-foundry's code (their ``auto_map``): ffn of
+  ``expansion_ratio * d_model`` (or ``ffn_config.ffn_hidden_size``), no biases with
+  ``no_bias``, ALiBi (``attn_config.alibi``) or else a learned wpe, k/v heads from
+  ``attn_config.attn_type`` (multi-query: 1; grouped-query: ``kv_n_heads``), tied embeddings.
+
+A shape the job model cannot express (q heads x head_dim != hidden, as in Gemma 7B; an
+o_proj bias without MLP biases; mixture-of-experts types) is refused with its file, line and
+key. ``quantization_config`` of bitsandbytes 4-bit makes the job QLoRA. Keys the reader does
+not know are reported on stderr, one line each, and ignored.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.errors import InputError
+from simulator.inputs.jsonfile import JsonDoc, Loc, read
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pydantic and the models load with the first file validated, not before
     from simulator.inputs.schema import WorkloadConfig
 
+Fields = dict[str, tuple[Any, Loc]]  # ModelConfig key -> (value, the config key it came from)
+
 PREFIX = "hf:"
-# Training defaults where no flag is given: TRL SFTConfig max_length 1024
-# (trl/trainer/sft_config.py), capped by the model's context; micro-batch 8 =
-# TrainingArguments per_device_train_batch_size (transformers/training_args.py).
+# Where no flag is given: TRL SFTConfig max_length 1024 (trl/trainer/sft_config.py), capped by
+# the model's context; TrainingArguments per_device_train_batch_size 8
+# (transformers/training_args.py).
 DEFAULT_SEQ_LEN = 1024
 DEFAULT_MICRO_BATCH = 8
+_EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
+LLAMA_LAYOUT = ("llama", "mistral", "qwen2", "gemma")
+MODEL_TYPES = (*LLAMA_LAYOUT, "gpt2", "mpt")
 
-# model_type -> the schema family whose layout it has (modeling_<type>.py)
-FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "gemma": "llama",
-            "gpt2": "gpt2", "mpt": "mpt"}
-# keys that change nothing a training step costs (ids, initialisation, epsilons, rotary base,
-# inference switches, bookkeeping)
-_NO_COST = {
-    "architectures", "model_type", "transformers_version", "torch_dtype", "dtype",
-    "_name_or_path", "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range",
-    "rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", "rope_theta", "rope_scaling",
-    "use_cache", "pretraining_tp", "hidden_act", "hidden_activation", "activation_function",
-    "attention_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_type",
-    "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
-    "task_specific_params", "scale_attn_weights", "reorder_and_upcast_attn",
-    "scale_attn_by_inverse_layer_idx", "n_ctx", "use_sliding_window", "max_window_layers",
-    "mlp_bias", "emb_pdrop", "init_config", "logit_scale", "learned_pos_emb",
-    "norm_type", "verbose", "use_pad_tok_in_ffn", "ffn_config", "init_device", "tokenizer_name",
-    "embedding_fraction", "fc_type", "logit_soft_cap", "query_pre_attn_scalar",
-    "head_dim", "tie_word_embeddings", "no_bias", "attn_config", "auto_map",
-    "sliding_window", "attention_bias", "max_position_embeddings", "max_seq_len",
-    "expansion_ratio",
-}
-_REPORTED: set[str] = set()
-
-
-def is_hf(name: str) -> bool:
-    return name.startswith(PREFIX)
+# Keys every PretrainedConfig may carry that do not change a training step's shape or time.
+_COMMON = {"architectures", "_name_or_path", "model_type", "torch_dtype", "dtype",
+           "transformers_version", "bos_token_id", "eos_token_id", "pad_token_id",
+           "sep_token_id", "decoder_start_token_id", "use_cache", "initializer_range",
+           "tie_word_embeddings", "quantization_config", "auto_map", "id2label", "label2id",
+           "task_specific_params", "problem_type", "output_attentions", "output_hidden_states",
+           "return_dict", "torchscript", "is_decoder", "is_encoder_decoder", "tokenizer_class",
+           "finetuning_task", "pruned_heads", "chunk_size_feed_forward", "num_labels",
+           "max_length", "attn_implementation", "_attn_implementation_autoset"}
+# Read, but with no effect on the layout: norm epsilons, activations (the MLP's shape is the
+# same), rotary settings, and the sliding window (attention is timed over the whole
+# sequence: the same below the window, docs/inputs.md).
+_LLAMA_KNOWN = {"hidden_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "intermediate_size", "vocab_size", "head_dim",
+                "attention_bias", "mlp_bias", "attention_dropout", "max_position_embeddings",
+                "hidden_act", "hidden_activation", "rms_norm_eps", "rope_theta", "rope_scaling",
+                "rope_parameters", "pretraining_tp", "sliding_window", "use_sliding_window",
+                "max_window_layers", "use_mrope", "layer_types"}
+_GPT2_KNOWN = {"n_embd", "n_layer", "n_head", "n_inner", "n_positions", "n_ctx", "vocab_size",
+               "attn_pdrop", "resid_pdrop", "embd_pdrop", "activation_function",
+               "layer_norm_epsilon", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
+               "reorder_and_upcast_attn", "add_cross_attention", "n_special",
+               "predict_special_tokens", "summary_type", "summary_use_proj",
+               "summary_activation", "summary_proj_to_labels", "summary_first_dropout"}
+_MPT_KNOWN = {"d_model", "n_layers", "n_heads", "expansion_ratio", "vocab_size", "max_seq_len",
+              "no_bias", "attn_config", "ffn_config", "learned_pos_emb", "norm_type",
+              "emb_pdrop", "resid_pdrop", "embedding_fraction", "init_config", "init_device",
+              "logit_scale", "verbose", "tokenizer_name", "layer_norm_epsilon",
+              "use_pad_tok_in_ffn", "fc_type", "block_overrides", "final_logit_softcapping"}
+_MPT_ATTN_KNOWN = {"alibi", "alibi_bias_max", "attn_impl", "attn_pdrop", "attn_type",
+                   "attn_uses_sequence_id", "clip_qkv", "prefix_lm", "qk_ln", "qk_gn",
+                   "softmax_scale", "kv_n_heads", "rope", "rope_theta", "rope_impl",
+                   "rope_dail_config", "rope_hf_config", "sliding_window_size", "fused_qkv"}
+_TIED = {"llama": False, "mistral": False, "qwen2": False, "gemma": True, "gpt2": True,
+         "mpt": True}  # each configuration_<type>.py's tie_word_embeddings default
 
 
 def config_path(name: str) -> Path:
-    """The config.json an ``hf:`` name points at (a file, or a folder holding one)."""
-    given = name[len(PREFIX):]
+    """The config.json an ``hf:`` workload names: the file, or ``config.json`` in a folder."""
+    given = name.removeprefix(PREFIX)
+    if not given:
+        raise InputError("hf: needs a path to a config.json or the folder holding it")
     path = Path(given)
     if path.is_dir():
         path = path / "config.json"
-    if not path.exists():
-        raise InputError(f"{name}: no such file: {path}")
-    if not path.is_file():
-        raise InputError(f"{name}: {path} is not a regular file; expected a config.json")
+        if not path.is_file():
+            raise InputError(f"{given} holds no config.json", file=given)
     return path
 
 
 def load(name: str) -> WorkloadConfig:
-    from simulator.inputs.config import validate
-    from simulator.inputs.loader import decode
+    """The workload of the Hugging Face config ``name`` (``hf:`` and a path)."""
+    path = config_path(name)
+    doc = read(path, "a Hugging Face config.json")
+    model_type = doc.get(("model_type",), (str,), required=True)
+    if model_type not in MODEL_TYPES:
+        raise doc.error(("model_type",), f"{model_type!r} is not one stepsim lays out; known: "
+                        f"{', '.join(MODEL_TYPES)} (or write a workload YAML, docs/inputs.md)")
+    for key in _EXPERTS:
+        if key in doc.data:
+            raise doc.error((key,), "a mixture of experts is not modelled (write a workload "
+                            "YAML of its dense equivalent, docs/inputs.md)")
+    fields: Fields
+    if model_type in LLAMA_LAYOUT:
+        fields, seq = _llama(doc, model_type), _context(doc, "max_position_embeddings")
+        dropout: Loc = ("attention_dropout",)
+        known = _LLAMA_KNOWN
+    elif model_type == "gpt2":
+        fields, seq = _gpt2(doc), _context(doc, "n_positions", 1024)
+        dropout = ("attn_pdrop",)
+        known = _GPT2_KNOWN
+    else:
+        fields, seq = _mpt(doc), _context(doc, "max_seq_len", 2048)
+        dropout = ("attn_config", "attn_pdrop")
+        known = _MPT_KNOWN
+        doc.warn_unknown(("attn_config",), _MPT_ATTN_KNOWN)
+    doc.warn_unknown((), known | _COMMON)
+    # GPT2Config attn_pdrop defaults to 0.1; the others' attention dropout to 0
+    rate = doc.get(dropout, (float,), 0.1 if model_type == "gpt2" else 0.0)
+    if not 0 <= rate < 1:
+        raise doc.error(dropout, f"a dropout rate is in [0, 1), got {rate:g}")
+    if model_type == "mistral" and doc.get(("sliding_window",), (int,)) and \
+            doc.get(("use_sliding_window",), (bool,), True):
+        doc.warn(("sliding_window",), f"{doc.data['sliding_window']}-token window not modelled: "
+                 "attention over the whole sequence is timed (the same up to the window)")
+    training: dict[str, Any] = {"seq_len": seq, "micro_batch": DEFAULT_MICRO_BATCH,
+                                "finetune": "full", "dropout": rate}
+    if _four_bit(doc):
+        # PEFT prepare_model_for_kbit_training turns gradient checkpointing on by default
+        training.update(finetune="qlora", activation_checkpointing="full")
+    return _workload(doc, path, model_type, fields, training)
+
+
+def _llama(doc: JsonDoc, model_type: str) -> Fields:
+    hidden = _int(doc, "hidden_size")
+    heads = _int(doc, "num_attention_heads")
+    head_dim = doc.positive_int(("head_dim",))
+    if head_dim is not None and head_dim * heads != hidden:
+        raise doc.error(("head_dim",), f"{heads} heads x head_dim {head_dim} = "
+                        f"{heads * head_dim} differs from hidden_size {hidden}; stepsim's "
+                        "model needs q_proj as wide as the hidden state")
+    attention_bias = doc.get(("attention_bias",), (bool,), False)
+    mlp_bias = doc.get(("mlp_bias",), (bool,), False) if model_type == "llama" else False
+    if attention_bias != mlp_bias:  # stepsim's `bias` covers o_proj and the MLP together
+        raise doc.error(("attention_bias",), f"attention_bias {str(attention_bias).lower()} "
+                        f"with mlp_bias {str(mlp_bias).lower()}: stepsim gives o_proj and the "
+                        "MLP biases together (write a workload YAML with qkv_bias and bias)")
+    if model_type == "mistral":
+        attention_bias = False  # MistralAttention's projections are bias=False
+    return {"family": ("llama", ("model_type",)),
+            "layers": (_int(doc, "num_hidden_layers"), ("num_hidden_layers",)),
+            "hidden": (hidden, ("hidden_size",)), "heads": (heads, ("num_attention_heads",)),
+            "kv_heads": (doc.positive_int(("num_key_value_heads",), heads),
+                         ("num_key_value_heads",)),
+            "ffn_hidden": (_int(doc, "intermediate_size"), ("intermediate_size",)),
+            "vocab": (_int(doc, "vocab_size"), ("vocab_size",)),
+            "tie_embeddings": (doc.get(("tie_word_embeddings",), (bool,), _TIED[model_type]),
+                               ("tie_word_embeddings",)),
+            "bias": (attention_bias, ("attention_bias",)),
+            "qkv_bias": (True if model_type == "qwen2" else attention_bias,
+                         ("attention_bias",))}
+
+
+def _gpt2(doc: JsonDoc) -> Fields:
+    if doc.get(("add_cross_attention",), (bool,), False):
+        raise doc.error(("add_cross_attention",), "cross-attention blocks (an encoder-decoder "
+                        "GPT-2) are not modelled")
+    hidden = _int(doc, "n_embd")
+    return {"family": ("gpt2", ("model_type",)), "layers": (_int(doc, "n_layer"), ("n_layer",)),
+            "hidden": (hidden, ("n_embd",)), "heads": (_int(doc, "n_head"), ("n_head",)),
+            "ffn_hidden": (doc.positive_int(("n_inner",), 4 * hidden), ("n_inner",)),
+            "vocab": (_int(doc, "vocab_size"), ("vocab_size",)),
+            "max_positions": (doc.positive_int(("n_positions",), 1024), ("n_positions",)),
+            "tie_embeddings": (doc.get(("tie_word_embeddings",), (bool,), True),
+                               ("tie_word_embeddings",))}
+
+
+def _mpt(doc: JsonDoc) -> Fields:
+    hidden = _int(doc, "d_model")
+    heads = _int(doc, "n_heads")
+    attn: Loc = ("attn_config",)
+    kind = doc.get((*attn, "attn_type"), (str,), "multihead_attention")
+    kv_heads = {"multihead_attention": heads, "multiquery_attention": 1}.get(kind)
+    if kind == "grouped_query_attention":
+        kv_heads = doc.positive_int((*attn, "kv_n_heads"), 1)
+    if kv_heads is None:
+        raise doc.error((*attn, "attn_type"), f"{kind!r}: expected multihead_attention, "
+                        "multiquery_attention or grouped_query_attention")
+    if doc.get((*attn, "rope"), (bool,), False):
+        raise doc.error((*attn, "rope"), "rotary MPT is not modelled (ALiBi or learned "
+                        "positions)")
+    ffn_type = doc.get(("ffn_config", "ffn_type"), (str,), "mptmlp")
+    if ffn_type not in ("mptmlp", "te_ln_mlp"):
+        raise doc.error(("ffn_config", "ffn_type"), f"{ffn_type!r}: only MPT's plain MLP "
+                        "(mptmlp) is modelled")
+    ratio = doc.get(("expansion_ratio",), (int, float), 4)
+    ffn = doc.positive_int(("ffn_config", "ffn_hidden_size"), int(ratio * hidden))
+    # transformers' MptAttentionConfig alibi default True; without ALiBi llm-foundry learns wpe
+    alibi = doc.get((*attn, "alibi"), (bool,), True)
+    if not alibi and not doc.get(("learned_pos_emb",), (bool,), True):
+        raise doc.error(("learned_pos_emb",), "an MPT with neither ALiBi nor learned positions "
+                        "is not modelled")
+    norm = doc.get(("norm_type",), (str,), "low_precision_layernorm")
+    return {"family": ("mpt", ("model_type",)), "layers": (_int(doc, "n_layers"), ("n_layers",)),
+            "hidden": (hidden, ("d_model",)), "heads": (heads, ("n_heads",)),
+            "kv_heads": (kv_heads, (*attn, "attn_type")),
+            "ffn_hidden": (ffn, ("expansion_ratio",)),
+            "vocab": (_int(doc, "vocab_size"), ("vocab_size",)),
+            "bias": (not doc.get(("no_bias",), (bool,), True), ("no_bias",)),
+            "positions": ("alibi" if alibi else "learned", (*attn, "alibi")),
+            "max_positions": (doc.positive_int(("max_seq_len",), 2048), ("max_seq_len",)),
+            "norm": ("rmsnorm" if "rmsnorm" in norm else "layernorm", ("norm_type",)),
+            "tie_embeddings": (doc.get(("tie_word_embeddings",), (bool,), True),
+                               ("tie_word_embeddings",))}
+
+
+def _int(doc: JsonDoc, key: str) -> int:
+    value = doc.positive_int((key,), required=True)
+    assert value is not None
+    return value
+
+
+def _context(doc: JsonDoc, key: str, default: int = DEFAULT_SEQ_LEN) -> int:
+    context = doc.positive_int((key,), default)
+    assert context is not None
+    return min(context, DEFAULT_SEQ_LEN)
+
+
+def _four_bit(doc: JsonDoc) -> bool:
+    """bitsandbytes 4-bit weights (a pre-quantized or load_in_4bit model): QLoRA."""
+    q: Loc = ("quantization_config",)
+    if doc.get(q, (dict,)) is None:
+        return False
+    method = doc.get((*q, "quant_method"), (str,), "bitsandbytes")
+    if method != "bitsandbytes" or doc.get((*q, "load_in_8bit"), (bool,), False):
+        raise doc.error(q, f"{method} quantization is not modelled; stepsim's quantized "
+                        "training is bitsandbytes NF4 (QLoRA, load_in_4bit)")
+    return bool(doc.get((*q, "load_in_4bit"), (bool,), True))
+
+
+def _workload(doc: JsonDoc, path: Path, model_type: str, fields: Fields,
+              training: dict[str, Any]) -> WorkloadConfig:
+    """The workload, checked as a YAML one is; a problem is named by the config's own key."""
+    from pydantic import ValidationError
+
+    from simulator.inputs.config import explain
     from simulator.inputs.schema import WorkloadConfig
 
-    path = config_path(name)
-    file = str(path)
-    text = decode(path.read_bytes(), file)
+    stem = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    data = {"name": stem or "hf-model",
+            "description": f"{model_type} from a Hugging Face config.json",
+            "source": f"{path} (model_type {model_type})",
+            "model": {k: v for k, (v, _) in fields.items()}, "training": training}
+
+    def source(loc: tuple[Any, ...]) -> Loc:
+        field = loc[1] if len(loc) > 1 and loc[0] == "model" else None
+        return fields[field][1] if field in fields else ("model_type",)
+
     try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not JSON: {exc.msg}", file=file, line=exc.lineno) from None
-    except RecursionError:
-        raise InputError("not JSON: nested too deeply", file=file) from None
-    except ValueError as exc:  # an integer past Python's digit limit
-        raise InputError(f"not JSON stepsim reads: {exc}", file=file) from None
-    if not isinstance(cfg, dict):
-        raise InputError("expected a JSON object (a Hugging Face config.json)", file=file)
-    lines = _key_lines(text)
-    model_type = cfg.get("model_type")
-    if model_type not in FAMILIES:
-        raise InputError(f"model_type {model_type!r} is not one stepsim maps; it maps "
-                         f"{', '.join(FAMILIES)}", file=file, line=lines.get("model_type"),
-                         key="model_type")
-    if any(k in cfg for k in ("num_local_experts", "num_experts", "n_routed_experts")):
-        raise InputError("a mixture of experts is not modelled", file=file)
-    model, keys = _model(model_type, cfg, file, lines)
-    context = model.get("max_positions") or cfg.get("max_position_embeddings")
-    seq_len = min(DEFAULT_SEQ_LEN, context) if isinstance(context, int) and context > 0 \
-        else DEFAULT_SEQ_LEN
-    data = {"name": path.parent.name if path.name == "config.json" else path.stem,
-            "description": f"Hugging Face config ({model_type}) from {file}",
-            "source": file, "model": model,
-            "training": {"seq_len": seq_len, "micro_batch": DEFAULT_MICRO_BATCH}}
-    for ours in ("layers", "hidden", "heads", "vocab"):
-        if model.get(ours) is None:
-            raise InputError("required key is missing", file=file, key=keys[ours])
-    locs = {("model", ours): lines[theirs] for ours, theirs in keys.items() if theirs in lines}
-    try:
-        workload = validate(data, locs, WorkloadConfig, file)
-    except InputError as exc:  # name the config's own key, not the schema's
-        ours = (exc.key or "").removeprefix("model.")
-        raise InputError(exc.message, file=file, line=exc.line,
-                         key=keys.get(ours, exc.key)) from None
-    _report(file, sorted(k for k in cfg if k not in keys.values() and k not in _NO_COST),
-            _not_modelled(model_type, cfg))
+        workload = WorkloadConfig.model_validate(data)
+    except ValidationError as exc:  # a limit (docs/inputs.md)
+        error = exc.errors()[0]
+        raise doc.error(source(tuple(error["loc"])), explain(error)) from None
+    for loc, message in workload.reference_errors():
+        raise doc.error(source(loc), message)
     return workload
-
-
-def _model(model_type: str, cfg: dict[str, Any], file: str, lines: dict[str, int]
-           ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The schema's ``model:`` keys, and which config key each came from (for line marks)."""
-    if model_type == "gpt2":  # GPT2Config: n_inner None means 4 * n_embd
-        keys = {"layers": "n_layer", "hidden": "n_embd", "heads": "n_head",
-                "vocab": "vocab_size", "max_positions": "n_positions", "ffn_hidden": "n_inner"}
-        model = {"family": "gpt2", **{k: cfg.get(v) for k, v in keys.items()}}
-        if model["ffn_hidden"] is None:
-            del model["ffn_hidden"]
-        return model, keys
-    if model_type == "mpt":  # MPTConfig: d_model, expansion_ratio, no_bias, attn_config.alibi
-        keys = {"layers": "n_layers", "hidden": "d_model", "heads": "n_heads",
-                "vocab": "vocab_size", "bias": "no_bias", "positions": "attn_config"}
-        ratio = cfg.get("expansion_ratio", 4)
-        attn = cfg.get("attn_config") or {}
-        model = {"family": "mpt", **{k: cfg.get(v) for k, v in list(keys.items())[:4]},
-                 "bias": not cfg.get("no_bias", False), "tie_embeddings": True,
-                 "positions": "alibi" if isinstance(attn, dict) and attn.get("alibi", True)
-                 else "learned"}
-        if isinstance(model["hidden"], int):  # the schema refuses what is not a whole width
-            width = ratio * model["hidden"] if isinstance(ratio, int | float) else ratio
-            whole = isinstance(width, float) and math.isfinite(width) and width.is_integer()
-            model["ffn_hidden"] = int(width) if whole else width
-            keys["ffn_hidden"] = "expansion_ratio"
-        if model["positions"] == "learned":
-            model["max_positions"] = cfg.get("max_seq_len")
-            keys["max_positions"] = "max_seq_len"
-        return model, keys
-    # llama layout: LlamaConfig, MistralConfig, Qwen2Config, GemmaConfig
-    keys = {"layers": "num_hidden_layers", "hidden": "hidden_size",
-            "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
-            "ffn_hidden": "intermediate_size", "vocab": "vocab_size",
-            "tie_embeddings": "tie_word_embeddings"}
-    model = {"family": "llama", **{k: cfg.get(v) for k, v in keys.items()}}
-    if model["kv_heads"] is None:
-        model.pop("kv_heads")
-    # tie_word_embeddings defaults: LlamaConfig, MistralConfig, Qwen2Config False; GemmaConfig
-    # True (configuration_gemma.py)
-    if model["tie_embeddings"] is None:
-        model["tie_embeddings"] = model_type == "gemma"
-    if model_type == "qwen2":  # modeling_qwen2.py: q/k/v Linear(bias=True), o_proj no bias
-        model["qkv_bias"] = True
-    elif cfg.get("attention_bias") is True:  # LlamaConfig attention_bias: q, k, v and o
-        model["qkv_bias"] = True
-        keys["qkv_bias"] = "attention_bias"
-    head_dim, heads, hidden = cfg.get("head_dim"), model["heads"], model["hidden"]
-    if isinstance(head_dim, int) and isinstance(heads, int) and isinstance(hidden, int) \
-            and head_dim * heads != hidden:
-        raise InputError(f"head_dim {head_dim} x {heads} heads is not hidden_size {hidden}: "
-                         "attention wider or narrower than the model is not modelled",
-                         file=file, line=lines.get("head_dim"), key="head_dim")
-    return model, keys
-
-
-def _not_modelled(model_type: str, cfg: dict[str, Any]) -> list[str]:
-    notes = []
-    if cfg.get("sliding_window") and cfg.get("use_sliding_window", model_type == "mistral"):
-        notes.append(f"sliding_window {cfg['sliding_window']} (attention over the whole "
-                     "sequence is simulated)")
-    if cfg.get("attention_bias") is True and model_type != "qwen2":
-        notes.append("attention_bias on o_proj (its bias is not counted)")
-    if cfg.get("mlp_bias") is True:
-        notes.append("mlp_bias (not counted)")
-    return notes
-
-
-def _report(file: str, unknown: list[str], notes: list[str]) -> None:
-    """One note per file: keys stepsim does not know, and known ones it does not model."""
-    if file in _REPORTED or not (unknown or notes):
-        return
-    _REPORTED.add(file)
-    parts = ([f"unknown keys {', '.join(unknown)}"] if unknown else []) + notes
-    print(f"note: {file}: not modelled: {'; '.join(parts)}", file=sys.stderr)
-
-
-def _key_lines(text: str) -> dict[str, int]:
-    """The line of each top-level-looking ``"key":`` (json has no marks; the first wins)."""
-    lines: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        for key in re.findall(r'"([^"\\]+)"\s*:', line):
-            lines.setdefault(key, number)
-    return lines

@@ -1,0 +1,116 @@
+"""`--deepspeed ds_config.json`: a DeepSpeed config's ZeRO stage, offload, batch and precision,
+under the flags given (which win), on LLaMA-Factory's published example configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator import api
+from simulator.cli import main
+from simulator.errors import InputError
+from simulator.inputs.deepspeed_config import settings
+
+DS = Path(__file__).resolve().parent / "fixtures" / "deepspeed"
+Z3 = str(DS / "ds_z3_offload_config.json")
+Z2 = str(DS / "ds_z2_offload_config.json")
+
+
+def test_zero3_offload_example(capsys: pytest.CaptureFixture[str]) -> None:
+    # "auto" batch and precision keep stepsim's defaults; overlap_comm false is warned
+    assert settings(Z3) == {"strategy": "zero3", "offload": "params", "pin_memory": True}
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "zero_optimization.overlap_comm: warning" in err[0]
+
+
+def test_zero2_offload_example(capsys: pytest.CaptureFixture[str]) -> None:
+    assert settings(Z2) == {"strategy": "zero2", "zero_overlap_comm": False,
+                            "offload": "optimizer", "pin_memory": True}
+    assert capsys.readouterr().err == ""  # 5e8-element buckets are stepsim's own
+
+
+def _config(tmp_path: Path, data: dict[str, object]) -> str:
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(data, indent=2))
+    return str(path)
+
+
+def test_batch_precision_and_buckets(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                     ) -> None:
+    path = _config(tmp_path, {
+        "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8,
+        "bf16": {"enabled": False}, "fp16": {"enabled": True},
+        "zero_optimization": {"stage": 1, "overlap_comm": True, "reduce_bucket_size": 2e8}})
+    assert settings(path) == {"strategy": "zero1", "zero_overlap_comm": True,
+                              "micro_batch": 4, "grad_accum": 8, "precision": "fp16"}
+    assert "reduce_bucket_size: warning: 200,000,000 elements" in capsys.readouterr().err
+    both_off = _config(tmp_path, {"bf16": {"enabled": False}, "fp16": {"enabled": False}})
+    assert settings(both_off) == {"precision": "fp32"}
+
+
+def test_the_spec_takes_the_file_where_flags_are_silent() -> None:
+    spec = api.configured(api.RunSpec("8x5090-dual-socket", "llama2-7b", deepspeed=Z3))
+    assert (spec.strategy, spec.offload, spec.pin_memory) == ("zero3", "params", True)
+    job = api.job_of(api.RunSpec("1x4090", "llama2-7b", deepspeed=Z2, micro_batch=2))
+    assert job.micro_batch == 2
+
+
+def test_explicit_flags_win(tmp_path: Path) -> None:
+    flags = api.RunSpec("8x5090-dual-socket", "llama2-7b", strategy="ddp", deepspeed=Z2,
+                        explicit=frozenset({"strategy"}))
+    spec = api.configured(flags)  # -s ddp given: the file's ZeRO settings do not apply
+    assert (spec.strategy, spec.offload, spec.zero_overlap_comm) == ("ddp", "none", None)
+    path = _config(tmp_path, {"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True}})
+    spec = api.configured(api.RunSpec("1x4090", "llama2-7b", micro_batch=1, precision="fp32",
+                                      deepspeed=path))
+    assert (spec.micro_batch, spec.precision) == (1, "fp32")
+
+
+def test_cli_flags_win_over_the_file(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["run", "-t", "8x5090-dual-socket", "-w", "llama3.2-1b", "--no-ranges", "--json",
+            "--deepspeed", Z2]
+    assert main(base) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["strategy"] == "zero2" and report["recipe"]["offload"] == "optimizer"
+    assert report["config_files"]["deepspeed"] == Z2
+    assert main([*base, "-s", "zero1", "--offload", "none", "--micro-batch", "2"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["strategy"] == "zero1" and report["recipe"]["offload"] == "none"
+    assert report["micro_batch"] == 2
+
+
+@pytest.mark.parametrize(("data", "key", "words"), [
+    ({"zero_optimization": {"stage": 4}}, "zero_optimization.stage", "ZeRO stage 4"),
+    ({"zero_optimization": {"stage": "3"}}, "zero_optimization.stage", "expected an integer"),
+    ({"zero_optimization": {"offload_param": {"device": "nvme"}}},
+     "zero_optimization.offload_param.device", "NVMe offload is not modelled"),
+    ({"train_micro_batch_size_per_gpu": 0}, "train_micro_batch_size_per_gpu",
+     "must be at least 1"),
+    ({"bf16": {"enabled": "yes"}}, "bf16.enabled", "expected true or false"),
+    ({"bf16": {"enabled": True}, "fp16": {"enabled": True}}, "fp16.enabled", "both enabled"),
+])
+def test_bad_deepspeed_configs_are_one_line(tmp_path: Path, data: dict[str, object],
+                                            key: str, words: str) -> None:
+    path = _config(tmp_path, data)
+    with pytest.raises(InputError) as err:
+        settings(path)
+    leaf = key.rsplit(".", 1)[-1]
+    lines = Path(path).read_text().splitlines()
+    line = max(i for i, text in enumerate(lines, 1) if f'"{leaf}"' in text)
+    assert (err.value.file, err.value.line, err.value.key) == (path, line, key)
+    assert words in err.value.message
+
+
+def test_unknown_keys_warn_and_bad_json_fails(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = _config(tmp_path, {"zero_optimisation": {"stage": 2}, "bf16": {"enabld": True}})
+    assert settings(path) == {}
+    err = capsys.readouterr().err.splitlines()
+    assert [e.split(": ", 2)[1] for e in err] == ["zero_optimisation", "bf16.enabld"]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"zero_optimization": {"stage": 3}\n "bf16": {}}\n')
+    assert main(["memory", "-t", "1x4090", "-w", "llama2-7b", "--deepspeed", str(bad)]) == 2
+    out = capsys.readouterr().err.strip()
+    assert f"{bad}:2: invalid JSON" in out and "\n" not in out
