@@ -238,8 +238,11 @@ TRAINING_RUNS: dict[str, dict[str, Any]] = {
 
 
     "v100-ddp-bucket-size": {
-        # fp32, SGD with momentum, batch 32 (benchmark.py); 1 GPU "no ddp" runs plain
+        # fp32, SGD with momentum, batch 32 (benchmark.py); 1 GPU "no ddp" runs plain. The
+        # README's run printed "PyTorch version: 1.4.0a0+05140f0": its reducer never rebuilt
+        # its buckets and divided each in a kernel of its own (strategies/ddp.py)
         "workload": str(WORKLOADS / "resnet50.yaml"), "strategy": "ddp", "overlap": True,
+        "legacy_reducer": True,
         "machines": {None: str(VALIDATION_TOPOLOGIES / "dgx1-v100.yaml")},
     },
     "lambda-bert-large-scaling": {
@@ -289,7 +292,8 @@ def _bucket_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
 
     def run(gpus: int, bucket_mb: float | None = None) -> dict[str, Any]:
         spec = RunSpec(machine, setup["workload"], setup["strategy"], gpus=gpus,
-                       bucket_mb=bucket_mb, overlap=setup["overlap"])
+                       bucket_mb=bucket_mb, overlap=setup["overlap"],
+                       legacy_reducer=setup.get("legacy_reducer", False))
         return simulate(spec, baseline=False, ranges=True).report
 
     def step(gpus: int, bucket_mb: float | None = None) -> float:

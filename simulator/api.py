@@ -79,6 +79,7 @@ class RunSpec:
     checkpointing: str | None = None  # training.activation_checkpointing
     grad_compression: str = "none"  # DDP comm hook
     gradient_as_bucket_view: bool = False
+    legacy_reducer: bool = False  # PyTorch <= 1.4 DDP reducer (strategies/ddp.py)
     sequence_parallel: bool = False
     reshard_after_forward: bool = True
     zero_overlap_comm: bool | None = None
@@ -277,6 +278,7 @@ def options_of(spec: RunSpec) -> strategies.Options:
         bucket_mb=spec.bucket_mb, tp=spec.tp, overlap=spec.overlap,
         grad_compression=spec.grad_compression,  # type: ignore[arg-type]  # checked on parse
         gradient_as_bucket_view=spec.gradient_as_bucket_view,
+        legacy_reducer=spec.legacy_reducer,
         sequence_parallel=spec.sequence_parallel,
         reshard_after_forward=spec.reshard_after_forward,
         zero_overlap_comm=spec.zero_overlap_comm, pp=spec.pp, schedule=spec.schedule,

@@ -16,7 +16,7 @@ from simulator.job.workload import Job
 from simulator.machine.topology import Machine
 from simulator.strategies import StrategyOptions
 from simulator.strategies import build as build_programs
-from simulator.strategies.buckets import MIB, bucket_plan, size_limits
+from simulator.strategies.buckets import MIB, bucket_plan, legacy_bucket_plan, size_limits
 from simulator.strategies.ddp import plan_buckets
 
 
@@ -102,6 +102,33 @@ def test_steady_state_buckets_follow_ready_order_with_a_small_first_bucket() -> 
     # after it, the default's limits are 25 MiB: identical plans for this model
     assert [b.indices for b in default] == [b.indices for b in explicit]
     assert size_limits(None) == [MIB, 25 * MIB] and size_limits(25) == [25 * MIB, 25 * MIB]
+
+
+def test_legacy_reducer_keeps_the_construction_plan_small_bucket_last() -> None:
+    # v1.4 distributed.py: [1 MiB, cap] over registration order, reversed; never rebuilt
+    tensors = [("a", 100_000, 4, "fp32"), ("b", 100_000, 4, "fp32"), ("c", 3 << 20, 4, "fp32"),
+               ("d", 3 << 20, 4, "fp32")]
+    for cap in (1, 25):
+        plan = legacy_bucket_plan(tensors, cap)
+        assert plan[-1].indices == (0, 1, 2)  # 0.8 MB + the tensor that crosses 1 MiB
+        assert plan[-1].size_limit == MIB
+    assert [b.indices for b in legacy_bucket_plan(tensors, 1)] == [(3,), (0, 1, 2)]
+
+
+def test_legacy_reducer_divides_each_bucket_before_its_all_reduce() -> None:
+    job = tiny()
+    options = StrategyOptions(bucket_mb=1, legacy_reducer=True)
+    program = build("ddp", job, machine(), options)
+    divs = [t for t in program.tasks if isinstance(t.work, Compute)
+            and t.work.name.endswith(".div")]
+    buckets = program.meta["buckets"]
+    assert len(divs) == len(buckets) >= 5
+    by_id = {t.id: t for t in program.tasks}
+    div_of = {t.work.name: t.id for t in divs}
+    for b, bucket in enumerate(buckets):  # the all-reduce waits on its own bucket's division
+        assert div_of[f"ddp.bucket{b}.div"] in by_id[bucket["task"]].deps
+    current = build("ddp", job, machine(), StrategyOptions(bucket_mb=1))
+    assert not [t for t in current.tasks if t.work.name.endswith(".div")]
 
 
 @settings(max_examples=60, deadline=None)

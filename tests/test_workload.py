@@ -187,6 +187,9 @@ TRAIN = "training: {seq_len: 128}\n"
      "training.finetune"),
     ("name: x\nmodel: {family: llama, layers: 2, hidden: 64, heads: 5, vocab: 10}\n" + TRAIN,
      "model.heads"),
+    ("name: x\nlayers: [{name: conv, params: 10, forward_flops_per_sample: 1,"
+     " activation_bytes_per_sample: 1, tensors: 2, tensor_numels: [4, 5]}]\n" + TRAIN,
+     "layers[0].tensor_numels"),
 ])
 def test_bad_input_names_the_key(tmp_path: Path, text: str, key: str) -> None:
     with pytest.raises(InputError) as err:
@@ -285,3 +288,16 @@ def test_bert_eager_attention_scales_and_masks_in_kernels_of_their_own() -> None
     (no_dropout,) = [op for op in bert_large(dropout=0.0).forward_ops()
                      if op.name == "layers.0.attention"]
     assert len(no_dropout.kernels) == 5
+
+
+def test_generic_layer_tensor_sizes_as_given() -> None:
+    # torchvision resnet50's stem: conv1.weight 64x3x7x7, bn1.weight, bn1.bias
+    cfg = WorkloadConfig.model_validate({
+        "name": "g", "training": {"seq_len": 1, "micro_batch": 4},
+        "layers": [{"name": "stem", "params": 9536, "forward_flops_per_sample": 2.36e8,
+                    "activation_bytes_per_sample": 1.6e6, "tensors": 3,
+                    "tensor_numels": [9408, 64, 64]}]})
+    assert [p.numel for p in Job.from_config(cfg).params] == [9408, 64, 64]
+    even = cfg.model_copy(update={"layers": [cfg.layers[0].model_copy(  # type: ignore[index]
+        update={"tensor_numels": None})]})
+    assert [p.numel for p in Job.from_config(even).params] == [3179, 3179, 3178]

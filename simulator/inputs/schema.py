@@ -299,6 +299,9 @@ class GenericLayer(Frozen):
     activation_bytes_per_sample: float = Field(ge=0, le=MAX_PER_SAMPLE)
     # parameter tensors the layer registers (for DDP buckets)
     tensors: PositiveInt = Field(default=1, le=1_000_000)
+    # elements of each of those tensors in registration order (DDP closes a bucket at the
+    # tensor that fills it); None: the layer's parameters split evenly over them
+    tensor_numels: list[PositiveInt] | None = Field(default=None, max_length=1_000_000)
     # forward HBM traffic of the layer's memory-bound work (normalisation, activation, residual
     # adds), one sample; timed as a bandwidth-bound kernel next to the layer's compute
     memory_bytes_per_sample: float = Field(default=0.0, ge=0, le=MAX_PER_SAMPLE)
@@ -373,6 +376,12 @@ class WorkloadConfig(Frozen):
         if self.training.finetune != "full" and self.model is None:
             errors.append((("training", "finetune"),
                            f"{self.training.finetune} needs a transformer `model`, not `layers`"))
+        for i, layer in enumerate(self.layers or []):
+            numels = layer.tensor_numels
+            if numels is not None and (len(numels) != layer.tensors or sum(numels) != layer.params):
+                errors.append((("layers", i, "tensor_numels"),
+                               f"{len(numels)} tensors of {sum(numels):,} elements; the layer "
+                               f"has tensors {layer.tensors} and params {layer.params:,}"))
         if self.model is not None:
             m = self.model
             if m.family == "generic":

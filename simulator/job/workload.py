@@ -78,6 +78,7 @@ class Module:
     bias: bool
     block: int
     lora: bool = False
+    sizes: tuple[int, ...] = ()  # generic layers: each parameter tensor's elements, if given
 
     @property
     def leaf(self) -> str:
@@ -245,15 +246,16 @@ def bert_modules(a: Arch) -> list[Module]:
 
 
 def generic_modules(layers: list[GenericLayer]) -> list[Module]:
-    return [Module(layer.name, "generic", layer.params, layer.tensors, False, i)
+    return [Module(layer.name, "generic", layer.params, layer.tensors, False, i,
+                   sizes=tuple(layer.tensor_numels or ()))
             for i, layer in enumerate(layers)]
 
 
 def module_params(mod: Module, *, peft: bool, finetune: str, lora_rank: int) -> list[ParamTensor]:
     """The parameters one module registers, in order (PEFT-wrapped when mod.lora)."""
-    if mod.kind == "generic":  # split the layer's parameters over its tensors, remainder first
+    if mod.kind == "generic":  # the given sizes, or the parameters split evenly, remainder first
         n, k = mod.in_features, mod.out_features
-        sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+        sizes = list(mod.sizes) or [n // k + (1 if i < n % k else 0) for i in range(k)]
         return [ParamTensor(f"{mod.path}.param{i}", (s,), True, mod.block)
                 for i, s in enumerate(sizes)]
     prefix = PEFT_PREFIX if peft else ""

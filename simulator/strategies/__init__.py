@@ -37,6 +37,7 @@ class StrategyOptions:
     forward_prefetch: bool = True  # FSDP2 implicit forward prefetch (next unit's all-gather)
     backward_prefetch: bool = True  # FSDP2 default: one unit ahead in backward
     gradient_as_bucket_view: bool = False  # PyTorch DDP default
+    legacy_reducer: bool = False  # PyTorch <= 1.4 DDP reducer (strategies/ddp.py)
     zero_overlap_comm: bool | None = None  # DeepSpeed overlap_comm; None = its default
     offload: str = "none"  # optimizer | params to host memory (offload.py)
     pin_memory: bool | None = None  # pinned host buffers; None = the framework's default

@@ -16,6 +16,10 @@ Rules, from pytorch/pytorch (v2.13):
   plan is what every later iteration uses, and what this module reports by default.
 - At construction (``_ddp_init_helper``), the plan is computed over registration order with
   limits [sys.maxsize] (one bucket) unless ``find_unused_parameters=True``, then reversed.
+- Up to v1.4 there was no rebuild (the ready-order rebuild is pytorch/pytorch#35137, 2020-03):
+  every iteration uses the construction plan, [1 MiB, cap] over registration order whatever
+  the cap, reversed (v1.4 ``distributed.py``: "a single small bucket for parameters that are
+  defined first"), so the small bucket is the last one reduced (``legacy_bucket_plan``).
 
 Assumes one device per rank. Where several dtypes leave an open bucket at the end, C++
 iterates an unordered_map (order unspecified); here they follow the order in which each
@@ -125,6 +129,20 @@ def bucket_plan(params: Sequence[GradTensor | Sequence[object]], bucket_cap_mb: 
     if sorted(order) != list(range(len(tensors))):
         raise ValueError("ready_order must list every parameter index exactly once")
     return assign_by_size(tensors, order, size_limits(bucket_cap_mb), sort_by_min_index=False)
+
+
+def legacy_bucket_plan(params: Sequence[GradTensor | Sequence[object]],
+                       bucket_cap_mb: float | None) -> list[Bucket]:
+    """The plan of PyTorch up to v1.4, kept for every iteration, in launch order.
+
+    >>> [b.tensors for b in legacy_bucket_plan([("a", 1 << 18, 4, "fp32")] * 4, 2)]
+    [2, 1, 1]
+    """
+    tensors = [_as_tensor(p) for p in params]
+    cap = size_limits(bucket_cap_mb)[1]
+    plan = assign_by_size(tensors, range(len(tensors)), [DEFAULT_FIRST_BUCKET_BYTES, cap],
+                          sort_by_min_index=True)
+    return plan[::-1]
 
 
 def initial_bucket_plan(params: Sequence[GradTensor | Sequence[object]],

@@ -12,6 +12,10 @@ What the program says (domain-model section 3; torch/csrc/distributed/c10d/reduc
   (``mark_variable_ready_dense``: ``bucket_view.copy_(grad)``), and ``finalize_backward``
   copies the averaged bucket back into ``.grad``; both are HBM passes on the compute stream.
   Gradients are pre-divided by the world size (``div_``) either way.
+- ``legacy_reducer``: PyTorch up to v1.4 (its ``reducer.cpp``, ``distributed.py``): buckets fixed
+  at construction (``buckets.legacy_bucket_plan``: the small first bucket is reduced last), the
+  hook copies without dividing (``bucket_view.copy_(grad)``) and the bucket is divided in a
+  kernel of its own once its last gradient is in (``replica.contents.div_(world size)``).
 - Gradient dtype: fp32 under AMP (the weights are fp32, so is ``.grad``: 4 bytes, as
   simulator/job/memory.py counts them); ``bf16_compress_hook`` halves the bytes on the wire.
 - Gradient accumulation with ``no_sync()``: the first A-1 micro-steps run forward and backward
@@ -28,7 +32,13 @@ from typing import TYPE_CHECKING
 
 from simulator.engine.program import Comm, Program
 from simulator.job.workload import Job, ParamTensor
-from simulator.strategies.buckets import Bucket, GradTensor, assign_by_size, bucket_plan
+from simulator.strategies.buckets import (
+    Bucket,
+    GradTensor,
+    assign_by_size,
+    bucket_plan,
+    legacy_bucket_plan,
+)
 from simulator.strategies.steps import (
     Emit,
     add_ops,
@@ -67,6 +77,8 @@ def plan_buckets(job: Job, backward: list[Op], options: StrategyOptions,
                  tp: int = 1) -> list[Bucket]:
     """Steady-state buckets (DDP numbering: index into the trainable parameters)."""
     tensors = grad_tensors(job, tp)
+    if options.legacy_reducer and options.overlapped:
+        return legacy_bucket_plan(tensors, options.bucket_mb)
     ddp_index = {p: k for k, p in enumerate(trainable_indices(job))}
     order = [ddp_index[i] for i in ready_order(backward) if i in ddp_index]
     claimed = set(order)
@@ -138,8 +150,13 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         for i in grads:
             b = bucket_of[i]
             pending[b].discard(ddp_index[i])
-            if not pending[b]:
-                ready_task[b] = bwd_ids[-1]
+            if pending[b]:
+                continue
+            if options.legacy_reducer and not megatron:  # v1.4: contents.div_(world size)
+                bwd_ids.append(prog.add("compute", memory_pass(
+                    f"{prefix}ddp.bucket{b}.div", 2 * buckets[b].bytes, gpu, op.block),
+                    (bwd_ids[-1],)))
+            ready_task[b] = bwd_ids[-1]
     end_of_backward = bwd_ids[-1]
     if megatron:  # buffer /= world size, then the all-reduce
         nbytes = 8 * sum(b.numel for b in buckets)
