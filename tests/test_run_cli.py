@@ -27,6 +27,7 @@ class Options:
     overlap: bool = True
     grad_compression: str = "none"
     gradient_as_bucket_view: bool = False
+    legacy_reducer: bool = False
     sequence_parallel: bool = False
     reshard_after_forward: bool = True
     zero_overlap_comm: bool | None = None
