@@ -3,7 +3,8 @@
 ``-t`` repeats (one machine each, each with its own ``--price-per-gpu-hour`` if given once per
 machine). Prints the explanation lines (the winner and its bottleneck, what does not fit, the
 runner-up and its cost, what would fit when nothing does), or with ``--json`` the whole
-answer: ``{candidates, best, nothing_fits, what_would_fit, explanation}``. ``--what-if`` adds
+answer: ``{candidates, best, nothing_fits, what_would_fit, explanation}``; ``--csv`` a row per
+ranked candidate (``rank`` first). ``--what-if`` adds
 the upgrades a buyer can choose for the winner (simulator/advice/whatif.py). The work is in
 simulator/advice/advise.py.
 """
@@ -11,7 +12,6 @@ simulator/advice/advise.py.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
@@ -21,7 +21,7 @@ from rich.progress import Progress
 
 from simulator.advice import advise as core
 from simulator.advice import whatif
-from simulator.commands import price_flags
+from simulator.commands import price_flags, script_output
 from simulator.units import positive_int
 
 
@@ -45,11 +45,12 @@ def add_parser(subparsers: Any) -> None:
                         help="add the upgrades a buyer can choose for the winner: P2P driver, "
                         "PCIe switch or two sockets, next PCIe generation, NVLink bridge, "
                         "twice the GPUs, a card with more memory")
-    parser.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    script_output.add_arguments(parser, points="the candidates")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    script_output.check(args)
     machines = [core.Machine(t, price_flags.prices(args, i, len(args.topology)))
                 for i, t in enumerate(args.topology)]
     jobs = positive_int(args.jobs, "--jobs")
@@ -69,7 +70,10 @@ def run(args: argparse.Namespace) -> int:
             answer["best"]["what_if"] = whatif.upgrades(answer["best"], best_machine.prices)
             answer["explanation"] += whatif.lines(answer["best"], answer["best"]["what_if"])
     if args.json:
-        print(json.dumps(answer, indent=2, default=str))
+        script_output.print_json(answer)
+    elif args.csv:  # the ranked candidates, best first
+        script_output.print_csv(({"rank": i, **c} for i, c in
+                                 enumerate(answer["candidates"], 1)), first=["rank"])
     else:
         print("\n".join(answer["explanation"]))
-    return 0
+    return script_output.status(args, (c["memory"] for c in answer["candidates"]))

@@ -13,7 +13,6 @@ object per size (a list for a range), with the keys of design.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any
 
@@ -24,7 +23,7 @@ from simulator.errors import InputError
 from simulator.inputs.schema import MAX_GPUS
 from simulator.machine import collectives
 from simulator.machine.topology import Machine
-from simulator.outputs import nccl_tests
+from simulator.outputs import jsondoc, nccl_tests
 from simulator.units import format_size, parse_size
 
 MAX_ROWS = 10000
@@ -132,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json:
         objs = [r.to_json() for r in simulate(requested)]
-        print(json.dumps(objs[0] if args.bytes is not None else objs, indent=2))
+        print(jsondoc.dumps(objs[0] if args.bytes is not None else objs))
         return 0
     element = nccl_tests.DATATYPES[args.datatype]
     shaped = [nccl_tests.sizes(op, n, machine.n_gpus, element) for n in requested]

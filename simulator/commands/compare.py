@@ -2,20 +2,19 @@
 
 Every combination of the repeated ``-t``, ``-w`` and ``-s`` options is simulated with the same
 flags; the table has a column per combination and a row per metric (`--json`: a list of the
-`run --json` objects).
+`run --json` objects; `--csv`: a row per combination).
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 from typing import Any
 
 from simulator import api
 from simulator.advice.ranges import WORDS
-from simulator.commands import price_flags
+from simulator.commands import price_flags, script_output
 from simulator.commands.run import add_job_arguments, spec_from_args, summary_rows
 from simulator.outputs.files import write_atomically
 
@@ -30,7 +29,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--png", metavar="FILE.png",
                         help="draw the runs side by side: compute, exposed communication and "
                         "idle per step, and tokens/s, with their ranges")
-    parser.add_argument("--json", action="store_true", help="print a list of run reports")
+    script_output.add_arguments(parser, points="the runs")
     parser.set_defaults(handler=run)
 
 
@@ -40,6 +39,7 @@ def _label(report: dict[str, Any], varying: set[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    script_output.check(args)
     combos = list(itertools.product(args.topology, args.workload, args.strategy or ["ddp"]))
     strategies = tuple(args.strategy or ["ddp"])
     specs = [spec_from_args(args, t, w, s, others=strategies) for t, w, s in combos]
@@ -58,9 +58,12 @@ def run(args: argparse.Namespace) -> int:
         title = " / ".join(sorted({f"{r['workload']}" for r in reports}))
         write_atomically(args.png, lambda p: plots.compare_chart(labels, reports, p,
                                                                  title=title))
-    if args.json:
-        print(json.dumps(reports, indent=2, default=str))
-        return 0
+    if args.json or args.csv:
+        if args.json:
+            script_output.print_json(reports)
+        else:
+            script_output.print_csv(reports)
+        return script_output.status(args, (r["memory"] for r in reports))
     from rich.console import Console  # rich only for text output
     from rich.table import Table
 
@@ -77,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_ranges:
         table.add_row("range set by", *[_dominant(r) for r in reports])
     Console(file=sys.stdout, highlight=False, width=30 + 62 * len(reports)).print(table)
-    return 0
+    return script_output.status(args, (r["memory"] for r in reports))
 
 
 def _dominant(report: dict[str, Any]) -> str:

@@ -11,7 +11,6 @@ gives each stage's memory, the verdict being the fullest stage's (the same as `r
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from simulator import api
@@ -21,6 +20,7 @@ from simulator.commands.parsing import NO_FIT_EXIT, no_fit_status, whole
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
 from simulator.job import memory
+from simulator.outputs import jsondoc
 from simulator.strategies import STRATEGIES
 from simulator.strategies.recipe import check_recipe, check_strategy, unused_flags
 from simulator.units import GiB, positive_int
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     result = api.memory(spec_of(args), largest_micro_batch=args.micro_batch == "max",
                         largest_model=args.largest_model)
     if args.json:
-        print(json.dumps(result.summary, indent=2))
+        print(jsondoc.dumps(result.summary))
     else:
         print(render(result.report, result.summary, list(result.hints)))
     return no_fit_status(args, result.summary)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from simulator.inputs import catalog  # the presets' YAML as written: no models, no simulator
+from simulator.outputs import jsondoc
 
 
 def add_parser(subparsers: Any) -> None:
@@ -40,7 +40,7 @@ def listing() -> dict[str, list[dict[str, str]]]:
 def run(args: argparse.Namespace) -> int:
     data = listing()
     if args.json:
-        print(json.dumps(data, indent=2))
+        print(jsondoc.dumps(data))
         return 0
     print("Topologies (-t):")
     width = max(len(t["name"]) for t in data["topologies"])

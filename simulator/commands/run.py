@@ -25,7 +25,7 @@ from simulator.commands.parsing import NO_FIT_EXIT, no_fit_status
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
 from simulator.machine.nccl_env import NcclEnv
-from simulator.outputs import kineto, trace
+from simulator.outputs import jsondoc, kineto, trace
 from simulator.outputs.files import Writer, check_outputs, text_writer, write_files
 from simulator.strategies import STRATEGIES
 from simulator.strategies.recipe import check_strategy, unused_flags
@@ -374,7 +374,7 @@ def run(args: argparse.Namespace) -> int:
     result = api.simulate(spec, prices=price_flags.prices(args), ranges=not args.no_ranges)
     write_outputs(result, args)
     if args.json:
-        print(json.dumps(result.report, indent=2, default=str))
+        print(jsondoc.dumps(result.report))
     else:
         print_text(result)
     return no_fit_status(args, result.report["memory"])

@@ -5,7 +5,8 @@ combination; the table has a row per point. Points run in parallel processes whe
 ``--jobs N`` asks for it (a point takes tens of milliseconds, less than starting a
 process); a rich progress bar shows on a terminal (not under CI).
 `--png` draws step time and exposed communication over the swept values; `--json` prints
-a list of `run --json` objects, each with the point's option values under ``"point"``.
+a list of `run --json` objects, each with the point's option values under ``"point"``;
+`--csv` the same as a row per point (``point.bucket_mb``, ..., first).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -25,7 +25,7 @@ from simulator import api
 from simulator.advice.cost import Prices
 from simulator.api import RunSpec
 from simulator.commands import figures as fig
-from simulator.commands import price_flags, recipe_flags
+from simulator.commands import price_flags, recipe_flags, script_output
 from simulator.commands.parsing import whole
 from simulator.commands.run import NUMBER_FLAGS, add_job_arguments, check_strategy, memory_verdict
 from simulator.errors import InputError
@@ -46,7 +46,7 @@ def add_parser(subparsers: Any) -> None:
         "--bucket-mb, --gpus, --tp, --micro-batch, --grad-accum, --seq-len take comma lists.")
     add_job_arguments(parser)
     parser.add_argument("--png", metavar="FILE.png", help="chart of the sweep")
-    parser.add_argument("--json", action="store_true", help="print a list of run reports")
+    script_output.add_arguments(parser, points="the points")
     parser.add_argument("--jobs", type=whole(1, 256), default=None,
                         help="parallel worker processes (default 1: a point is faster than a "
                         "process start)")
@@ -77,6 +77,7 @@ def _run_point(point: tuple[RunSpec, Prices, bool]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    script_output.check(args)
     slowdown = fraction(args.compute_slowdown, "--compute-slowdown")
     swept, combos = points(args)
     base = api.configured(RunSpec(
@@ -122,10 +123,12 @@ def run(args: argparse.Namespace) -> int:
         write_atomically(args.png, lambda p: plots.sweep_chart(
             labels, series, " x ".join(swept) or "point", "milliseconds", p, title=title))
     if args.json:
-        print(json.dumps(reports, indent=2, default=str))
-        return 0
-    print_table(reports, labels, base)
-    return 0
+        script_output.print_json(reports)
+    elif args.csv:
+        script_output.print_csv(reports, first=[f"point.{k}" for k in combos[0]])
+    else:
+        print_table(reports, labels, base)
+    return script_output.status(args, (r["memory"] for r in reports))
 
 
 @contextlib.contextmanager

@@ -8,7 +8,6 @@ the graph; ``--json`` prints the same matrices and ring as JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from simulator.commands.parsing import whole
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_GPUS
 from simulator.machine.topology import Machine
+from simulator.outputs import jsondoc
 from simulator.outputs.files import write_atomically
 from simulator.units import GB
 
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.png:
         draw(machine, Path(args.png))
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(jsondoc.dumps(report))
     elif sys.stdout.isatty() and not os.environ.get("CI"):
         _print_rich(report)
     else:
