@@ -70,7 +70,7 @@ def test_a_job_that_needs_sharding_says_why_plain_ddp_does_not_fit() -> None:
 def test_when_nothing_fits_it_says_what_would(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["advise", "-t", "2x5090", "-w", "llama2-70b", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == KEYS and out["nothing_fits"] is True
+    assert set(out) == {"schema_version", *KEYS} and out["nothing_fits"] is True
     assert out["candidates"] == [] and out["best"] is None
     changes = " ".join(w["change"] for w in out["what_would_fit"])
     assert "QLoRA" in changes and "x rtx5090" in changes and "GiB of RAM" in changes
