@@ -19,11 +19,13 @@ import argparse
 import contextlib
 import difflib
 import io
+import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = ROOT / "tests" / "golden"
+COLUMNS = 120  # the terminal width the stored text tables are drawn at
 _DGX1 = str(ROOT / "validation" / "topologies" / "dgx1-v100.yaml")
 
 _SWEEP = ["-t", "8x5090-dual-socket", "-w", "gpt2-medium", "--bucket-mb", "1,5,25,100,400",
@@ -99,8 +101,16 @@ def output_of(argv: list[str]) -> str:
     from simulator.cli import main
 
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main(argv)
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(COLUMNS)  # tables are as wide as the terminal: fix it
+    try:
+        with contextlib.redirect_stdout(out):
+            code = main(argv)
+    finally:
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
     if code != 0:
         raise RuntimeError(f"stepsim {' '.join(argv)} exited {code}")
     return out.getvalue().replace(str(ROOT), "<repo>")

@@ -12,16 +12,11 @@ simulator/advice/advise.py.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from typing import Any
-
-from rich.console import Console
-from rich.progress import Progress
 
 from simulator.advice import advise as core
 from simulator.advice import whatif
-from simulator.commands import price_flags, script_output
+from simulator.commands import price_flags, script_output, terminal
 from simulator.units import positive_int
 
 
@@ -54,17 +49,11 @@ def run(args: argparse.Namespace) -> int:
     machines = [core.Machine(t, price_flags.prices(args, i, len(args.topology)))
                 for i, t in enumerate(args.topology)]
     jobs = positive_int(args.jobs, "--jobs")
-    show = sys.stderr.isatty() and not os.environ.get("CI") and not args.json
-    with Progress(transient=True, disable=not show, console=Console(stderr=True)) as progress:
-        task = progress.add_task("simulating candidates", total=None)
-
-        def tick(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
-
+    with terminal.progress("simulating candidates") as update:
         answer = core.advise(machines, args.workload, objective=args.objective, jobs=jobs,
-                             progress=tick)
-        if args.what_if and answer["best"] is not None:
-            progress.update(task, description="simulating upgrades", completed=0, total=None)
+                             progress=update)
+    if args.what_if and answer["best"] is not None:
+        with terminal.progress("simulating upgrades"):
             best_machine = next(m for m in machines
                                 if m.topology == answer["best"]["options"]["topology"])
             answer["best"]["what_if"] = whatif.upgrades(answer["best"], best_machine.prices)

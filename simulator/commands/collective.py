@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from simulator import api
+from simulator.commands import terminal
 from simulator.commands.nccl_notes import env_notes, env_of
 from simulator.commands.parsing import whole
 from simulator.errors import InputError
@@ -126,8 +127,15 @@ def run(args: argparse.Namespace) -> int:
     machine = api.load_machine(topology, args.gpus, nccl=env)
 
     def simulate(nbytes: list[int]) -> list[collectives.Result]:
-        return api.collective(api.CollectiveSpec(topology, op, tuple(nbytes), args.gpus,
-                                                 args.algo, env))
+        # in pieces, so that a long size range on a large machine shows its progress
+        piece = max(1, -(-len(nbytes) // 20))
+        out: list[collectives.Result] = []
+        with terminal.progress(f"{op} over {len(nbytes)} sizes") as update:
+            for i in range(0, len(nbytes), piece):
+                out += api.collective(api.CollectiveSpec(
+                    topology, op, tuple(nbytes[i:i + piece]), args.gpus, args.algo, env))
+                update(len(out), len(nbytes))
+        return out
 
     if args.json:
         objs = [r.to_json() for r in simulate(requested)]

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 from typing import Any
 
 from simulator import api
 from simulator.advice.ranges import WORDS
-from simulator.commands import price_flags, script_output
+from simulator.commands import price_flags, script_output, terminal
 from simulator.commands.run import add_job_arguments, spec_from_args, summary_rows
 from simulator.outputs.files import write_atomically
 
@@ -44,9 +43,12 @@ def run(args: argparse.Namespace) -> int:
     strategies = tuple(args.strategy or ["ddp"])
     specs = [spec_from_args(args, t, w, s, others=strategies) for t, w, s in combos]
     machines = len(args.topology)
-    reports = [api.simulate(spec, prices=price_flags.prices(
-        args, args.topology.index(t), machines), ranges=not args.no_ranges).report
-        for spec, (t, _, _) in zip(specs, combos, strict=True)]
+    reports: list[dict[str, Any]] = []
+    with terminal.progress(f"simulating {len(specs)} runs") as update:
+        for spec, (t, _, _) in zip(specs, combos, strict=True):
+            reports.append(api.simulate(spec, prices=price_flags.prices(
+                args, args.topology.index(t), machines), ranges=not args.no_ranges).report)
+            update(len(reports), len(specs))
     varying = {name for name, values in (("topology", args.topology),
                                          ("workload", args.workload),
                                          ("strategy", args.strategy or ["ddp"]))
@@ -64,11 +66,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             script_output.print_csv(reports)
         return script_output.status(args, (r["memory"] for r in reports))
-    from rich.console import Console  # rich only for text output
-    from rich.table import Table
-
-    table = Table(show_lines=False, title_justify="left",
-                  title="same flags, side by side" if varying else None)
+    table = terminal.table(title="same flags, side by side" if varying else None)
     table.add_column("", style="bold")
     for report in reports:
         table.add_column(_label(report, varying), overflow="fold")
@@ -79,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(name, *[r.get(name, "-") for r in rows])
     if not args.no_ranges:
         table.add_row("range set by", *[_dominant(r) for r in reports])
-    Console(file=sys.stdout, highlight=False, width=30 + 62 * len(reports)).print(table)
+    terminal.console().print(table)
     return script_output.status(args, (r["memory"] for r in reports))
 
 

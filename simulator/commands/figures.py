@@ -45,6 +45,14 @@ def count(value: float) -> str:
     return f"{float(f'{value:.3g}'):,.0f}" if value >= 100 else f"{value:.3g}"
 
 
+def short_count(value: float) -> str:
+    """Tokens in a narrow column: three significant digits, k or M: ``51.8k``, ``1.2M``."""
+    for size, unit in ((1e6, "M"), (1e3, "k")):
+        if value >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.3g}"
+
+
 def duration(value: float) -> str:
     """A whole run in the unit people plan in: minutes, hours or days."""
     if value < 3600:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -20,7 +19,7 @@ from typing import Any
 from simulator import api
 from simulator.api import RunResult, RunSpec
 from simulator.commands import figures as fig
-from simulator.commands import price_flags, recipe_flags
+from simulator.commands import price_flags, recipe_flags, terminal
 from simulator.commands.parsing import NO_FIT_EXIT, no_fit_status
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
@@ -263,10 +262,7 @@ def bucket_summary(buckets: list[dict[str, Any]]) -> str:
 
 def print_text(result: RunResult, out: Any = None) -> None:
     r = result.report
-    from rich.console import Console  # rich only for text output
-    from rich.table import Table
-
-    console = Console(file=out or sys.stdout, highlight=False, width=110, soft_wrap=True)
+    console = terminal.console(out)
     if not r["memory"]["fits"]:
         console.print(f"memory: {memory_verdict(r['memory'])}; simulated anyway, "
                       "but this step would run out of memory")
@@ -278,7 +274,7 @@ def print_text(result: RunResult, out: Any = None) -> None:
     title = (f"{r['workload']} on {r['topology']} ({cards}), "
              f"{r['strategy']}{'' if r['overlap'] else ', no overlap'}"
              + "".join(f", {x}" for x in recipe_flags.words(r.get("recipe", {}))))
-    table = Table(title=title, show_header=False, title_justify="left")
+    table = terminal.table(title=title, show_header=False)
     table.add_column(style="bold")
     table.add_column()
     for name, value in summary_rows(r):
@@ -357,7 +353,8 @@ def write_outputs(result: RunResult, args: argparse.Namespace) -> None:
                 result.timeline, p, title=title, collapse=not args.gantt_per_gpu)))
         if args.memory_png:
             writers.append((args.memory_png, lambda p: plots.memory_curve(
-                result.timeline, mem["breakdown_bytes"], mem["capacity_bytes"], p, title=title)))
+                result.timeline, mem["lines"], mem["capacity_bytes"], p, title=title,
+                micro_steps=result.job.grad_accum)))
     write_files(writers)
 
 

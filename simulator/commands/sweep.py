@@ -3,7 +3,7 @@
 ``--bucket-mb 1,5,25,100,400`` (and any other option given as a comma list) runs every
 combination; the table has a row per point. Points run in parallel processes when
 ``--jobs N`` asks for it (a point takes tens of milliseconds, less than starting a
-process); a rich progress bar shows on a terminal (not under CI).
+process); progress shows on stderr for a sweep over two seconds (simulator/commands/terminal.py).
 `--png` draws step time and exposed communication over the swept values; `--json` prints
 a list of `run --json` objects, each with the point's option values under ``"point"``;
 `--csv` the same as a row per point (``point.bucket_mb``, ..., first).
@@ -12,11 +12,9 @@ a list of `run --json` objects, each with the point's option values under ``"poi
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import os
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -25,7 +23,7 @@ from simulator import api
 from simulator.advice.cost import Prices
 from simulator.api import RunSpec
 from simulator.commands import figures as fig
-from simulator.commands import price_flags, recipe_flags, script_output
+from simulator.commands import price_flags, recipe_flags, script_output, terminal
 from simulator.commands.parsing import whole
 from simulator.commands.run import NUMBER_FLAGS, add_job_arguments, check_strategy, memory_verdict
 from simulator.errors import InputError
@@ -98,30 +96,28 @@ def run(args: argparse.Namespace) -> int:
     # A 7B step simulates in tens of milliseconds, less than a worker process takes to start
     # (about 0.5 s measured on 2 cores), so processes are used only when asked for.
     jobs = min(args.jobs or 1, max(1, len(rest)))
-    show = sys.stdout.isatty() and not os.environ.get("CI") and not args.json
-    with _progress(len(specs), show) as advance:
+    with terminal.progress(f"simulating {len(specs)} points") as update:
         if jobs > 1:
             with ProcessPoolExecutor(max_workers=jobs) as pool:
                 for report in pool.map(_run_point, rest):
                     reports.append(report)
-                    advance()
+                    update(len(reports), len(specs))
         else:
             for point in rest:
                 reports.append(_run_point(point))
-                advance()
+                update(len(reports), len(specs))
     for report, combo in zip(reports, combos, strict=True):
         report["point"] = combo
     labels = [", ".join(f"{k.replace('_', '-')}={v:g}" for k, v in c.items() if k in swept)
               or "default" for c in combos]
     if args.png:
-        series = {"step time (ms)": [r["step_time_s"] * 1e3 for r in reports],
-                  "exposed communication (ms)": [r["exposed_comm_s"] * 1e3 for r in reports],
-                  "communication (ms)": [r["comm_time_s"] * 1e3 for r in reports]}
+        metrics = {"step time": [r["step_time_s"] * 1e3 for r in reports],
+                   "exposed communication": [r["exposed_comm_s"] * 1e3 for r in reports],
+                   "communication": [r["comm_time_s"] * 1e3 for r in reports]}
         title = f"{reports[0]['workload']} on {reports[0]['topology']}, {base.strategy}"
         from simulator.outputs import plots  # matplotlib only when a picture is asked for
 
-        write_atomically(args.png, lambda p: plots.sweep_chart(
-            labels, series, " x ".join(swept) or "point", "milliseconds", p, title=title))
+        write_atomically(args.png, lambda p: plots.sweep_chart(combos, metrics, p, title=title))
     if args.json:
         script_output.print_json(reports)
     elif args.csv:
@@ -131,49 +127,34 @@ def run(args: argparse.Namespace) -> int:
     return script_output.status(args, (r["memory"] for r in reports))
 
 
-@contextlib.contextmanager
-def _progress(total: int, show: bool) -> Iterator[Callable[[], None]]:
-    """A rich progress bar on a terminal (one point already done); elsewhere nothing, and rich
-    is not even imported."""
-    if not show:
-        yield lambda: None
-        return
-    from rich.progress import Progress
-
-    with Progress(transient=True) as progress:
-        task = progress.add_task("simulating", total=total, completed=1)
-        yield lambda: progress.advance(task)
-
-
 def print_table(reports: list[dict[str, Any]], labels: list[str], base: RunSpec) -> None:
-    from rich.console import Console  # rich only for text output
-    from rich.table import Table
-
     first = reports[0]
-    table = Table(title=f"{first['workload']} on {first['topology']}, {base.strategy}",
-                  title_justify="left")
+    table = terminal.table(title=f"{first['workload']} on {first['topology']}, {base.strategy}")
     priced = any(r["cost"]["usd_per_hour"] is not None for r in reports)
-    for name in ("point", "step", "tokens/s", "per GPU", "scaling", "MFU", "comm",
-                 "exposed comm", "buckets", "memory", *(["$/M tokens"] if priced else []),
-                 "kWh/M tokens"):
-        table.add_column(name, justify="left" if name in ("point", "memory") else "right")
+    # short headers and figures, a range on the line under its value (tokens/s per GPU is in
+    # --json and --csv): eleven columns in 120
+    for name in ("point", "step", "tokens/s", "scaling", "MFU", "comm",
+                 "exposed", "buckets", "memory", *(["$/M tok"] if priced else []),
+                 "kWh/M tok"):
+        table.add_column(name, justify="left" if name in ("point", "memory") else "right",
+                         overflow="fold")
     for label, r in zip(labels, reports, strict=True):
         buckets, eff = r.get("buckets"), r.get("scaling_efficiency")
         usd = r["cost"]["usd_per_million_tokens"]
         kwh = r["energy"]["kwh_per_million_tokens"]
-        table.add_row(
-            label, fig.seconds_ranged(r["step_time_s"], r.get("step_time_s_range")),
-            fig.ranged(fig.count(r["tokens_per_s"]), r.get("tokens_per_s_range"), fig.count),
-            fig.count(r["tokens_per_s_per_gpu"]), "-" if eff is None else f"{eff:.0%}",
+        table.add_row(*(cell.replace(" (", "\n(") for cell in (
+            label.replace(", ", "\n"),
+            fig.seconds_ranged(r["step_time_s"], r.get("step_time_s_range")),
+            fig.ranged(fig.short_count(r["tokens_per_s"]), r.get("tokens_per_s_range"),
+                       fig.short_count),
+ "-" if eff is None else f"{eff:.0%}",
             f"{r['mfu']:.1%}",
             f"{r['comm_time_s'] * 1e3:.1f} ms", f"{r['exposed_comm_s'] * 1e3:.1f} ms",
             "-" if buckets is None else str(len(buckets)),
             memory_verdict(r["memory"]).split(":")[0],
-            *([("-" if usd is None else fig.ranged(
-                f"${usd:.3g}", r["cost"].get("usd_per_million_tokens_range"),
-                lambda x: f"{x:.3g}"))] if priced else []),
-            "-" if kwh is None else f"{kwh:.3g}")
-    console = Console(file=sys.stdout, highlight=False, width=160)
+            *([("-" if usd is None else f"${usd:.3g}")] if priced else []),
+            "-" if kwh is None else f"{kwh:.3g}")))
+    console = terminal.console()
     console.print(table)
     recipes = dict.fromkeys(recipe_flags.training_words(r.get("recipe", {})) for r in reports)
     console.print("recipe: " + "; ".join(w for w in recipes if w))

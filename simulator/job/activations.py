@@ -17,6 +17,10 @@ from simulator.job import checkpointing as ckpt
 from simulator.job import loss
 from simulator.job.workload import QA_LABELS, Job
 
+# The working set of the layer being recomputed (full/op checkpointing): alive only while
+# backward runs, one layer at a time; the memory curve draws it so (outputs/plots.py).
+RECOMPUTED_LAYER = "one layer recomputed during backward"
+
 if TYPE_CHECKING:
     from simulator.job.memory import Line
 
@@ -69,7 +73,7 @@ def activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool | None,
     lines = [Line("activations", f"{what}, checkpointing {mode}, {job.kernels} kernels, {attn}, "
                   f"{tokens} tokens", stored * tokens * layers, "backward")]
     if working and layers:
-        lines.append(Line("activations", "one layer recomputed during backward",
+        lines.append(Line("activations", RECOMPUTED_LAYER,
                           working * tokens, "backward"))
     head = 2 * a.hidden * e / (tp if sp else 1)  # final-norm input and lm_head input
     width = QA_LABELS if a.encoder else a.vocab / tp  # vocab-parallel logits under TP

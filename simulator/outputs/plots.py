@@ -17,16 +17,20 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from simulator.engine.timeline import Timeline, merge  # noqa: E402
+from simulator.engine.timeline import Span, Timeline, merge  # noqa: E402
+from simulator.job.activations import RECOMPUTED_LAYER  # noqa: E402
 
+# Compute in cool colours and greys, communication in warm ones; pure red is kept for exposed
+# communication alone (the optimizer is dark grey, not red), so the eye finds it at once.
 COLOURS = {
-    "forward": "#4C72B0", "backward": "#55A868", "recompute": "#8C8C8C",
-    "optimizer": "#C44E52", "other": "#B0B0B0",
+    "forward": "#4C72B0", "backward": "#55A868", "recompute": "#A6A6A6",
+    "optimizer": "#4D4D4D", "other": "#C8C8C8",
     "allreduce": "#DD8452", "allgather": "#8172B3", "reducescatter": "#DA8BC3",
     "broadcast": "#937860", "p2p": "#2CA9B7", "d2h": "#E6B800", "h2d": "#A67C00",
-    "nvme": "#6B4E16", "cpu_optimizer": "#7F2A2D", "repeat": "#DDDDDD",
+    "nvme": "#6B4E16", "cpu_optimizer": "#2F4F4F", "repeat": "#DDDDDD",
 }
-_EXPOSED = "#FF000022"
+EXPOSED = "#E00000"  # the exposed-communication lane and its legend entry
+_EXPOSED_SHADE = "#E0000018"  # the same intervals, faintly, across the group's lanes
 _MS = 1e3
 
 
@@ -42,15 +46,21 @@ def _streams(timeline: Timeline, rep: int) -> list[str]:
     return [s for s in timeline.streams() if s in used]
 
 
+EXPOSED_LANE = "exposed comm"  # a lane of its own under each group's streams
+
+
 def _lanes(timeline: Timeline, collapse: bool) -> list[tuple[str, int, str]]:
-    """(label, representative GPU, stream) per lane, top to bottom."""
+    """(label, representative GPU, stream) per lane, top to bottom; each GPU (or group) ends
+    with its exposed-communication lane when it has any."""
     if collapse or timeline.world == 1:
-        return [(f"{_gpus(g)} · {s}", g[0], s) for g in timeline.rank_groups
-                for s in _streams(timeline, g[0])]
+        owners = [(_gpus(g), g[0]) for g in timeline.rank_groups]
+    else:
+        owners = [(f"GPU {gpu}", timeline.representative(gpu)) for gpu in range(timeline.world)]
     lanes = []
-    for gpu in range(timeline.world):
-        rep = timeline.representative(gpu)
-        lanes += [(f"GPU {gpu} · {s}", rep, s) for s in _streams(timeline, rep)]
+    for name, rep in owners:
+        lanes += [(f"{name} · {s}", rep, s) for s in _streams(timeline, rep)]
+        if exposed_intervals(timeline, rep):
+            lanes.append((f"{name} · {EXPOSED_LANE}", rep, EXPOSED_LANE))
     return lanes
 
 
@@ -79,28 +89,38 @@ def gantt(timeline: Timeline, path: str | Path, *, title: str = "",
     height = max(2.6, 0.55 * len(lanes) + 1.6)
     fig, ax = plt.subplots(figsize=(14, height), dpi=110)
     kinds_seen: dict[str, None] = {}
+    exposed = {rep: exposed_intervals(timeline, rep) for _, rep, _ in lanes}
     for row, (_label, rep, stream) in enumerate(lanes):
+        y = len(lanes) - 1 - row
+        if stream == EXPOSED_LANE:  # solid, edged in its own colour: a sliver stays visible
+            ax.broken_barh([(a * _MS, (b - a) * _MS) for a, b in exposed[rep]],
+                           (y - 0.38, 0.76), facecolors=EXPOSED, edgecolor=EXPOSED,
+                           linewidth=0.6)
+            continue
         by_kind: dict[str, list[tuple[float, float]]] = {}
         for span in timeline.spans:
             if span.stream == stream and span.gpu == rep:
                 by_kind.setdefault(span.kind, []).append(
                     (span.start * _MS, max(span.duration * _MS, 1e-6)))
-        y = len(lanes) - 1 - row
-        # thin white edges keep neighbouring buckets and layers apart, unless they are so
-        # many that the edges would hide the colours
-        edge = 0.3 if sum(len(b) for b in by_kind.values()) < 200 else 0.0
+        # thin white edges keep neighbouring layers apart, unless they are so many that the
+        # edges would hide the colours; communication is edged in its own colour instead, so
+        # a short collective is never thinner than a line
+        many = sum(len(b) for b in by_kind.values()) >= 200
         for kind, bars in by_kind.items():
             kinds_seen[kind] = None
-            ax.broken_barh(bars, (y - 0.38, 0.76), facecolors=COLOURS.get(kind, "#777777"),
-                           edgecolor="white", linewidth=edge)
+            colour = COLOURS.get(kind, "#777777")
+            comm = kind not in ("forward", "backward", "recompute", "optimizer", "other")
+            ax.broken_barh(bars, (y - 0.38, 0.76), facecolors=colour,
+                           edgecolor=colour if comm else "white",
+                           linewidth=0.5 if comm else (0.0 if many else 0.3))
     bottom, top = -0.6, len(lanes) - 0.1
     for group in timeline.rank_groups:  # shade each group's own lanes
         rows = [len(lanes) - 1 - r for r, lane in enumerate(lanes) if lane[1] == group[0]]
         band = ((0.0, 1.0) if len(timeline.rank_groups) == 1 else
                 ((min(rows) - 0.5 - bottom) / (top - bottom),
                  (max(rows) + 0.5 - bottom) / (top - bottom)))
-        for start, end in exposed_intervals(timeline, group[0]):
-            ax.axvspan(start * _MS, end * _MS, *band, color=_EXPOSED, linewidth=0)
+        for start, end in exposed.get(group[0], []):
+            ax.axvspan(start * _MS, end * _MS, *band, color=_EXPOSED_SHADE, linewidth=0)
     step_ms = timeline.step_time * _MS
     ax.axvline(step_ms, color="black", linewidth=1.2, linestyle="--")
     ax.text(step_ms, 1.01, f"step {step_ms:.1f} ms", va="bottom", ha="right", fontsize=9,
@@ -112,7 +132,12 @@ def gantt(timeline: Timeline, path: str | Path, *, title: str = "",
     ax.set_xlabel("time in the step (ms)")
     ax.grid(axis="x", linewidth=0.3, alpha=0.6)
     handles = [Patch(color=COLOURS.get(k, "#777777"), label=k) for k in kinds_seen]
-    handles.append(Patch(color=_EXPOSED, label="exposed communication"))
+    first = exposed.get(timeline.rank_groups[0][0], [])
+    if first:
+        total = sum(b - a for a, b in first)
+        share = f", {total / timeline.step_time:.0%} of the step" if timeline.step_time else ""
+        handles.append(Patch(color=EXPOSED, label=f"exposed communication: compute waits "
+                             f"{total * _MS:.1f} ms{share}"))
     # below the x label: about 0.8 inch under the axes, as a fraction of the axes' height
     below = -0.28 if len(lanes) < 4 else -min(0.12, 0.8 / (0.55 * len(lanes)))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, below),
@@ -123,80 +148,211 @@ def gantt(timeline: Timeline, path: str | Path, *, title: str = "",
     plt.close(fig)
 
 
-def activation_fraction(timeline: Timeline, times: Sequence[float]) -> list[float]:
+def activation_fraction(timeline: Timeline, times: Sequence[float], gpu: int | None = None,
+                        micro_steps: int = 1) -> list[float]:
     """Share of the peak activations alive at each time: forward work done minus backward done.
 
     Activations of a micro-batch accumulate as its forward runs and are freed as its backward
     runs; work is measured in idle-GPU seconds so the curve follows the real kernels.
     """
-    micro = max(1, int(timeline.meta.get("grad_accum", 1)))
-    phases = {"forward": [s for s in timeline.spans if s.kind == "forward"],
-              "backward": [s for s in timeline.spans if s.kind == "backward"]}
-    totals = {k: sum(s.args.get("idle_s", s.duration) for s in v) for k, v in phases.items()}
+    micro = max(1, micro_steps)
+    spans = timeline.spans if gpu is None else timeline.spans_of(gpu)
+    phases = {"forward": [s for s in spans if s.kind == "forward"],
+              "backward": [s for s in spans if s.kind == "backward"]}
+    return [min(1.0, max(0.0, f - b)) for f, b in zip(
+        _work_done(phases["forward"], times, micro), _work_done(phases["backward"], times, micro),
+        strict=True)]
 
-    def done(kind: str, t: float) -> float:
-        total = totals[kind]
-        if total <= 0:
-            return 0.0
+
+def _work_done(spans: Sequence[Span], times: Sequence[float], micro: int) -> list[float]:
+    """Work of ``spans`` done by each time, in micro-steps (0 to ``micro``)."""
+    total = sum(s.args.get("idle_s", s.duration) for s in spans)
+    if total <= 0:
+        return [0.0] * len(times)
+    out = []
+    for t in times:
         work = 0.0
-        for s in phases[kind]:
+        for s in spans:
             if t >= s.end:
                 work += s.args.get("idle_s", s.duration)
             elif t > s.start:
                 work += s.args.get("idle_s", s.duration) * (t - s.start) / s.duration
-        return work / total * micro
+        out.append(work / total * micro)
+    return out
 
-    return [min(1.0, max(0.0, done("forward", t) - done("backward", t))) for t in times]
+
+# memory.py's categories, bottom to top: what lives all step first, what comes and goes last
+MEMORY_BANDS = {"weights": "#4C72B0", "optimizer": "#8172B3", "gradients": "#55A868",
+                "other": "#B0B0B0", "activations": "#DD8452", "recompute": "#E6B800"}
 
 
-def memory_curve(timeline: Timeline, breakdown: Mapping[str, float], capacity: float,
-                 path: str | Path, *, title: str = "") -> None:
-    """Per-GPU memory over the step: static state plus activations that rise and fall."""
+def memory_over_step(timeline: Timeline, lines: Sequence[Mapping[str, object]],
+                     times: Sequence[float], micro_steps: int = 1) -> dict[str, list[float]]:
+    """Bytes per band at each time, from memory.py's lines and when each is alive.
+
+    A line's ``phase`` (simulator/job/memory.py) says when it lives: ``both`` all step;
+    ``grads`` appear as the first micro-step's backward makes them and stay through the
+    optimizer step (zero_grad(set_to_none=True) frees them at the next step's start); saved
+    activations (``backward``) rise with forward work and fall with backward work, per
+    micro-step; the recomputed layer's working set lives while backward runs; other
+    ``backward`` lines (units in flight, autocast copies) from forward until the optimizer;
+    ``step`` during the optimizer; ``only:<moment>`` (allocator overhead at that moment) in
+    the part of the step that moment stands for. At the start of backward, its end and the
+    optimizer step the bands add up to memory.py's totals there, so the curve's top is the
+    reported peak.
+    """
+    gpu = timeline.rank_groups[0][0]
+    mine = timeline.spans_of(gpu)
+    micro = max(1, micro_steps)
+    forward = [s for s in mine if s.kind == "forward"]
+    backward = [s for s in mine if s.kind == "backward"]
+    optimizer = [(s.start, s.end) for s in mine if s.kind == "optimizer"]
+    end = timeline.step_time
+    f0 = min((s.start for s in forward), default=0.0)
+    b0 = min((s.start for s in backward), default=end)
+    b1 = max((s.end for s in backward), default=end)
+    optimizer = optimizer or [(b1, end)]
+    o0 = min(max(b1, min(a for a, _ in optimizer)), end)  # the step starts after backward
+    mid = (b0 + b1) / 2
+    saved = activation_fraction(timeline, times, gpu, micro)
+    made = [min(1.0, d) for d in _work_done(backward, times, micro)]
+
+    def during(windows: Sequence[tuple[float, float]]) -> list[float]:
+        return [1.0 if any(a <= t < b or (t == end and b == end) for a, b in windows) else 0.0
+                for t in times]
+
+    shapes = {"both": [1.0] * len(times), "grads": made, "step": during(optimizer),
+              "only:backward": during([(0.0, mid)]), "only:backward_end": during([(mid, o0)]),
+              "only:step": during(optimizer), "running": during([(f0, o0)]),
+              "recompute": during([(b0, b1)]), "saved": saved}
+    bands: dict[str, list[float]] = {k: [0.0] * len(times) for k in MEMORY_BANDS}
+    for line in lines:
+        if line.get("host"):
+            continue
+        category, phase = str(line["category"]), str(line["phase"])
+        band = category
+        if category == "activations" and phase == "backward":
+            shape = "saved"
+            if line.get("label") == RECOMPUTED_LAYER:
+                band = shape = "recompute"
+        else:
+            shape = "running" if phase == "backward" else phase
+        size = float(line["bytes"])  # type: ignore[arg-type]
+        bands[band] = [b + size * x for b, x in zip(bands[band], shapes[shape], strict=True)]
+    return {k: v for k, v in bands.items() if any(v)}
+
+
+def _phase_runs(timeline: Timeline) -> list[tuple[str, float, float]]:
+    """(kind, start, end) of each unbroken run of forward, backward or optimizer compute on
+    the first GPU: a micro-step's forward, its backward, the step."""
+    runs: list[tuple[str, float, float]] = []
+    spans = sorted((s for s in timeline.spans_of(timeline.rank_groups[0][0])
+                    if s.kind in ("forward", "backward", "optimizer")), key=lambda s: s.start)
+    for s in spans:
+        if runs and runs[-1][0] == s.kind:
+            runs[-1] = (s.kind, runs[-1][1], max(runs[-1][2], s.end))
+        else:
+            runs.append((s.kind, s.start, s.end))
+    return runs
+
+
+def memory_curve(timeline: Timeline, lines: Sequence[Mapping[str, object]], capacity: float,
+                 path: str | Path, *, title: str = "", micro_steps: int = 1) -> None:
+    """Memory per GPU over the step, a band per category as it is alive (memory_over_step)."""
     gib = 1024**3
-    n = 400
+    n = 600
     times = [timeline.step_time * i / (n - 1) for i in range(n)]
-    static_keys = [k for k in ("weights", "gradients", "optimizer", "other") if k in breakdown]
-    frac = activation_fraction(timeline, times)
-    fig, ax = plt.subplots(figsize=(10, 4), dpi=110)
-    layers = [[breakdown[k] / gib] * n for k in static_keys]
-    layers.append([f * breakdown.get("activations", 0.0) / gib for f in frac])
+    bands = memory_over_step(timeline, lines, times, micro_steps)
+    fig, ax = plt.subplots(figsize=(10, 4.2), dpi=110)
     xs = [t * _MS for t in times]
-    palette = {"weights": "#4C72B0", "gradients": "#55A868", "optimizer": "#C44E52",
-               "other": "#B0B0B0"}
-    ax.stackplot(xs, *layers, labels=[*static_keys, "activations"],
-                 colors=[palette[k] for k in static_keys] + ["#DD8452"])
+    names = {"optimizer": "optimizer states", "recompute": "recomputed layer"}
+    ax.stackplot(xs, *[[b / gib for b in v] for v in bands.values()],
+                 labels=[names.get(k, k) for k in bands],
+                 colors=[MEMORY_BANDS[k] for k in bands], linewidth=0)
+    total = [sum(v) / gib for v in zip(*bands.values(), strict=True)]
+    top = max(total, default=0.0)
+    at = total.index(top) if total else 0
+    ax.plot(xs, total, color="black", linewidth=0.8)
+    ax.annotate(f"peak {top:.1f} GiB", (xs[at], top), xytext=(0, 4), textcoords="offset points",
+                ha="center", va="bottom", fontsize=8)
+    for kind, a, b in _phase_runs(timeline):  # where each phase runs, named on top
+        ax.axvline(a * _MS, color="#555555", linewidth=0.6, linestyle=":")
+        if b - a > 0.04 * timeline.step_time:
+            ax.text((a + b) / 2 * _MS, 1.005, kind, transform=ax.get_xaxis_transform(),
+                    ha="center", va="bottom", fontsize=8, color="#555555")
     ax.axhline(capacity / gib, color="black", linestyle="--", linewidth=1.2)
     ax.text(xs[0], capacity / gib, f" capacity {capacity / gib:.1f} GiB", va="bottom", fontsize=9)
-    peak = sum(breakdown.get(k, 0.0) for k in static_keys) + max(layers[-1]) * gib
-    ax.set_ylim(0, max(capacity, peak) / gib * 1.12)
+    ax.set_ylim(0, max(capacity / gib, top) * 1.15)
     ax.set_xlim(xs[0], xs[-1] if xs[-1] > 0 else 1)
     ax.set_xlabel("time in the step (ms)")
     ax.set_ylabel("memory per GPU (GiB)")
-    ax.legend(loc="upper right", fontsize=8, ncol=5, frameon=False)
-    ax.set_title(title or "memory per GPU over the step", fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=8, ncol=len(bands),
+              frameon=False)
+    ax.set_title(title or "memory per GPU over the step", fontsize=10, pad=16)
     fig.tight_layout()
     fig.savefig(path, format=_fmt(path))
     plt.close(fig)
 
 
-def sweep_chart(xs: Sequence[str], series: Mapping[str, Sequence[float | None]],
-                xlabel: str, ylabel: str, path: str | Path, *, title: str = "") -> None:
-    """One line per series over a list-valued option (bucket size, GPUs, ...)."""
-    fig, ax = plt.subplots(figsize=(8, 4.2), dpi=110)
-    for name, ys in series.items():
-        points = [(i, y) for i, y in enumerate(ys) if y is not None]
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
-    ax.set_xticks(range(len(xs)))
-    ax.set_xticklabels(xs)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(linewidth=0.3, alpha=0.6)
-    ax.set_ylim(bottom=0)  # differences read honestly against zero
-    if len(series) > 1:  # below the axes, so it never hides a line
-        ax.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.18),
-                  ncol=len(series))
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+def sweep_layout(points: Sequence[Mapping[str, float]]
+                 ) -> tuple[str | None, str | None, list[str]]:
+    """The swept option along x (the one with most values), the one drawn as a line per value
+    (the next), and the rest, which get a panel per combination of their values."""
+    swept = sorted((k for k in points[0] if len({p[k] for p in points}) > 1),
+                   key=lambda k: -len({p[k] for p in points})) if points else []
+    return (swept[0] if swept else None, swept[1] if len(swept) > 1 else None, swept[2:])
+
+
+def sweep_chart(points: Sequence[Mapping[str, float]],
+                metrics: Mapping[str, Sequence[float | None]], path: str | Path, *,
+                title: str = "", ylabel: str = "milliseconds") -> None:
+    """Small multiples of a sweep: a panel per metric (and, with three or more swept options,
+    per value of the others); the option with the most values along x, a line per value of
+    the next one. ``points``: each point's option values; ``metrics``: name -> a value per
+    point (None where it does not apply)."""
+    x_key, line_key, rest = sweep_layout(points)
+
+    def values(key: str) -> list[float]:
+        return sorted({p[key] for p in points})
+
+    def words(point: Mapping[str, float], keys: Sequence[str]) -> str:
+        return ", ".join(f"{k.replace('_', '-')}={point[k]:g}" for k in keys)
+
+    xs = values(x_key) if x_key else [0.0]
+    facets = list(dict.fromkeys(words(p, rest) for p in points))
+    names = list(metrics)
+    rows, cols = (1, len(names)) if len(facets) == 1 else (len(names), len(facets))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.9 * cols, 2.9 * rows + 0.9), dpi=110,
+                             squeeze=False, sharex=True,
+                             sharey="row" if len(facets) > 1 else False)
+    lines = values(line_key) if line_key else [None]
+    colours = plt.get_cmap("viridis")
+    for m, name in enumerate(names):
+        for f, facet in enumerate(facets):
+            ax = axes[0][m] if len(facets) == 1 else axes[m][f]
+            for i, value in enumerate(lines):
+                ys = {p[x_key] if x_key else 0.0: y for p, y in zip(points, metrics[name],
+                                                                     strict=True)
+                      if words(p, rest) == facet and (line_key is None or p[line_key] == value)
+                      and y is not None}
+                xy = [(xs.index(x), ys[x]) for x in xs if x in ys]
+                label = f"{line_key.replace('_', '-')}={value:g}" if line_key else None
+                ax.plot([a for a, _ in xy], [b for _, b in xy], marker="o", markersize=4,
+                        color=colours(i / max(1, len(lines) - 1) * 0.9), label=label)
+            ax.set_title(name + (f"\n{facet}" if facet else ""), fontsize=9)
+            ax.set_xticks(range(len(xs)))
+            ax.set_xticklabels([f"{x:g}" for x in xs], fontsize=8)
+            ax.grid(linewidth=0.3, alpha=0.6)
+            ax.set_ylim(bottom=0)  # differences read honestly against zero
+            if ax in (axes[-1][0], axes[-1][-1]) or len(facets) == 1:
+                ax.set_xlabel(x_key.replace("_", "-") if x_key else "point", fontsize=8)
+        (axes[0][m] if len(facets) == 1 else axes[m][0]).set_ylabel(ylabel, fontsize=8)
+    if line_key:  # one legend for every panel, below them
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(lines), 8), fontsize=8,
+                   frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.07 if line_key else 0, 1, 1))
     fig.savefig(path, format=_fmt(path))
     plt.close(fig)
 

@@ -1,0 +1,109 @@
+"""How text reaches the user: tables as wide as the terminal, progress for long work.
+
+Tables are drawn by rich at the terminal's width (rich reads ``COLUMNS``, then the size of
+the terminal, else 80 columns), with box lines on a terminal and as plain aligned columns
+when stdout is piped or redirected, so `stepsim compare ... | cat`, `grep` and `awk` read
+words, not drawing characters. Progress goes to stderr, only when stderr is a terminal (never
+under CI) and only once the work has run for two seconds: short commands stay silent.
+rich is imported only when text is printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+PROGRESS_AFTER_S = 2.0  # work shorter than this shows no progress at all
+
+Update = Callable[[int, int | None], None]  # (done, total or None when not yet known)
+
+
+class _Trimmed(io.TextIOBase):
+    """A text stream that drops the spaces rich pads each line with (plain output only)."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        lines = (self.pending + text).split("\n")
+        self.pending = lines.pop()
+        if lines:
+            self.out.write("".join(line.rstrip() + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.out.write(self.pending.rstrip())
+            self.pending = ""
+        self.out.flush()
+
+
+def console(file: IO[str] | None = None) -> Console:
+    """A console for stdout (or ``file``) at the terminal's width; piped, no colour and no
+    trailing spaces."""
+    from rich.console import Console
+
+    out = file or sys.stdout
+    if out.isatty():
+        return Console(file=out, highlight=False)
+    # rich decides colour from the stream it is given: a wrapper is no terminal
+    return Console(file=_Trimmed(out), highlight=False)  # type: ignore[arg-type]
+
+
+def table(*, title: str | None = None, show_header: bool = True, **options: Any) -> Table:
+    """A rich table: boxed on a terminal, plain aligned columns when stdout is not one."""
+    from rich import box
+    from rich.table import Table
+
+    plain = not sys.stdout.isatty()
+    return Table(title=title, show_header=show_header, title_justify="left",
+                 box=None if plain else box.HEAVY_HEAD, pad_edge=not plain, **options)
+
+
+@contextlib.contextmanager
+def progress(description: str) -> Iterator[Update]:
+    """``update(done, total)`` for a piece of work; a bar on stderr appears once it has run
+    two seconds (updates or not: a timer starts it), if stderr is a terminal and CI is not
+    set, and is erased when the work ends."""
+    if not sys.stderr.isatty() or os.environ.get("CI"):
+        yield lambda done, total: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    bar = Progress(console=Console(stderr=True), transient=True)
+    lock = threading.Lock()
+    state: dict[str, Any] = {"done": 0, "total": None, "task": None}
+
+    def begin() -> None:
+        with lock:
+            bar.start()
+            state["task"] = bar.add_task(description, total=state["total"],
+                                         completed=state["done"])
+
+    def update(done: int, total: int | None) -> None:
+        with lock:
+            state.update(done=done, total=total)
+            if state["task"] is not None:
+                bar.update(state["task"], completed=done, total=total)
+
+    timer = threading.Timer(PROGRESS_AFTER_S, begin)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield update
+    finally:
+        timer.cancel()
+        with lock:
+            if state["task"] is not None:
+                bar.stop()
