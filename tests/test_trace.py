@@ -136,7 +136,7 @@ def test_gantt_lanes_follow_the_groups() -> None:
     t = Timeline(spans=spans, world=4, step_time=0.003, link_bytes={}, link_capacity={},
                  groups=((0, 1), (2, 3)))
     assert [label for label, _, _ in plots._lanes(t, collapse=True)] == [
-        "GPU 0-1 · compute", "GPU 0-1 · p2p", "GPU 2-3 · compute"]
+        "GPU 0-1 · compute", "GPU 0-1 · p2p", "GPU 0-1 · exposed comm", "GPU 2-3 · compute"]
     assert [(label, rep) for label, rep, _ in plots._lanes(t, collapse=False)][-2:] == [
         ("GPU 2 · compute", 2), ("GPU 3 · compute", 2)]
     assert plots.exposed_intervals(t, 0) == [(0.001, 0.002)]
