@@ -281,6 +281,13 @@ def _scaling_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
         measured_eff = result["seq_per_s"][-1] / (n * result["seq_per_s"][0])
         rows.append(Row(entry["id"], result["hardware"][:13], n, None, "scaling eff",
                         measured_eff, simulated[n] / (n * simulated[min(simulated)])))
+        # the steady step (the logs' rate once running), which is what stepsim simulates:
+        # the headline figures above also carry each run's start-up
+        steady = result.get("steady_seq_per_s") or []
+        for gpus, rate in list(zip(result["gpus"], steady, strict=True))[1:]:
+            rows.append(Row(entry["id"], result["hardware"][:13], gpus, None, "steady eff",
+                            rate / (gpus * steady[0]),
+                            simulated[gpus] / (gpus * simulated[result["gpus"][0]])))
     return rows
 
 

@@ -102,6 +102,15 @@ def test_dgx1_small_buckets_cost_throughput_as_measured():
     assert all(r.simulated > 0 for r in losses.values())
 
 
+def test_lambda_h100_bert_large_steady_scaling():
+    # deeplearning-benchmark's 8x H100 SXM5 logs: 2.825 / 2.77 / 2.755 / 2.74 it/s at batch
+    # 112 per GPU on 1 / 2 / 4 / 8 GPUs, an overlapped fp16 all-reduce over NVSwitch
+    rows = validate.training_rows(validate.load_measurements())
+    steady = [r for r in rows if r.quantity == "steady eff" and r.op.startswith("H100")]
+    assert [r.gpus for r in steady] == [2, 4, 8]
+    assert all(abs(r.error) < 0.02 for r in steady)
+
+
 def test_new_training_datasets_are_simulated_and_printed(capsys):
     rows = validate.training_rows(validate.load_measurements())
     ids = {r.id for r in rows}
@@ -109,6 +118,7 @@ def test_new_training_datasets_are_simulated_and_printed(capsys):
     bert = [r for r in rows if r.id == "lambda-bert-large-scaling"]
     assert len([r for r in bert if r.quantity == "seq/s"]) == 4 + 4 + 2
     assert len([r for r in bert if r.quantity == "scaling eff"]) == 3
+    assert len([r for r in bert if r.quantity == "steady eff"]) == 3 + 3 + 1
     v100 = [r for r in rows if r.id == "v100-ddp-bucket-size"]
     assert [r.quantity for r in v100] == ["sec/iter", "sec/iter"] + ["tput loss"] * 3
     assert all(r.simulated == r.simulated and r.simulated != 0 for r in rows)  # no NaN or zero
