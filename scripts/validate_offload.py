@@ -6,7 +6,8 @@ that reports seconds for a number of samples: samples x context / seconds); memo
 framework printed it (fsdp_qlora's peak reserved memory, torchtune's "peak memory active",
 the allocator's allocated peak). None of these points fixed a constant: the CPU optimizer's
 rate comes from one core's streaming bandwidth and the cited kernel ratios (host.py), the
-copies from the PCIe paths; every row is a check.
+copies from the PCIe paths; every row is a check. A point that records a verdict (host
+memory that did not hold the run) is checked by tests/test_validation.py, not printed.
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ RUNS: dict[str, dict[str, Any]] = {
         "topology": "8xa100-nvswitch", "workload": _w("torchtune-llama3.1-70b"),
         "strategy": "fsdp", "offload": "params", "memory": "allocated"},
 }
+# ds_z3_offload.json: offload_optimizer and offload_param to the CPU with pin_memory true
+_LLMQ = {"topology": str(TOPOLOGIES / "4x4090-llmq.yaml"), "strategy": "zero3",
+         "offload": "params", "pin_memory": True}
+for _size, _micro, _accum in (("3b", 64, 2), ("7b", 32, 4), ("14b", 21, 6), ("32b", 1, 1)):
+    RUNS[f"llmq-4x4090-qwen2.5-{_size}-zero3-offload"] = {
+        **_LLMQ, "workload": _w(f"llamafactory-qwen2.5-{_size}"), "micro_batch": _micro,
+        "grad_accum": _accum}
 _SPEC_KEYS = ("gpus", "micro_batch", "grad_accum", "offload", "pin_memory", "pp", "schedule")
 
 
@@ -72,6 +80,8 @@ def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
             continue
         spec = RunSpec(setup["topology"], setup["workload"], setup["strategy"],
                        **{k: setup[k] for k in _SPEC_KEYS if k in setup})
+        if "host_fits" in point:  # a verdict, not a figure: tests/test_validation.py
+            continue
         result = simulate(spec, baseline=False)
         r = result.report
         gpus = r["gpus"]
@@ -85,4 +95,8 @@ def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
                                 point["peak_memory_gib"],
                                 result.memory[f"peak_{counter}_bytes"] / GiB, None,
                                 r["topology"]))
+        if "host_used_gib" in point:  # the machine's, every rank's states and more
+            out.append(row_type(point["id"], "host RAM", gpus, None, "memory GiB",
+                                point["host_used_gib"],
+                                result.memory["host_peak_bytes"] / GiB, None, r["topology"]))
     return out

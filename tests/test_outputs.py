@@ -64,3 +64,29 @@ def test_bad_input_is_one_clear_line(argv: list[str], message: str,
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_gantt_idle_gaps_lie_between_a_lanes_spans() -> None:
+    from simulator.outputs.plots import _idle
+
+    bars = {"forward": [(0.0, 1.0), (5.0, 1.0)], "backward": [(1.5, 2.0), (2.0, 1.0)]}
+    assert _idle(bars) == [(1.0, 0.5), (3.5, 1.5)]  # overlaps merged, no gap before or after
+    assert _idle({}) == []
+
+
+def test_pipeline_gantt_title_names_the_schedule_and_bubble(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib.pyplot as plt
+
+    titles: list[str] = []
+    real = plt.Axes.set_title
+
+    def spy(self, label, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        titles.append(label)
+        return real(self, label, *a, **k)
+
+    monkeypatch.setattr(plt.Axes, "set_title", spy)
+    assert main(["run", "-t", "8x5090-switch", "-w", "gpt2-medium", "-s", "ddp", "--pp", "2",
+                 "--grad-accum", "4", "--gantt", str(tmp_path / "pp.png")]) == 0
+    assert (tmp_path / "pp.png").stat().st_size > 0
+    assert any("pp 2 1f1b x 4 micro-batches, bubble" in t for t in titles), titles

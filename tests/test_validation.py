@@ -1,5 +1,6 @@
 """scripts/validate.py: every collective measurement is simulated and the errors stay small."""
 
+import functools
 import importlib.util
 import statistics
 import sys
@@ -20,6 +21,7 @@ def load_script(name: str):
 
 
 validate = load_script("validate")
+validate_offload = load_script("validate_offload")
 
 
 @pytest.fixture(scope="module")
@@ -163,9 +165,56 @@ def test_the_torchtitan_h100_row_fits_on_its_96_gb_cards() -> None:
     assert r.memory["fits"] and r.report["recipe"]["activation_checkpointing"] == "op"
 
 
-def test_offloaded_throughput_is_within_ten_percent_of_every_published_run() -> None:
+@functools.cache
+def _offload_rows() -> dict[tuple[str, str], float]:
+    return {(r.id, r.op): r.error for r in validate.offload_rows(validate.load_all())}
+
+
+def test_offloaded_fsdp_throughput_is_within_ten_percent_of_every_published_run() -> None:
     rows = validate.offload_rows(validate.load_all())
-    throughput = {r.id: r.error for r in rows if r.quantity == "tok/s/GPU"}
+    assert all(r.role == "check" for r in rows)  # no point fixed a constant
+    throughput = {r.id: r.error for r in rows if r.quantity == "tok/s/GPU"
+                  and not r.id.startswith("llmq")}
     assert len(throughput) == 6  # fsdp_qlora's 2 x 4090 rows and torchtune's 8 x A100 row
     assert all(abs(e) <= 0.10 for e in throughput.values()), throughput
-    assert all(r.role == "check" for r in rows)  # no point fixed a constant
+
+
+# Memory tolerances, per source:
+# - torchtune README (70B full, 8 x A100, CPU offload): its "peak memory" is the allocated
+#   peak, the model's exact tensors: 10%.
+# - AnswerDotAI fsdp_qlora benchmarks_03_2024.md, dual 4090: peak *reserved* memory of runs
+#   whose batch was raised until the card was nearly full. The model reserves 5% over the
+#   tensors; fsdp_qlora's own batch-1 LoRA run reserves 11.6% over them (10.22 GiB reserved,
+#   9.16 allocated), and the LoRA rows' reserve is not explained (see the README's accuracy
+#   section): QLoRA rows 10%, LoRA and 70B rows 30%.
+# - IST-DASLab/llmq 4090x4.md: DeepSpeed's host memory in use after the optimizer's setup
+#   (the whole machine's): 10%.
+OFFLOAD_MEMORY_TOLERANCE = {
+    ("torchtune-8xa100-llama3.1-70b-full-offload", "allocated pea"): 0.10,
+    ("answerdotai-2x4090-llama2-7b-qlora-offload", "reserved peak"): 0.10,
+    ("answerdotai-2x4090-llama2-7b-qlora", "reserved peak"): 0.10,
+    ("answerdotai-2x4090-llama2-7b-lora-offload", "reserved peak"): 0.30,
+    ("answerdotai-2x4090-llama2-7b-lora", "reserved peak"): 0.30,
+    ("answerdotai-2x4090-llama2-70b-qlora-offload", "reserved peak"): 0.30,
+    ("llmq-4x4090-qwen2.5-14b-zero3-offload", "host RAM"): 0.10,
+}
+
+
+@pytest.mark.parametrize("key", list(OFFLOAD_MEMORY_TOLERANCE), ids="/".join)
+def test_offloaded_memory_is_within_its_sources_tolerance(key: tuple[str, str]) -> None:
+    errors = _offload_rows()
+    assert abs(errors[key]) <= OFFLOAD_MEMORY_TOLERANCE[key], (key, errors[key])
+
+
+def test_the_32b_run_that_ran_out_of_host_memory_does_not_fit_the_host() -> None:
+    """llmq's LLaMA-Factory Qwen2.5-32B ZeRO-3 offload on four 4090s and 503 GiB of RAM ran out
+    of host memory while DeepSpeed set up the optimizer: 18 B x 32.8 B parameters = 549 GiB."""
+    from simulator.api import RunSpec, simulate
+
+    [point] = [p for p in validate_offload.load() if p["id"].startswith("llmq-4x4090-qwen2.5-32b")]
+    setup = validate_offload.RUNS[point["id"]]
+    spec = RunSpec(setup["topology"], setup["workload"], setup["strategy"],
+                   offload=setup["offload"])
+    memory = simulate(spec, baseline=False).memory
+    assert point["host_fits"] is False and not memory["host_fits"]
+    assert memory["host_peak_bytes"] > memory["host_capacity_bytes"]

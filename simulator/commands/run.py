@@ -339,6 +339,10 @@ def trace_writers(result: RunResult, path: str, fmt: str,
 
 def write_outputs(result: RunResult, args: argparse.Namespace) -> None:
     words = "".join(f", {x}" for x in recipe_flags.words(result.report.get("recipe", {})))
+    pipe = result.report.get("pipeline")
+    if isinstance(pipe, dict):
+        words += (f", pp {pipe['stages']} {pipe['schedule']} x {pipe['micro_batches']} "
+                  f"micro-batches, bubble {pipe['bubble_fraction']:.1%}")
     title = (f"{result.job.name} on {result.machine.name}, {result.spec.strategy}{words}: "
              f"step {result.timeline.step_time * 1e3:.1f} ms")
     writers: list[tuple[str, Writer]] = []

@@ -344,6 +344,10 @@ class TrainingConfig(Frozen):
     # attention-probability dropout; bert also drops the hidden states at this rate (its
     # BertConfig has hidden_dropout_prob = attention_probs_dropout_prob = 0.1)
     dropout: float = Field(default=0.0, ge=0, lt=1)
+    # torchtune's option of the same name: FSDP units of their own for the embeddings and the
+    # output projection instead of leaving them in the root (its Llama 3 distributed configs)
+    custom_sharded_layers: list[Literal["tok_embeddings", "output"]] = Field(
+        default_factory=list, max_length=2)
 
 
 class WorkloadConfig(Frozen):

@@ -306,6 +306,10 @@ def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
                                default=0.0),
              "root": sum(v for k, v in unit.items() if k < 0 or k >= job.n_blocks),
              "root_grads": sum(v for k, v in unit_grads.items() if k < 0 or k >= job.n_blocks),
+             # the embeddings (block -1) and the final norm with the output projection
+             "tok_embeddings": unit.get(-1, 0.0), "tok_embeddings_grads": unit_grads.get(-1, 0.0),
+             "output": unit.get(job.n_blocks, 0.0),
+             "output_grads": unit_grads.get(job.n_blocks, 0.0),
              "all_units": sum(unit.values()),
              "largest_quantized": max((p.numel for p in job.params if p.quantized), default=0)}
     return lines, sizes
@@ -345,19 +349,39 @@ def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: d
         else:
             params = sizes["all_units"] - sizes["root"]
             what = "all units (reshard_after_forward=False)"
-        # a unit's 16-bit gradients in backward; FSDP2 with reduce_dtype=fp32 also builds an
-        # fp32 reduce-scatter input (DeepSpeed reduces in the 16-bit dtype)
-        rs_input = 4 if mixed and strategy == "fsdp" else 0
+        # a unit's 16-bit gradients in backward, and FSDP2's reduce-scatter input: every
+        # unit's gradients are copied into one (in reduce_dtype: fp32 under mixed precision,
+        # else the parameters' dtype), kept in comm_ctx.reduce_scatter_state until the next
+        # unit's post_backward waits on it (_fsdp_param_group.py post_backward), so one is
+        # alive beside the unit being computed. DeepSpeed reduces its own 16-bit buckets.
+        rs_input = (4 if mixed else e) if strategy == "fsdp" else 0
         grads = sizes["unit_grads"] * (e + rs_input)
         lines.append(Line("other", f"{who} unsharded parameters in flight: {what}", params,
                           "backward"))
         lines.append(Line("other", f"{who} unsharded gradients of one unit"
-                          + (" + fp32 reduce-scatter input" if rs_input else ""), grads,
-                          "backward"))
+                          + (f" + the previous unit's {rs_input} B reduce-scatter input"
+                             if rs_input else ""), grads, "backward"))
         # root unit (embeddings, final norm, head): not resharded after forward, its 16-bit
         # gradients (the lm_head's come first) wait for the last reduce-scatter
-        lines.append(Line("other", f"{who} root unit (embeddings, head) unsharded with its "
-                          "gradients", sizes["root"] + sizes["root_grads"] * e, "backward"))
+        # DeepSpeed ZeRO-3 fetches and releases every module's parameters as it runs
+        # (partitioned_param_coordinator.py fetch_sub_module / release_sub_module): it has no
+        # root unit, the embeddings and the output projection come and go like a block
+        own = (("tok_embeddings", "output") if strategy == "zero3"
+               else tuple(job.training.custom_sharded_layers))
+        root = sizes["root"] + sizes["root_grads"] * e
+        rest = [k for k in ("tok_embeddings", "output") if k not in own]
+        lines.append(Line("other", f"{who} root unit ({', '.join(rest) or 'final norm'}) "
+                          "unsharded with its gradients",
+                          root - sum(sizes[k] + sizes[f"{k}_grads"] * e for k in own),
+                          "backward"))
+        if own:
+            # a unit of its own (torchtune custom_sharded_layers) is freed after forward and
+            # gathered in backward with its gradients, in place of a block: the output
+            # projection when backward starts, the embeddings when it ends
+            big = max(sizes[k] + sizes[f"{k}_grads"] * (e + rs_input) for k in own)
+            lines.append(Line("other", f"{who} {' and '.join(own)} unit(s) of their own: the "
+                              "largest with its gradients in place of a block's",
+                              max(0.0, big - sizes["unit"] - grads), "backward"))
     if job.finetune == "qlora" and sizes["largest_quantized"]:
         lines.append(Line("other", "QLoRA dequantised weight of the largest layer",
                           sizes["largest_quantized"] / tp * e, "backward"))

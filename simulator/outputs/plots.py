@@ -31,6 +31,7 @@ COLOURS = {
 }
 EXPOSED = "#E00000"  # the exposed-communication lane and its legend entry
 _EXPOSED_SHADE = "#E0000018"  # the same intervals, faintly, across the group's lanes
+_IDLE = "#9A9A9A"  # hatch over a lane's waits when ranks differ (pipeline bubble, slow peers)
 _MS = 1e3
 
 
@@ -82,6 +83,17 @@ def exposed_intervals(timeline: Timeline, gpu: int | None = None) -> list[tuple[
     return out
 
 
+def _idle(by_kind: Mapping[str, list[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """(start, width) of the gaps between a lane's first and last span."""
+    bars = sorted(b for kind in by_kind.values() for b in kind)
+    gaps, end = [], bars[0][0] + bars[0][1] if bars else 0.0
+    for start, width in bars[1:]:
+        if start > end:
+            gaps.append((end, start - end))
+        end = max(end, start + width)
+    return gaps
+
+
 def gantt(timeline: Timeline, path: str | Path, *, title: str = "",
           collapse: bool = True) -> None:
     """Draw lanes per GPU and stream, a colour per kind, exposed comm shaded, step time marked."""
@@ -113,6 +125,12 @@ def gantt(timeline: Timeline, path: str | Path, *, title: str = "",
             ax.broken_barh(bars, (y - 0.38, 0.76), facecolors=colour,
                            edgecolor=colour if comm else "white",
                            linewidth=0.5 if comm else (0.0 if many else 0.3))
+        if stream == "compute" and len(timeline.rank_groups) > 1:
+            gaps = _idle(by_kind)  # ranks that differ: where this one waits (a bubble)
+            if gaps:
+                kinds_seen["idle"] = None
+                ax.broken_barh(gaps, (y - 0.38, 0.76), facecolors="none", hatch="////",
+                               edgecolor=_IDLE, linewidth=0)
     bottom, top = -0.6, len(lanes) - 0.1
     for group in timeline.rank_groups:  # shade each group's own lanes
         rows = [len(lanes) - 1 - r for r, lane in enumerate(lanes) if lane[1] == group[0]]
@@ -131,7 +149,9 @@ def gantt(timeline: Timeline, path: str | Path, *, title: str = "",
     ax.set_xlim(0, step_ms * 1.01 if step_ms > 0 else 1)
     ax.set_xlabel("time in the step (ms)")
     ax.grid(axis="x", linewidth=0.3, alpha=0.6)
-    handles = [Patch(color=COLOURS.get(k, "#777777"), label=k) for k in kinds_seen]
+    handles = [Patch(facecolor="none", edgecolor=_IDLE, hatch="////", label="idle (bubble)")
+               if k == "idle" else Patch(color=COLOURS.get(k, "#777777"), label=k)
+               for k in kinds_seen]
     first = exposed.get(timeline.rank_groups[0][0], [])
     if first:
         total = sum(b - a for a, b in first)
