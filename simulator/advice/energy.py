@@ -19,7 +19,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from simulator.engine.timeline import Timeline, merge, subtract_length, union_length
+from simulator.engine.timeline import (
+    Timeline,
+    merge,
+    subtract_length,
+    uncovered_lengths,
+    union_length,
+)
 
 if TYPE_CHECKING:
     from simulator.machine.hardware import GPU
@@ -57,8 +63,8 @@ def gpu_joules(timeline: Timeline, gpu: int, limit: float, sms: int) -> float:
     comm = timeline.comm_spans(gpu)
     busy = union_length(compute)
     comm_only = 0.0
-    for span in comm:  # each collective's exposed part, at its SM share
-        exposed = subtract_length([(span.start, span.end)], compute)
+    exposed_parts = uncovered_lengths([(s.start, s.end) for s in comm], compute)
+    for span, exposed in zip(comm, exposed_parts, strict=True):  # at the collective's SM share
         share = min(1.0, float(span.args.get("channels", 1)) / sms)
         comm_only += exposed * (idle_w + share * (limit - idle_w))
     exposed_total = subtract_length([(s.start, s.end) for s in comm], compute)
