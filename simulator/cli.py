@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         print(f"{prog}: error: cannot write the output: {exc.strerror or exc}",
               file=sys.stderr)
-        return 2
+        return 2  # no error object: stdout is what failed
 
 
 def _fail(prog: str, exc: InputError, argv: Sequence[str]) -> int:

@@ -7,7 +7,7 @@ import pytest
 from simulator import api
 from simulator.api import RunSpec
 from simulator.job import memory as memory_model
-from simulator.outputs import plots
+from simulator.outputs import memory_plot, plots
 
 
 def _run(strategy: str, topology: str = "2x5090", **kw: object) -> api.RunResult:
@@ -45,7 +45,7 @@ def test_memory_curve_meets_the_memory_model_at_its_three_moments(
     b1 = max(s.end for s in rep if s.kind == "backward")
     o0, o1 = min(s.start for s in rep if s.kind == "optimizer"), tl.step_time
     times = [b0, b1, (o0 + o1) / 2]
-    bands = plots.memory_over_step(tl, lines, times)
+    bands = memory_plot.memory_over_step(tl, lines, times)
     drawn = [sum(v[i] for v in bands.values()) for i in range(len(times))]
     gpu = [x for x in lines if not x.get("host")]  # memory.py's totals at each moment
     line_objs = [memory_model.Line(x["category"], x["label"], x["bytes"], x["phase"])
@@ -61,7 +61,7 @@ def test_gradients_appear_during_backward_and_activations_rise_and_fall() -> Non
     tl = result.timeline
     n = 200
     times = [tl.step_time * i / (n - 1) for i in range(n)]
-    bands = plots.memory_over_step(tl, result.memory["lines"], times)
+    bands = memory_plot.memory_over_step(tl, result.memory["lines"], times)
     grads, acts = bands["gradients"], bands["activations"]
     assert grads[0] == 0 and grads[-1] == max(grads)  # set_to_none: none before backward
     assert all(b >= a for a, b in zip(grads, grads[1:], strict=False))
@@ -73,7 +73,7 @@ def test_full_checkpointing_is_not_flat() -> None:
     result = _run("ddp", checkpointing="full")
     tl = result.timeline
     times = [tl.step_time * i / 99 for i in range(100)]
-    bands = plots.memory_over_step(tl, result.memory["lines"], times)
+    bands = memory_plot.memory_over_step(tl, result.memory["lines"], times)
     assert "recompute" in bands and min(bands["recompute"]) == 0 < max(bands["recompute"])
     assert len(set(bands["activations"])) > 10
 
@@ -92,7 +92,7 @@ def test_sweep_and_memory_pictures_are_written(tmp_path) -> None:  # noqa: ANN00
                "exposed communication": [None] * len(grid)}
     plots.sweep_chart(grid, metrics, tmp_path / "s.png", title="t")
     result = _run("fsdp", grad_accum=2)
-    plots.memory_curve(result.timeline, result.memory["lines"],
+    memory_plot.memory_curve(result.timeline, result.memory["lines"],
                        result.memory["capacity_bytes"], tmp_path / "m.png", micro_steps=2)
     assert (tmp_path / "s.png").stat().st_size > 10_000
     assert (tmp_path / "m.png").stat().st_size > 10_000

@@ -349,14 +349,15 @@ def write_outputs(result: RunResult, args: argparse.Namespace) -> None:
     if args.trace:
         writers += trace_writers(result, args.trace, args.trace_format, args.trace_per_gpu)
     if args.gantt or args.memory_png:
-        from simulator.outputs import plots  # matplotlib only when a picture is asked for
+        # matplotlib only when a picture is asked for
+        from simulator.outputs import memory_plot, plots
 
         mem = result.memory
         if args.gantt:
             writers.append((args.gantt, lambda p: plots.gantt(
                 result.timeline, p, title=title, collapse=not args.gantt_per_gpu)))
         if args.memory_png:
-            writers.append((args.memory_png, lambda p: plots.memory_curve(
+            writers.append((args.memory_png, lambda p: memory_plot.memory_curve(
                 result.timeline, mem["lines"], mem["capacity_bytes"], p, title=title,
                 micro_steps=result.job.grad_accum)))
     write_files(writers)
