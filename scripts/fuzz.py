@@ -3,7 +3,8 @@
 Each mutation changes one thing in a preset (a value made hostile, a key removed or made up, a
 list emptied or grown, the text cut, garbled, re-encoded or given YAML's stranger features),
 writes it to a temporary file and runs `stepsim` on it. The contract: exit 0, or exit 2 with
-one line on stderr naming the file; never a traceback, never more than 10 s.
+one line on stderr naming the file; never a traceback, never more than 10 s of CPU time (nor
+a minute of waiting).
 
     python scripts/fuzz.py --seed 11 --topologies 1000 --workloads 1000 [--jobs 2]
 
@@ -34,7 +35,11 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+# The contract is about work, not a shared machine's clock: a command that spins spends CPU,
+# so 10 s of CPU time is a hang; one that blocks (a FIFO, a lock) spends none, so a wall
+# clock six times longer catches that without tripping on a loaded machine.
 TIMEOUT_S = 10
+WALL_TIMEOUT_S = 60
 
 HOSTILE: list[Any] = [0, -1, 1e9, 1e300, -1e-300, 5e-324, float("inf"), float("nan"), "x", "",
                       True, None, [], {}, 2**70, "1:30", "on", "y" * 5000, -0.0, [1, 2], "010"]
@@ -149,9 +154,11 @@ def check(case: Case, run: bool = True) -> list[str]:
         Path(path).write_bytes(data)
         for argv in commands(case, path, run=run):
             out, err = io.StringIO(), io.StringIO()
+            signal.signal(signal.SIGPROF, _alarm)
             signal.signal(signal.SIGALRM, _alarm)
-            signal.alarm(TIMEOUT_S)
-            started = time.perf_counter()
+            signal.setitimer(signal.ITIMER_PROF, TIMEOUT_S)  # this process's CPU time
+            signal.alarm(WALL_TIMEOUT_S)
+            started = time.process_time()
             try:
                 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                     code = main(argv)
@@ -162,8 +169,9 @@ def check(case: Case, run: bool = True) -> list[str]:
                 outcomes.append(f"TRACEBACK {argv[0]} {case}: {type(exc).__name__}: {exc}")
                 continue
             finally:
+                signal.setitimer(signal.ITIMER_PROF, 0)
                 signal.alarm(0)
-            took = time.perf_counter() - started
+            took = time.process_time() - started
             lines = err.getvalue().splitlines()
             if code == 0:
                 outcomes.append(f"ok {argv[0]}")
@@ -172,7 +180,7 @@ def check(case: Case, run: bool = True) -> list[str]:
             else:
                 outcomes.append(f"BAD {argv[0]} {case} exit {code}: {err.getvalue()[:300]!r}")
             if took > TIMEOUT_S:
-                outcomes.append(f"SLOW {argv[0]} {case}: {took:.1f} s")
+                outcomes.append(f"SLOW {argv[0]} {case}: {took:.1f} s of CPU")
     return outcomes
 
 

@@ -46,3 +46,16 @@ def test_the_fuzz_reports_what_breaks_the_contract(monkeypatch: pytest.MonkeyPat
     assert all(o.startswith("TRACEBACK") for o in fuzz.check(case, run=False))
     monkeypatch.setattr(simulator.cli, "main", chatty)
     assert all(o.startswith("BAD") for o in fuzz.check(case, run=False))
+
+
+def test_a_command_that_spins_is_a_hang_by_its_cpu_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    import simulator.cli
+
+    def spinning(argv: list[str]) -> int:
+        while True:
+            pass
+
+    monkeypatch.setattr(fuzz, "TIMEOUT_S", 0.2)  # seconds of CPU time
+    monkeypatch.setattr(simulator.cli, "main", spinning)
+    outcomes = fuzz.check(fuzz.cases("workloads", 1, SEED)[0], run=False)
+    assert outcomes and all(o.startswith("HANG") for o in outcomes)
