@@ -18,6 +18,7 @@ import contextlib
 import importlib
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -91,7 +92,11 @@ def _fail(prog: str, exc: InputError, argv: Sequence[str]) -> int:
     """One line on stderr; under --json also ``{"error": {...}}`` on stdout. Exit status 2."""
     print(f"{prog}: error: {exc}", file=sys.stderr)
     if "--json" in argv:
-        error = {"file": exc.file, "line": exc.line, "key": exc.key, "message": exc.message}
+        key, message = exc.key, exc.message
+        flag = re.match(r"(-{1,2}[A-Za-z][\w-]*): (.+)", message)
+        if key is None and exc.file is None and flag:  # "--gpus: expected ...": its flag is the key
+            key, message = flag.groups()
+        error = {"file": exc.file, "line": exc.line, "key": key, "message": message}
         try:
             print(json.dumps({"schema_version": SCHEMA_VERSION, "error": error}))
             sys.stdout.flush()

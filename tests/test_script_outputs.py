@@ -143,3 +143,11 @@ def test_input_errors_under_json_are_an_error_object_and_exit_2(
     assert set(doc) == {"schema_version", "error"}
     assert set(doc["error"]) == {"file", "line", "key", "message"}
     assert doc["error"]["message"] and err.count("\n") == 1 and doc["error"]["message"] in err
+
+
+def test_a_bad_flag_value_under_json_names_the_flag_as_its_key(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", *SMALL, "--gpus", "1,x", "--json"]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["key"] == "--gpus" and error["message"].startswith("expected a whole number")
+    assert error["file"] is None and error["line"] is None
