@@ -83,6 +83,9 @@ class RunSpec:
     sequence_parallel: bool = False
     reshard_after_forward: bool = True
     zero_overlap_comm: bool | None = None
+    # DeepSpeed's ZeRO-1/2 bucket sizes, in elements (None: its default 5e8, strategies/zero.py)
+    reduce_bucket_size: int | None = None
+    allgather_bucket_size: int | None = None
     # offload to host memory (strategies/offload.py): none | optimizer | params, pinned buffers
     offload: str = "none"
     pin_memory: bool | None = None  # None: the framework's default (DeepSpeed no, FSDP2 yes)
@@ -201,7 +204,8 @@ def configured(spec: RunSpec) -> RunSpec:
         return spec
     found = dict(_deepspeed_settings(spec.deepspeed))
     if "strategy" in spec.explicit and found.get("strategy", spec.strategy) != spec.strategy:
-        for key in ("zero_overlap_comm", "offload", "pin_memory"):
+        for key in ("zero_overlap_comm", "reduce_bucket_size", "allgather_bucket_size",
+                    "offload", "pin_memory"):
             found.pop(key, None)
     defaults = {f.name: f.default for f in fields(RunSpec)}
     changes = {k: v for k, v in found.items()
@@ -282,7 +286,9 @@ def options_of(spec: RunSpec) -> strategies.Options:
         sequence_parallel=spec.sequence_parallel,
         reshard_after_forward=spec.reshard_after_forward,
         zero_overlap_comm=spec.zero_overlap_comm, pp=spec.pp, schedule=spec.schedule,
-        virtual_stages=spec.virtual_stages, offload=spec.offload, pin_memory=spec.pin_memory)
+        virtual_stages=spec.virtual_stages, offload=spec.offload, pin_memory=spec.pin_memory,
+        reduce_bucket_size=spec.reduce_bucket_size,
+        allgather_bucket_size=spec.allgather_bucket_size)
 
 
 def _memory_options(spec: RunSpec, machine: Machine) -> dict[str, Any]:
@@ -293,7 +299,8 @@ def _memory_options(spec: RunSpec, machine: Machine) -> dict[str, Any]:
                 reshard_after_forward=spec.reshard_after_forward,
                 zero_overlap_comm=bool(spec.zero_overlap_comm),
                 nccl_channels=collectives.machine_channels(machine),
-                offload=spec.offload, host_capacity_bytes=host.memory_bytes(machine))
+                offload=spec.offload, host_capacity_bytes=host.memory_bytes(machine),
+                reduce_bucket_size=spec.reduce_bucket_size)
 
 
 def memory_reports(job: Job, machine: Machine, spec: RunSpec,
@@ -385,6 +392,7 @@ def pipeline_split(spec: RunSpec) -> dict[str, Any] | None:
 def memory_of(spec: RunSpec, split: dict[str, Any] | None = None) -> dict[str, Any]:
     """The memory verdict of a spec without simulating it (what advise prunes by). A
     pipeline's rests on its stage split: ``split`` (from ``pipeline_split``), else built."""
+    spec = configured(spec)
     machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
     if spec.pp > 1 and split is None:
         split = pipeline_split(spec)
@@ -536,7 +544,9 @@ def recipe(spec: RunSpec, job: Job | None = None) -> dict[str, Any]:
             "sequence_parallel": spec.sequence_parallel,
             "reshard_after_forward": spec.reshard_after_forward,
             "overlap_comm": bool(spec.zero_overlap_comm), "offload": spec.offload,
-            "pin_memory": spec.pin_memory}
+            "pin_memory": spec.pin_memory,
+            **{key: getattr(spec, key) for key in ("reduce_bucket_size", "allgather_bucket_size")
+               if getattr(spec, key) is not None}}  # DeepSpeed's, when its config gave them
 
 
 def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
@@ -555,7 +565,8 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
                                reshard_after_forward=True, zero_overlap_comm=None, pp=1,
                                schedule="1f1b", virtual_stages=1,
                                offload="none", pin_memory=None, deepspeed=None,
-                               explicit=frozenset()))
+                               explicit=frozenset(), reduce_bucket_size=None,
+                               allgather_bucket_size=None))
 
 
 @lru_cache(maxsize=64)
@@ -605,6 +616,7 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
     ``ranges``: add ``<key>_range`` beside the headline keys (advice/ranges.py: a few more
     simulations at the ends of the mechanisms' validation spreads).
     """
+    spec = configured(spec)
     job = job_of(spec)
     machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl).for_job(job.name)
     check_recipe(spec.strategy, tp=_tp_degree(spec, machine), overlap=spec.overlap,

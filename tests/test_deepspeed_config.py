@@ -10,6 +10,7 @@ import pytest
 
 from simulator import api
 from simulator.cli import main
+from simulator.engine.program import Comm
 from simulator.errors import InputError
 from simulator.inputs.deepspeed_config import settings
 
@@ -44,10 +45,42 @@ def test_batch_precision_and_buckets(tmp_path: Path, capsys: pytest.CaptureFixtu
         "bf16": {"enabled": False}, "fp16": {"enabled": True},
         "zero_optimization": {"stage": 1, "overlap_comm": True, "reduce_bucket_size": 2e8}})
     assert settings(path) == {"strategy": "zero1", "zero_overlap_comm": True,
-                              "micro_batch": 4, "grad_accum": 8, "precision": "fp16"}
-    assert "reduce_bucket_size: warning: 200,000,000 elements" in capsys.readouterr().err
+                              "reduce_bucket_size": 200_000_000, "micro_batch": 4,
+                              "grad_accum": 8, "precision": "fp16"}
+    assert capsys.readouterr().err == ""
+    stage3 = _config(tmp_path, {"zero_optimization": {"stage": 3, "reduce_bucket_size": 2e8}})
+    assert settings(stage3) == {"strategy": "zero3"}
+    assert "reduce_bucket_size: warning: 200,000,000 elements: applied under ZeRO-1 and -2" \
+        in capsys.readouterr().err
     both_off = _config(tmp_path, {"bf16": {"enabled": False}, "fp16": {"enabled": False}})
     assert settings(both_off) == {"precision": "fp32"}
+
+
+def test_bucket_sizes_cut_zero2_reductions_and_buffers(tmp_path: Path) -> None:
+    # IPG buckets close before passing reduce_bucket_size elements; the updated 16-bit
+    # partitions are all-gathered in allgather_bucket_size chunks (of the whole array)
+    path = _config(tmp_path, {"zero_optimization": {"stage": 2, "reduce_bucket_size": 1e8,
+                                                    "allgather_bucket_size": 2e8}})
+    spec = api.RunSpec("8x5090-dual-socket", "llama2-7b", deepspeed=path)
+    small = api.simulate(spec, baseline=False)
+    plain = api.simulate(api.RunSpec("8x5090-dual-socket", "llama2-7b", "zero2"), baseline=False)
+    n = small.job.n_trainable
+
+    def gathers(result: api.RunResult) -> int:
+        return sum(isinstance(t.work, Comm) and t.work.name.startswith("allgather.params")
+                   for t in result.programs[0].tasks)
+
+    buckets = small.programs[0].meta["buckets"]  # 2-byte gradients; a tensor past the cap
+    sizes = [b["bytes"] // 2 for b in buckets]  # (lm_head, 131M elements) is a bucket alone
+    assert all(size <= 100_000_000 for size, b in zip(sizes, buckets, strict=True)
+               if b["tensors"] > 1)
+    assert len(sizes) >= -(-n // 100_000_000)
+    assert len(plain.programs[0].meta["buckets"]) < len(sizes)
+    assert gathers(small) == -(-n // 200_000_000) and gathers(plain) == -(-n // 500_000_000)
+    assert small.report["recipe"]["reduce_bucket_size"] == 100_000_000
+    assert "reduce_bucket_size" not in plain.report["recipe"]
+    assert any("reduce_bucket_size 1e8" in line.label and line.bytes == 100_000_000 * 2
+               for line in api.memory(spec).report.lines)
 
 
 def test_the_spec_takes_the_file_where_flags_are_silent() -> None:
@@ -55,6 +88,8 @@ def test_the_spec_takes_the_file_where_flags_are_silent() -> None:
     assert (spec.strategy, spec.offload, spec.pin_memory) == ("zero3", "params", True)
     job = api.job_of(api.RunSpec("1x4090", "llama2-7b", deepspeed=Z2, micro_batch=2))
     assert job.micro_batch == 2
+    verdict = api.memory_of(api.RunSpec("8x5090-dual-socket", "llama2-7b", deepspeed=Z3))
+    assert verdict["offload"] == "params" and verdict["strategy"] == "zero3"
 
 
 def test_explicit_flags_win(tmp_path: Path) -> None:

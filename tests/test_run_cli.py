@@ -31,6 +31,8 @@ class Options:
     sequence_parallel: bool = False
     reshard_after_forward: bool = True
     zero_overlap_comm: bool | None = None
+    reduce_bucket_size: int | None = None
+    allgather_bucket_size: int | None = None
     pp: int = 1
     schedule: str = "1f1b"
     virtual_stages: int = 1

@@ -17,9 +17,10 @@ From DeepSpeed (``deepspeed/runtime/zero/config.py`` DeepSpeedZeroConfig and
 - ``train_micro_batch_size_per_gpu`` -> micro_batch, ``gradient_accumulation_steps`` ->
   grad_accum; ``bf16.enabled`` / ``fp16.enabled`` true -> precision bf16 / fp16, both
   false -> fp32.
-- ``reduce_bucket_size`` and ``allgather_bucket_size`` count elements (config-json.md:
-  "Number of elements"); stepsim's ZeRO buckets are DeepSpeed's default 5e8 elements
-  (strategies/zero.py), so another size is reported, not applied.
+- ``reduce_bucket_size`` and ``allgather_bucket_size`` count elements (DeepSpeedZeroConfig:
+  "Number of elements reduced/allreduced at a time") -> the ZeRO-1/2 gradient buckets and
+  the chunks of the parameter all-gather after the step (strategies/zero.py). ZeRO-3's
+  gathers follow stepsim's per-block units, so there they are reported, not applied.
 Every other key DeepSpeed reads and the step does not feel (optimizer and scheduler
 parameters, loss scaling, logging, checkpoint saving) is accepted silently; keys DeepSpeed
 does not have are reported on stderr, one line each.
@@ -91,10 +92,14 @@ def settings(path: str) -> dict[str, Any]:
         doc.warn((*zero, "overlap_comm"), "false under ZeRO-3 is not modelled: stepsim's "
                  "ZeRO-3 overlaps its collectives, as DeepSpeed's stage-3 default does")
     for key in ("reduce_bucket_size", "allgather_bucket_size"):
-        size = doc.get((*zero, key), (int,), auto=True)
-        if size is not None and size != DEFAULT_BUCKET_ELEMENTS:
-            doc.warn((*zero, key), f"{size:,} elements: stepsim's ZeRO buckets hold DeepSpeed's "
-                     f"default {DEFAULT_BUCKET_ELEMENTS:,}; not applied")
+        size = doc.positive_int((*zero, key), auto=True)
+        if size is None or size == DEFAULT_BUCKET_ELEMENTS:
+            continue
+        if stage in (1, 2):
+            out[key] = size
+        else:
+            doc.warn((*zero, key), f"{size:,} elements: applied under ZeRO-1 and -2 only "
+                     "(stepsim's ZeRO-3 gathers and reduces per block)")
     out.update(_offload(doc, zero))
     for key, field in (("train_micro_batch_size_per_gpu", "micro_batch"),
                        ("gradient_accumulation_steps", "grad_accum")):

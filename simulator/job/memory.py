@@ -317,7 +317,8 @@ def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
 
 def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: dict[str, float],
                   *, gradient_as_bucket_view: bool, reshard_after_forward: bool,
-                  zero_overlap_comm: bool = False, fetched: bool = False) -> list[Line]:
+                  zero_overlap_comm: bool = False, fetched: bool = False,
+                  reduce_bucket_size: int | None = None) -> list[Line]:
     """Buffers beside the states; ``fetched``: parameters live in host RAM and come to the GPU
     unit by unit even on one rank (offloaded ZeRO-3 / FSDP)."""
     e = job.activation_bytes
@@ -332,11 +333,13 @@ def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: d
         lines.append(Line("other", "autocast 16-bit copies of the trainable matmul weights",
                           sizes["autocast"], "backward"))
     if strategy in ("zero1", "zero2") and dp > 1:
-        n = min(ZERO_REDUCE_BUCKET_ELEMENTS, sizes["trainable_local"])
+        cap = reduce_bucket_size or ZERO_REDUCE_BUCKET_ELEMENTS
+        n = min(cap, sizes["trainable_local"])
         # overlap_comm: a second IPG buffer, "double buffers to avoid data access conflict"
         # (stage_1_and_2.py backward(), contiguous_gradients=True, the default)
         buffers = 2 if zero_overlap_comm else 1
-        lines.append(Line("other", "ZeRO gradient reduce bucket (reduce_bucket_size 5e8)"
+        lines.append(Line("other", f"ZeRO gradient reduce bucket (reduce_bucket_size "
+                          f"{_elements(cap)})"
                           + (" x 2 (overlap_comm double buffer)" if buffers == 2 else ""),
                           buffers * n * r.grad, "backward"))
     if strategy in ("zero3", "fsdp") and (dp > 1 or fetched):
@@ -409,13 +412,20 @@ def _reserve_lines(dp: int, tp: int, nccl_channels: int, pp: int = 1) -> list[Li
     return lines
 
 
+def _elements(n: int) -> str:
+    """DeepSpeed's way of writing a bucket size: 5e8, else the count with separators."""
+    digits = len(str(n)) - 1
+    return f"{n // 10**digits}e{digits}" if digits >= 3 and n % 10**digits == 0 else f"{n:,}"
+
+
 def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
              micro_batch: int | None = None, sequence_parallel: bool = False,
              flash_attention: bool | None = None, gradient_as_bucket_view: bool = False,
              reshard_after_forward: bool = True, zero_overlap_comm: bool = False,
              nccl_channels: int = NCCL_DEFAULT_CHANNELS,
              stage: StageShare | None = None, offload: str = "none",
-             host_capacity_bytes: int = 0) -> MemoryReport:
+             host_capacity_bytes: int = 0, reduce_bucket_size: int | None = None
+             ) -> MemoryReport:
     """Memory of one rank. ``strategy`` is the data-parallel scheme over world / tp ranks
     ("tp" alone: DDP over the remaining ranks, or none when tp == world); under pipeline
     parallelism ``stage`` says what this rank's stage holds (dp = world / (tp x pp))."""
@@ -432,7 +442,8 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
     lines += _buffer_lines(job, r, strategy, dp, tp, sizes,
                            gradient_as_bucket_view=gradient_as_bucket_view,
                            reshard_after_forward=reshard_after_forward,
-                           zero_overlap_comm=zero_overlap_comm, fetched=offload == "params")
+                           zero_overlap_comm=zero_overlap_comm, fetched=offload == "params",
+                           reduce_bucket_size=reduce_bucket_size)
     if offload != "none":  # simulator/job/host_memory.py: what moves to host RAM
         from simulator.job import host_memory
 

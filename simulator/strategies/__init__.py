@@ -39,6 +39,10 @@ class StrategyOptions:
     gradient_as_bucket_view: bool = False  # PyTorch DDP default
     legacy_reducer: bool = False  # PyTorch <= 1.4 DDP reducer (strategies/ddp.py)
     zero_overlap_comm: bool | None = None  # DeepSpeed overlap_comm; None = its default
+    # DeepSpeed zero_optimization.reduce_bucket_size / allgather_bucket_size (elements, ZeRO-1
+    # and -2); None = its default 5e8 (strategies/zero.py)
+    reduce_bucket_size: int | None = None
+    allgather_bucket_size: int | None = None
     offload: str = "none"  # optimizer | params to host memory (offload.py)
     pin_memory: bool | None = None  # pinned host buffers; None = the framework's default
     ranks: tuple[int, ...] = ()  # the ranks a program stands for (set per card on mixed boxes)

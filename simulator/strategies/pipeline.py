@@ -396,8 +396,9 @@ def _optimizer(stage: _Stage, after: tuple[int, ...], reduces: list[int]) -> Non
                 if q.trainable and q.block in blocks)
     grad_bytes = 4 if job.precision == "fp32" else 2
     if stage.name == "zero1" and lay.dp > 1:
-        for k in range(max(1, -(-numel // REDUCE_BUCKET_ELEMENTS))):
-            size = min(REDUCE_BUCKET_ELEMENTS, numel - k * REDUCE_BUCKET_ELEMENTS)
+        cap = stage.options.reduce_bucket_size or REDUCE_BUCKET_ELEMENTS
+        for k in range(max(1, -(-numel // cap))):
+            size = min(cap, numel - k * cap)
             last = stage.comm("nccl", Comm(f"reducescatter.bucket{k}", "reducescatter",
                                            size * grad_bytes, groups), (last,))
     shard = 1.0 if stage.name == "ddp" else 1.0 / lay.dp

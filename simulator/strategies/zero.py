@@ -42,13 +42,15 @@ REDUCE_BUCKET_ELEMENTS = 500_000_000  # config.py reduce_bucket_size default (el
 ALLGATHER_BUCKET_ELEMENTS = 500_000_000  # config.py allgather_bucket_size default (elements)
 
 
-def reduce_buckets(job: Job, order: list[int]) -> list[list[int]]:
-    """IPG buckets: ``job.params`` indices in ready order, split before exceeding the cap."""
+def reduce_buckets(job: Job, order: list[int], cap: int = REDUCE_BUCKET_ELEMENTS
+                   ) -> list[list[int]]:
+    """IPG buckets: ``job.params`` indices in ready order, split before exceeding ``cap``
+    elements (``reduce_bucket_size``)."""
     buckets: list[list[int]] = [[]]
     size = 0
     for i in order:
         numel = job.params[i].numel
-        if buckets[-1] and size + numel > REDUCE_BUCKET_ELEMENTS:
+        if buckets[-1] and size + numel > cap:
             buckets.append([])
             size = 0
         buckets[-1].append(i)
@@ -78,7 +80,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *, stage: int) -
     prefix = f"micro{accum - 1}." if accum > 1 else ""
     trainable = set(trainable_indices(job))
     order = [i for i in ready_order(bwd) if i in trainable]
-    buckets = reduce_buckets(job, order)
+    buckets = reduce_buckets(job, order, options.reduce_bucket_size or REDUCE_BUCKET_ELEMENTS)
     closes_after = {b[-1]: k for k, b in enumerate(buckets)}
     ids = add_ops(prog, fwd, emit, after=() if last is None else (last,), prefix=prefix)
     last = ids[-1]
@@ -124,9 +126,10 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *, stage: int) -
     for op in job.optimizer_ops() if off is None else []:
         after = [prog.add("compute", as_compute(op, gpu, scale=scale), tuple(after))]
     if world > 1:  # updated 16-bit partitions, gathered back to every rank
-        chunks = max(1, -(-total // ALLGATHER_BUCKET_ELEMENTS))
+        per = options.allgather_bucket_size or ALLGATHER_BUCKET_ELEMENTS
+        chunks = max(1, -(-total // per))
         for c in range(chunks):
-            numel = min(ALLGATHER_BUCKET_ELEMENTS, total - c * ALLGATHER_BUCKET_ELEMENTS)
+            numel = min(per, total - c * per)
             after = [prog.add("nccl", Comm(f"allgather.params{c}", "allgather",
                                            numel * grad_bytes, group), tuple(after))]
     prog.meta["buckets"] = [{"bytes": sum(job.params[i].numel for i in b) * grad_bytes,
