@@ -277,3 +277,42 @@ def test_generic_layer_list_uses_the_given_activation_bytes(tmp_path) -> None:  
     assert states(r) == pytest.approx(16 * 4e6)
     with pytest.raises(InputError, match="transformer"):
         memory.estimate(j, RTX5090, "tp", world=2)
+
+
+def _other(report: memory.MemoryReport, words: str) -> float:
+    return sum(x.bytes for x in report.lines if words in x.label)
+
+
+def test_embeddings_and_output_of_their_own_leave_no_root_unit() -> None:
+    """torchtune's custom_sharded_layers: no root unit stays gathered; the output unit,
+    larger than a block under Llama 3's vocabulary, replaces a block in flight by the
+    difference of the two with their gradients (pure bf16: 2 B each, and the reduce-scatter
+    input)."""
+    base = load_workload("llama3-8b").with_training(framework="torchtune")
+    card = gpu("a100-sxm4-80gb")
+    plain = memory.estimate(Job.from_config(base), card, "fsdp", world=8)
+    own = memory.estimate(Job.from_config(base.with_training(
+        custom_sharded_layers=["tok_embeddings", "output"])), card, "fsdp", world=8)
+    hidden, vocab, layers = 4096, 128256, 32
+    assert _other(plain, "root unit") == pytest.approx(2 * hidden * vocab * 2 * 2, rel=1e-3)
+    assert _other(own, "root unit") == 0  # the final norm (16 KiB) goes with the output
+    block = (plain.parameters - 2 * hidden * vocab - hidden) / layers
+    extra = hidden * vocab * 2 * 3 - block * 2 - block * 2 * 2  # output + grads + RS input
+    assert _other(own, "of their own") == pytest.approx(extra, rel=1e-3)
+    assert own.peak_bytes < plain.peak_bytes
+
+
+def test_fsdp2_holds_the_previous_units_reduce_scatter_input() -> None:
+    """_fsdp_param_group.py post_backward keeps reduce_scatter_state until the next unit's:
+    one unit's gradients beside a unit's reduce-scatter input, in reduce_dtype (fp32 under
+    mixed precision, bf16 under pure bf16); DeepSpeed's ZeRO-3 has no such buffer."""
+    job = Job.from_config(load_workload("llama2-7b"))
+    pure = Job.from_config(load_workload("llama2-7b").with_training(precision="pure-bf16"))
+    block = 202_383_360  # one Llama 2 7B block's parameters
+    card = gpu("a100-sxm4-80gb")
+    for j, per_element in ((job, 2 + 4), (pure, 2 + 2)):
+        r = memory.estimate(j, card, "fsdp", world=8)
+        assert _other(r, "unsharded gradients of one unit") == pytest.approx(
+            block * per_element)
+    zero3 = memory.estimate(job, card, "zero3", world=8)
+    assert _other(zero3, "unsharded gradients of one unit") == pytest.approx(block * 2)

@@ -373,18 +373,19 @@ def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: d
                else tuple(job.training.custom_sharded_layers))
         root = sizes["root"] + sizes["root_grads"] * e
         rest = [k for k in ("tok_embeddings", "output") if k not in own]
-        lines.append(Line("other", f"{who} root unit ({', '.join(rest) or 'final norm'}) "
-                          "unsharded with its gradients",
-                          root - sum(sizes[k] + sizes[f"{k}_grads"] * e for k in own),
-                          "backward"))
+        root -= sum(sizes[k] + sizes[f"{k}_grads"] * e for k in own)
+        if root > 0:
+            lines.append(Line("other", f"{who} root unit ({', '.join(rest) or 'final norm'}) "
+                              "unsharded with its gradients", root, "backward"))
         if own:
             # a unit of its own (torchtune custom_sharded_layers) is freed after forward and
             # gathered in backward with its gradients, in place of a block: the output
             # projection when backward starts, the embeddings when it ends
             big = max(sizes[k] + sizes[f"{k}_grads"] * (e + rs_input) for k in own)
-            lines.append(Line("other", f"{who} {' and '.join(own)} unit(s) of their own: the "
-                              "largest with its gradients in place of a block's",
-                              max(0.0, big - sizes["unit"] - grads), "backward"))
+            if big > sizes["unit"] + grads:
+                lines.append(Line("other", f"{who} {' and '.join(own)} unit(s) of their own: "
+                                  "the largest with its gradients in place of a block's",
+                                  big - sizes["unit"] - grads, "backward"))
     if job.finetune == "qlora" and sizes["largest_quantized"]:
         lines.append(Line("other", "QLoRA dequantised weight of the largest layer",
                           sizes["largest_quantized"] / tp * e, "backward"))
