@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output is None:
         print(yaml_text, end="")
         return 0
-    write_atomically(args.output, lambda tmp: tmp.write_text(yaml_text, encoding="utf-8"))
+    write_atomically(args.output, lambda tmp: tmp.write_text(yaml_text, encoding="utf-8"),
+                     announce=False)  # the line below names the file and what is in it
     print(f"wrote {args.output}: {machine.n_gpus} x {machine.gpu.name}, "
           f"{sum(1 for n in machine.config.nodes if n.kind == 'cpu')} socket(s), "
           f"{sum(1 for n in machine.config.nodes if n.kind == 'pcie_switch')} PCIe switch(es)")
