@@ -315,9 +315,9 @@ def _bucket_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
                             result["sec_per_iter"], report["step_time_s"],
                             *_training_tags(report)))
         slowdown = _bucket_slowdown(result.get("note", ""))
-        if slowdown is not None:  # the source's diff is in ex/sec: 1 - throughput ratio
-            rows.append(Row(entry["id"], "bucket 1 v 25", gpus, None, "tput loss",
-                            slowdown, 1 - step(gpus, 25) / step(gpus, 1)))
+        if slowdown is not None:  # the source's diff is in ex/sec: 1 - throughput ratio, %
+            rows.append(Row(entry["id"], "bucket 1 v 25", gpus, None, "tput loss %",
+                            100 * slowdown, 100 * (1 - step(gpus, 25) / step(gpus, 1))))
     return rows
 
 

@@ -100,7 +100,7 @@ def test_dgx1_small_buckets_cost_throughput_as_measured():
     # 8 GPUs; the sign is the check (the size is the README's weak spot)
     rows = validate.training_rows(validate.load_measurements())
     losses = {r.gpus: r for r in rows if r.op == "bucket 1 v 25"}
-    assert losses[8].measured == pytest.approx(0.026)
+    assert losses[8].measured == pytest.approx(2.6)
     assert all(r.simulated > 0 for r in losses.values())
 
 
@@ -122,7 +122,7 @@ def test_new_training_datasets_are_simulated_and_printed(capsys):
     assert len([r for r in bert if r.quantity == "scaling eff"]) == 3
     assert len([r for r in bert if r.quantity == "steady eff"]) == 3 + 3 + 1
     v100 = [r for r in rows if r.id == "v100-ddp-bucket-size"]
-    assert [r.quantity for r in v100] == ["sec/iter", "sec/iter"] + ["tput loss"] * 3
+    assert [r.quantity for r in v100] == ["sec/iter", "sec/iter"] + ["tput loss %"] * 3
     assert all(r.simulated == r.simulated and r.simulated != 0 for r in rows)  # no NaN or zero
     assert validate.main(["--section", "training"]) == 0
     out = capsys.readouterr().out
