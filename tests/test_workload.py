@@ -282,12 +282,29 @@ def test_bert_hidden_dropout_follows_the_dropout_rate() -> None:
 
 
 def test_bert_eager_attention_scales_and_masks_in_kernels_of_their_own() -> None:
-    """modeling_bert.py: QK^T, / sqrt(d), + mask, softmax, dropout, PV: six forward kernels."""
+    """modeling_bert.py: QK^T, / sqrt(d), + mask, softmax, dropout, PV: six forward kernels,
+    after torch.matmul's reshape copies of the permuted q, k, v and the output's contiguous()."""
     (attn,) = [op for op in bert_large().forward_ops() if op.name == "layers.0.attention"]
-    assert [k.kind for k in attn.kernels] == ["gemm"] + ["memory"] * 4 + ["gemm"]
+    kernels = [k for k in attn.kernels if not k.name.startswith("matmul_reshape_copy")]
+    assert [k.kind for k in kernels] == ["gemm"] + ["memory"] * 4 + ["gemm"]
     (no_dropout,) = [op for op in bert_large(dropout=0.0).forward_ops()
                      if op.name == "layers.0.attention"]
-    assert len(no_dropout.kernels) == 5
+    assert len(no_dropout.kernels) == 5 + 4
+
+
+def test_eager_attention_copies_its_permuted_operands_once_each_way() -> None:
+    """torch.matmul folds 4-D batches with reshape (LinearAlgebra.cpp _matmul_impl): q, k, v
+    and the permuted output are each read and written once per direction, b*s*h elements."""
+    job = bert_large()
+    b, s, h, e = job.micro_batch, job.seq_len, 1024, 2
+    for ops in (job.forward_ops(), job.backward_ops()):
+        (attn,) = [op for op in ops if op.name == "layers.0.attention"]
+        copies = [k for k in attn.kernels if k.name.startswith("matmul_reshape_copy")]
+        assert len(copies) == 4 and all(k.bytes == 2 * b * s * h * e for k in copies)
+    # Megatron's CoreAttention (the fused regime) works on views: no copies
+    (fused,) = [op for op in bert_large(kernels="fused").forward_ops()
+                if op.name == "layers.0.attention"]
+    assert not any(k.name.startswith("matmul_reshape_copy") for k in fused.kernels)
 
 
 def test_generic_layer_tensor_sizes_as_given() -> None:

@@ -52,15 +52,23 @@ def _bmm(m: int, n: int, k: int, e: int) -> Kernel:
 
 
 def eager(b: int, s: int, heads: int, d: int, e: int, *, dropout: float, unfused_mask: bool,
-          backward: bool) -> list[Kernel]:
+          backward: bool, matmul_copies: bool = False) -> list[Kernel]:
     """Scores materialised; ``unfused_mask``: the scale and the mask add are kernels of their
     own (BERT), each a pass over the scores (backward: the scale's gradient is one more pass,
-    the mask add's is the identity)."""
+    the mask add's is the identity). ``matmul_copies``: the modules call torch.matmul on
+    permuted 4-D q, k and v (HF modeling_bert.py, DeepLearningExamples BERT modeling.py,
+    eager_attention_forward), which folds the batch dimensions with ``reshape``
+    (aten/src/ATen/native/LinearAlgebra.cpp _matmul_impl): a permuted tensor is copied, and so
+    is the output's ``permute(0, 2, 1, 3).contiguous()``; backward reshapes the four gradients
+    back through the same non-viewable layouts, one copy each (Megatron's CoreAttention uses
+    views and strided baddbmm instead)."""
     scores = b * heads * s * s  # elements
     unfused = 2 * scores * e if unfused_mask else 0.0
     rows = b * heads * s
+    copies = [memory(2 * rows * d * e, name=f"matmul_reshape_copy.{t}")
+              for t in ("q", "k", "v", "context")] if matmul_copies else []
     if not backward:
-        out = [_bmm(rows, s, d, e)]  # Q K^T
+        out = [*copies, _bmm(rows, s, d, e)]  # Q K^T
         if unfused:
             out += [memory(unfused, name="scale"), memory(unfused, name="mask_add")]
         out.append(memory(2 * scores * e, name="softmax"))
@@ -75,7 +83,7 @@ def eager(b: int, s: int, heads: int, d: int, e: int, *, dropout: float, unfused
     if unfused:
         out.append(memory(unfused, name="scale_backward"))
     out += [_bmm(rows, d, s, e), _bmm(rows, d, s, e)]  # dQ, dK
-    return out
+    return out + copies
 
 
 def eager_saved_per_token(h: int, kv: int, heads: int, s: int, e: int, dropout: float) -> float:

@@ -282,7 +282,8 @@ class _Builder:
             b, s = j.micro_batch, j.seq_len
             if j.training.attention == "eager":
                 return attention.eager(b, s, A.heads, A.head_dim, a, dropout=j.training.dropout,
-                                       unfused_mask=A.encoder, backward=False)
+                                       unfused_mask=A.encoder, backward=False,
+                                       matmul_copies=self.kernels != "fused")
             return [attention.flash(b, s, A.hidden, self.kv_in, a, causal=not A.encoder,
                                     backward=False, version=self.flash_version)]
         if op == "embedding":  # gather rows of each table (read + write), add position rows
@@ -318,7 +319,8 @@ class _Builder:
             b, s = j.micro_batch, j.seq_len
             if j.training.attention == "eager":
                 return attention.eager(b, s, A.heads, A.head_dim, a, dropout=j.training.dropout,
-                                       unfused_mask=A.encoder, backward=True)
+                                       unfused_mask=A.encoder, backward=True,
+                                       matmul_copies=self.kernels != "fused")
             return [attention.flash(b, s, A.hidden, self.kv_in, a, causal=not A.encoder,
                                     backward=True, version=self.flash_version)]
         if op == "loss":
