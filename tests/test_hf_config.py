@@ -198,3 +198,10 @@ def test_run_reports_the_config_and_its_parameters(capsys: pytest.CaptureFixture
     assert report["config_files"] == {"hf": str(config), "parameters": 1_235_814_400,
                                       "trainable_parameters": 1_235_814_400}
     assert report["workload"] == "llama-3.2-1b" and report["step_time_s"] > 0
+
+
+def test_a_warning_shows_once_however_often_the_file_is_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, "llama-3.2-1b", made_up_key=1)
+    assert main(["memory", "-t", "1x4090", "-w", f"hf:{path}", "--micro-batch", "64"]) == 0
+    assert capsys.readouterr().err.count("made_up_key: warning") == 1  # hints rebuild the job

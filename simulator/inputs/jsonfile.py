@@ -6,7 +6,8 @@ key path, so a bad value is reported as the YAML inputs are (``file:line: key: m
 each on stderr, about keys the reader does not know (they are ignored, not fatal).
 
 What it assumes: a file of at most ``MAX_BYTES`` holding one JSON object; ``NaN`` and
-``Infinity`` (which Python's json accepts) and duplicate keys are refused.
+``Infinity`` (which Python's json accepts) and duplicate keys are refused. A file read again
+(a job built with other flags) warns nothing new: each warning line is printed once a process.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from simulator.inputs.loader import MAX_BYTES, decode
 
 Loc = tuple[str | int, ...]  # key path: ("zero_optimization", "offload_param", "device")
 
+_SHOWN: set[str] = set()  # warning lines printed so far
 # JSON's tokens: a string, a punctuation mark, or a bare word or number (the text is valid)
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s{}\[\]:,"]+')
 
@@ -199,7 +201,9 @@ class JsonDoc:
         where = self.file + (f":{self.line(loc)}" if self.line(loc) else "")
         text = f"{where}: {_key(loc)}: warning: {message}"
         self.warned.append(text)
-        print(text, file=sys.stderr)
+        if text not in _SHOWN:
+            _SHOWN.add(text)
+            print(text, file=sys.stderr)
 
 
 def _key(loc: Loc) -> str:
