@@ -117,6 +117,15 @@ def test_trace_to_a_link_to_stdout_streams_into_the_redirected_file(tmp_path: Pa
     assert '"traceEvents"' in text and '"step_time_s"' in text
 
 
+def test_a_dash_is_refused_not_written_as_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main([*RUN, "--trace", "-"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write -:" in err and "/dev/stdout" in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []  # refused before any work, nothing written
+
+
 def test_two_outputs_on_one_file_are_refused(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     link = tmp_path / "alias.png"

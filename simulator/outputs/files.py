@@ -14,7 +14,7 @@ What a path may be, and what happens:
 - this process's own stdout or stderr (``/dev/stdout``, ``/dev/fd/1``, or a file the shell
   redirected them to), a FIFO with a reader, a terminal, ``/dev/null``: streamed, never
   replaced; nothing else of a run depends on a stream, so streams are written last;
-- a directory, a socket, a block device or any other character device: refused.
+- a directory, a socket, a block device or any other character device, and ``-``: refused.
 Two outputs naming one file are refused. Every problem is one :class:`InputError` line
 ("cannot write PATH: reason"), never a traceback.
 """
@@ -115,6 +115,9 @@ def _classify(given: str) -> _Target:
     def refuse(why: str) -> InputError:
         return InputError(f"cannot write {given}: {why}")
 
+    if given == "-":  # many tools' "stdout"; here it would silently be a file named "-"
+        raise refuse("`-` is not a file name stepsim takes; give a path, or /dev/stdout to "
+                     "stream it")
     path = Path(given)
     if _same_as_std_stream(path):
         return _Target(given, path, stream=True)
