@@ -293,10 +293,14 @@ def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
                           f"{shard if r.shard_weights else ''}", quant))
     # PyTorch optimizers free gradients between steps (zero_grad set_to_none=True, the default
     # since 2.0), so DDP/FSDP gradients appear during backward; DeepSpeed keeps its gradient
-    # partitions in persistent buffers, so ZeRO's are always counted
+    # partitions in persistent buffers, so ZeRO's are always counted. Under gradient
+    # accumulation AccumulateGrad adds each micro-step's gradients into the .grad the earlier
+    # ones left (zero_grad only after the step), so they are alive at every later start of
+    # backward too
+    persistent = strategy.startswith("zero") or job.grad_accum > 1
     lines.append(Line("gradients", f"gradients, {r.grad:g} B/param"
                       f"{shard if r.shard_grads else ''}", g,
-                      "both" if strategy.startswith("zero") else "grads"))
+                      "both" if persistent else "grads"))
     lines.append(Line("optimizer", f"optimizer states, {r.optimizer:g} B/param"
                       f"{shard if r.shard_optimizer else ''}", o))
     blocks = [unit.get(i, 0.0) for i in range(job.n_blocks)] if job.arch else list(unit.values())
