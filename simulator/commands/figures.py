@@ -20,13 +20,8 @@ def seconds(value: float | None) -> str:
     return f"{value * 1e6:.3g} us"
 
 
-def _same_unit(value: float) -> Callable[[float], str]:
-    """Printing a range's ends in the unit of its value, without repeating the unit."""
-    if value >= 1:
-        return lambda x: f"{x:.3g}"
-    if value >= 1e-3:
-        return lambda x: f"{x * 1e3:.3g}"
-    return lambda x: f"{x * 1e6:.3g}"
+def _unit(value: float) -> str:
+    return "s" if value >= 1 else "ms" if value >= 1e-3 else "us"
 
 
 def ranged(text: str, bounds: Sequence[float] | None, fmt: Callable[[float], str]) -> str:
@@ -37,7 +32,12 @@ def ranged(text: str, bounds: Sequence[float] | None, fmt: Callable[[float], str
 
 
 def seconds_ranged(value: float, bounds: Sequence[float] | None) -> str:
-    return ranged(seconds(value), bounds, _same_unit(value))
+    """``178 ms (160-210)``; an end in another unit keeps its own: ``542 ms (458 ms-1.75 s)``."""
+    if not bounds:
+        return seconds(value)
+    if all(_unit(b) == _unit(value) for b in bounds):
+        return ranged(seconds(value), bounds, lambda x: seconds(x).rsplit(" ", 1)[0])
+    return f"{seconds(value)} ({seconds(bounds[0])}-{seconds(bounds[1])})"
 
 
 def count(value: float) -> str:
