@@ -279,13 +279,7 @@ class _Builder:
         mods = self.by_op.get((block, op), [])
         stage = self.stage(block, op).forward
         if op == "attention":
-            b, s = j.micro_batch, j.seq_len
-            if j.training.attention == "eager":
-                return attention.eager(b, s, A.heads, A.head_dim, a, dropout=j.training.dropout,
-                                       unfused_mask=A.encoder, backward=False,
-                                       matmul_copies=self.kernels != "fused")
-            return [attention.flash(b, s, A.hidden, self.kv_in, a, causal=not A.encoder,
-                                    backward=False, version=self.flash_version)]
+            return self._attention(backward=False)
         if op == "embedding":  # gather rows of each table (read + write), add position rows
             n_tables = len(mods)
             gather = memory((2 * n_tables + 3 * (n_tables - 1)) * T * A.hidden * a,
@@ -299,6 +293,17 @@ class _Builder:
         if op == "lm_head":
             return self._head_fwd(mods)
         return self._linears_fwd(mods) + list(stage)
+
+    def _attention(self, *, backward: bool) -> list[Kernel]:
+        """The attention core's kernels: eager matmul-softmax-matmul or one FlashAttention."""
+        A, j = self.arch, self.job
+        b, s = j.micro_batch, j.seq_len
+        if j.training.attention == "eager":
+            return attention.eager(b, s, A.heads, A.head_dim, self.a, dropout=j.training.dropout,
+                                   unfused_mask=A.encoder, backward=backward,
+                                   matmul_copies=self.kernels != "fused")
+        return [attention.flash(b, s, A.hidden, self.kv_in, self.a, causal=not A.encoder,
+                                backward=backward, version=self.flash_version)]
 
     @property
     def flash_version(self) -> int | str:
@@ -316,13 +321,7 @@ class _Builder:
         mods = self.by_op.get((block, op), [])
         stage = list(self.stage(block, op).backward)
         if op == "attention":
-            b, s = j.micro_batch, j.seq_len
-            if j.training.attention == "eager":
-                return attention.eager(b, s, A.heads, A.head_dim, a, dropout=j.training.dropout,
-                                       unfused_mask=A.encoder, backward=True,
-                                       matmul_copies=self.kernels != "fused")
-            return [attention.flash(b, s, A.hidden, self.kv_in, a, causal=not A.encoder,
-                                    backward=True, version=self.flash_version)]
+            return self._attention(backward=True)
         if op == "loss":
             return list(self.loss.backward)
         full = j.finetune == "full"
