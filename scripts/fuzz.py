@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's simulator, not an installed copy
 # The contract is about work, not a shared machine's clock: a command that spins spends CPU,
 # so 10 s of CPU time is a hang; one that blocks (a FIFO, a lock) spends none, so a wall
 # clock six times longer catches that without tripping on a loaded machine.

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's simulator, not an installed copy
 GOLDEN_DIR = ROOT / "tests" / "golden"
 COLUMNS = 120  # the terminal width the stored text tables are drawn at
 _DGX1 = str(ROOT / "validation" / "topologies" / "dgx1-v100.yaml")

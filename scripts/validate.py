@@ -32,13 +32,16 @@ from typing import Any
 
 import yaml
 
-from simulator.inputs.config import load_topology
-from simulator.machine import collectives, hardware
-from simulator.machine.nccl_env import NcclEnv
-from simulator.machine.topology import Machine
-from simulator.scales import hop_mechanism
-
 ROOT = Path(__file__).resolve().parent.parent
+# This checkout's simulator (not whichever stepsim is installed) and its sibling scripts.
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+from simulator.inputs.config import load_topology  # noqa: E402
+from simulator.machine import collectives, hardware  # noqa: E402
+from simulator.machine.nccl_env import NcclEnv  # noqa: E402
+from simulator.machine.topology import Machine  # noqa: E402
+from simulator.scales import hop_mechanism  # noqa: E402
+
 MEASUREMENTS = ROOT / "validation" / "measurements.yaml"
 FRAMEWORKS = ROOT / "validation" / "frameworks.yaml"
 BOX_SPREAD = ROOT / "validation" / "box-spread.yaml"
@@ -378,7 +381,6 @@ def training_rows(data: dict[str, Any]) -> list[Row]:
 
 def framework_rows(data: dict[str, Any]) -> list[Row]:
     """validation/frameworks.yaml's training runs (scripts/validate_frameworks.py)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
     import validate_frameworks
 
     return list(validate_frameworks.rows(data, Row, compute_mechanism))
@@ -386,7 +388,6 @@ def framework_rows(data: dict[str, Any]) -> list[Row]:
 
 def offload_rows(data: dict[str, Any]) -> list[Row]:
     """validation/offload.yaml's offloaded runs (scripts/validate_offload.py)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
     import validate_offload
 
     return list(validate_offload.rows(validate_offload.load(), Row))
