@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from simulator.errors import InputError
+from simulator.inputs.bundled import preset_dir, preset_names
 from simulator.inputs.loader import Loc, decode, load_yaml
 
 if TYPE_CHECKING:  # pydantic and the models load with the first file validated, not before
@@ -20,21 +21,6 @@ if TYPE_CHECKING:  # pydantic and the models load with the first file validated,
     from simulator.inputs.schema import TopologyConfig, WorkloadConfig
 
 M = TypeVar("M", bound="BaseModel")
-
-_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # simulator/
-_PRESET_ROOTS = (_PACKAGE_DIR / "_presets", _PACKAGE_DIR.parent)  # wheel, then source tree
-
-
-def preset_dir(kind: str) -> Path:
-    """The folder holding bundled presets of one kind (``topologies`` or ``workloads``)."""
-    for root in _PRESET_ROOTS:
-        if (root / kind).is_dir():
-            return root / kind
-    raise InputError(f"no bundled {kind} found (broken installation?)")
-
-
-def preset_names(kind: str) -> list[str]:
-    return sorted(p.stem for p in preset_dir(kind).glob("*.yaml"))
 
 
 def resolve(name_or_path: str, kind: str) -> Path:
