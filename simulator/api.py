@@ -22,8 +22,6 @@ Machines and jobs are cached per process, so sweeps and comparisons build each o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from typing import Any
@@ -33,12 +31,15 @@ from simulator.advice import cost, energy
 from simulator.engine.program import Program
 from simulator.engine.timeline import Timeline
 from simulator.errors import InputError
-from simulator.inputs.config import load_topology, load_workload, preset_names, resolve
+from simulator.inputs.config import load_topology, load_workload, preset_names
 from simulator.inputs.schema import MAX_STEP_TOKENS, TopologyConfig, WorkloadConfig
 from simulator.job import host_memory, memory_search
 from simulator.job import memory as memory_model
 from simulator.job.workload import Job
 from simulator.machine import collectives, hardware, host
+from simulator.machine.build import blame, forget_machines, load_machine
+from simulator.machine.collective_run import CollectiveSpec as CollectiveSpec  # re-exported
+from simulator.machine.collective_run import collective as collective
 from simulator.machine.nccl_env import NO_ENV, NcclEnv, transport_effects
 from simulator.machine.topology import Machine
 from simulator.outputs import report
@@ -117,31 +118,6 @@ class RunResult:
     report: dict[str, Any]
 
 
-def load_machine(topology: str, gpus: int | None = None,
-                 scales: RateScales = NEUTRAL, nccl: NcclEnv = NO_ENV) -> Machine:
-    """The machine of a topology YAML or preset, cut to its first ``gpus`` GPUs (cached),
-    with its mechanisms' rates scaled by ``scales``, under the NCCL variables ``nccl``.
-
-    The file is read and the machine built once per process: every variant (fewer GPUs,
-    scaled rates, other NCCL variables) derives from that one build and shares its paths."""
-    return _machine(topology, gpus, scales, nccl)
-
-
-@lru_cache(maxsize=64)
-def _machine(topology: str, gpus: int | None, scales: RateScales, nccl: NcclEnv) -> Machine:
-    if nccl.active:
-        return _machine(topology, gpus, scales, NO_ENV).with_nccl(nccl)
-    if not scales.neutral:
-        return _machine(topology, gpus, NEUTRAL, NO_ENV).with_scales(scales)
-    if gpus is not None:
-        built = _machine(topology, None, NEUTRAL, NO_ENV)
-        if gpus > built.n_gpus:
-            raise InputError(f"--gpus {gpus}: the machine has only {built.n_gpus} GPUs")
-        return built.subset(gpus)
-    with blame(topology, "topologies"):
-        return Machine.from_config(load_topology(topology))
-
-
 @lru_cache(maxsize=32)
 def load_job(workload: str, micro_batch: int | None, seq_len: int | None,
              grad_accum: int | None, checkpointing: str | None = None,
@@ -160,24 +136,6 @@ def load_job(workload: str, micro_batch: int | None, seq_len: int | None,
     with blame(workload, "workloads"):
         return Job.from_config(cfg, micro_batch=micro_batch, seq_len=seq_len,
                                grad_accum=grad_accum)
-
-
-@contextmanager
-def blame(name_or_path: str, kind: str, machine: Machine | None = None,
-          topology: str = "") -> Iterator[None]:
-    """An input error found while building from a file names that file (a machine whose
-    nodes do not connect, LoRA targets the model lacks), as loading errors do. With
-    ``machine``, an error the machine raises (its messages start with its name: a route it
-    cannot find) names the ``topology`` file instead."""
-    try:
-        yield
-    except InputError as exc:
-        if exc.file is not None:
-            raise
-        if machine is not None and exc.message.startswith(f"{machine.name}: "):
-            name_or_path, kind = topology, "topologies"
-        raise InputError(exc.message, file=str(resolve(name_or_path, kind)), line=exc.line,
-                         key=exc.key) from None
 
 
 def with_adapters(cfg: WorkloadConfig, peft: str | None, load_in_4bit: bool) -> WorkloadConfig:
@@ -478,30 +436,6 @@ def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
     return MemoryResult(found, summary, tuple(hints))
 
 
-@dataclass(frozen=True)
-class CollectiveSpec:
-    """One NCCL collective over a list of sizes (bytes), as nccl-tests runs it."""
-
-    topology: str
-    op: str  # allreduce, allgather, reducescatter, broadcast
-    sizes: tuple[int, ...]
-    gpus: int | None = None
-    algo: str = "auto"  # ring, tree or auto (NCCL's choice)
-    nccl: NcclEnv = NO_ENV
-
-
-def collective(spec: CollectiveSpec) -> list[collectives.Result]:
-    """Each size alone on a fresh fabric: time, algbw and busbw as nccl-tests prints them."""
-    if spec.op not in collectives.OPS:
-        raise InputError(f"unknown collective {spec.op!r}; expected one of "
-                         f"{', '.join(collectives.OPS)}")
-    if spec.algo not in ("auto", "ring", "tree"):
-        raise InputError(f"algorithm {spec.algo!r}: expected ring, tree or auto")
-    machine = load_machine(spec.topology, spec.gpus, nccl=spec.nccl)
-    with blame(spec.topology, "topologies"):
-        return [collectives.simulate(machine, spec.op, n, algo=spec.algo) for n in spec.sizes]
-
-
 def presets(kind: str) -> list[tuple[str, TopologyConfig | WorkloadConfig]]:
     """The bundled topologies or workloads (``kind``), by name, as loaded and validated."""
     load = load_topology if kind == "topologies" else load_workload
@@ -601,7 +535,7 @@ def config_files(spec: RunSpec, job: Job) -> dict[str, Any] | None:
 def clear_caches() -> None:
     """Forget every machine, job, op time and one-GPU baseline built so far (for tests that swap
     a module the cached results came from, or rewrite a config file)."""
-    _machine.cache_clear()
+    forget_machines()
     _deepspeed_settings.cache_clear()
     load_job.cache_clear()
     _single_gpu.cache_clear()

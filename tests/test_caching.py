@@ -12,7 +12,7 @@ from simulator.engine.program import Compute, Program
 from simulator.inputs import config
 from simulator.job import compute, ops
 from simulator.job.workload import Job
-from simulator.machine import hardware
+from simulator.machine import build, hardware
 from simulator.strategies import steps
 
 
@@ -46,7 +46,7 @@ def test_block_params_are_each_blocks_tensors_in_order(workload: str) -> None:
 def test_a_topology_file_is_read_once_for_every_variant(monkeypatch: pytest.MonkeyPatch) -> None:
     reads: list[str] = []
     load = config.load_topology
-    monkeypatch.setattr(api, "load_topology", lambda name: reads.append(name) or load(name))
+    monkeypatch.setattr(build, "load_topology", lambda name: reads.append(name) or load(name))
     spec = api.RunSpec("8x5090-switch", "gpt2-medium", "ddp", gpus=4)
     api.simulate(spec, ranges=True)  # ranges re-run it at scaled rates, against one GPU too
     api.simulate(replace(spec, gpus=None))

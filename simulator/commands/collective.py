@@ -16,13 +16,14 @@ import argparse
 import os
 from typing import Any
 
-from simulator import api
 from simulator.commands import terminal
 from simulator.commands.nccl_notes import env_notes, env_of
 from simulator.commands.parsing import whole
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_GPUS
 from simulator.machine import collectives
+from simulator.machine.build import blame, load_machine
+from simulator.machine.collective_run import CollectiveSpec, collective
 from simulator.machine.topology import Machine
 from simulator.outputs import jsondoc, nccl_tests
 from simulator.units import format_size, parse_size
@@ -123,8 +124,8 @@ def run(args: argparse.Namespace) -> int:
     topology, threads = _topology(args.topology)
     requested, step, is_factor = sizes(args)
     env = env_of(os.environ)
-    plain = api.load_machine(topology, args.gpus)
-    machine = api.load_machine(topology, args.gpus, nccl=env)
+    plain = load_machine(topology, args.gpus)
+    machine = load_machine(topology, args.gpus, nccl=env)
 
     def simulate(nbytes: list[int]) -> list[collectives.Result]:
         # in pieces, so that a long size range on a large machine shows its progress
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         out: list[collectives.Result] = []
         with terminal.progress(f"{op} over {len(nbytes)} sizes") as update:
             for i in range(0, len(nbytes), piece):
-                out += api.collective(api.CollectiveSpec(
+                out += collective(CollectiveSpec(
                     topology, op, tuple(nbytes[i:i + piece]), args.gpus, args.algo, env))
                 update(len(out), len(nbytes))
         return out
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         warmup_iters=echo("-w", 5), iters=echo("-n", 20), agg_iters=echo("-m", 1),
         validation=echo("-c", 1), graph=echo("-G", 0),
         device_name=f"{machine.gpu.name} (simulated)")
-    with api.blame(topology, "topologies"):  # paths and rings are found on demand
+    with blame(topology, "topologies"):  # paths and rings are found on demand
         notes = _notes(machine, plain, op, args.algo, results, given, threads + (
             [str(args.nthreads)] if args.nthreads is not None else []))
     print(nccl_tests.render(header, op, args.datatype, args.redop, rows, notes,
