@@ -35,7 +35,7 @@ RUNS: dict[str, dict[str, Any]] = {
     "torchtune-a100-llama3.2-3b-packed-compile": {**_TUNE_3B, "kernels": "compiled"},
     "torchtune-4090-llama3.1-8b-full": {"topology": "1x4090",
                                         "workload": _w("torchtune-llama3.1-8b-4090"),
-                                        "strategy": "ddp"},
+                                        "strategy": "ddp", "memory": "allocated"},
     "torchtitan-h100-llama3.1-8b-compile": {
         "topology": str(TOPOLOGIES / "8xh100-96gb-500w.yaml"),
         "workload": _w("torchtitan-llama3.1-8b"), "strategy": "fsdp", "kernels": "compiled",

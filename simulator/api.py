@@ -32,9 +32,15 @@ from simulator.engine.program import Program
 from simulator.engine.timeline import Timeline
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology, load_workload, preset_names
-from simulator.inputs.schema import MAX_STEP_TOKENS, TopologyConfig, WorkloadConfig
+from simulator.inputs.schema import (
+    MAX_STEP_TOKENS,
+    OPTIMIZER_IN_BWD_ACCUM,
+    TopologyConfig,
+    WorkloadConfig,
+)
 from simulator.job import host_memory, memory_search
 from simulator.job import memory as memory_model
+from simulator.job.optimizer import PAGED
 from simulator.job.workload import Job
 from simulator.machine import collectives, hardware, host
 from simulator.machine.build import blame, forget_machines, load_machine
@@ -77,6 +83,7 @@ class RunSpec:
     cross_entropy: str | None = None
     precision: str | None = None
     optimizer: str | None = None
+    optimizer_in_bwd: bool | None = None  # training.optimizer_in_bwd (torchtune's key)
     checkpointing: str | None = None  # training.activation_checkpointing
     grad_compression: str = "none"  # DDP comm hook
     gradient_as_bucket_view: bool = False
@@ -121,7 +128,7 @@ class RunResult:
 @lru_cache(maxsize=32)
 def load_job(workload: str, micro_batch: int | None, seq_len: int | None,
              grad_accum: int | None, checkpointing: str | None = None,
-             training: tuple[tuple[str, str], ...] = (), peft: str | None = None,
+             training: tuple[tuple[str, Any], ...] = (), peft: str | None = None,
              load_in_4bit: bool = False) -> Job:
     """The job of a workload with command-line overrides: ``training`` holds (key, value)
     pairs of training keys (framework, kernels, ...), applied as if the workload gave them;
@@ -179,7 +186,8 @@ def _deepspeed_settings(path: str) -> tuple[tuple[str, Any], ...]:
     return tuple(deepspeed_config.settings(path).items())
 
 
-TRAINING_OVERRIDES = ("framework", "kernels", "cross_entropy", "precision", "optimizer")
+TRAINING_OVERRIDES = ("framework", "kernels", "cross_entropy", "precision", "optimizer",
+                      "optimizer_in_bwd")
 
 
 def job_of(spec: RunSpec) -> Job:
@@ -189,6 +197,8 @@ def job_of(spec: RunSpec) -> Job:
                      if getattr(spec, k) is not None)
     job = load_job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum,
                    spec.checkpointing, training, spec.peft, spec.load_in_4bit)
+    if job.recipe.optimizer_in_bwd and job.grad_accum > 1:
+        raise InputError(f"{OPTIMIZER_IN_BWD_ACCUM} (grad_accum {job.grad_accum})")
     tokens = job.micro_batch * job.grad_accum * job.seq_len
     if tokens > MAX_STEP_TOKENS:
         raise InputError(f"micro-batch {job.micro_batch:,} x grad-accum {job.grad_accum:,} x "
@@ -202,6 +212,21 @@ def job_of(spec: RunSpec) -> Job:
 # 0.2 ms per op on one core of the reference machine: 5,000 ops (about 300 transformer layers,
 # twice the deepest published model's 128) keep a run under 10 s. `memory` has no such bound.
 MAX_SIMULATED_OPS = 5_000
+
+
+def check_optimizer(spec: RunSpec, job: Job, machine: Machine) -> None:
+    """Refuse the optimizer recipes modelled on one path only: the step in backward on one
+    GPU (torchtune's full_finetune_single_device; its FSDP form in full_finetune_distributed
+    steps the sharded gradients after their reduce-scatter, which is not modelled), and the
+    paged optimizers under plain DDP or one GPU (their managed states are per rank)."""
+    if job.recipe.optimizer_in_bwd and machine.n_gpus > 1:
+        raise InputError(f"optimizer_in_bwd on {machine.n_gpus} GPUs: the step in backward is "
+                         "modelled on one GPU only (torchtune full_finetune_single_device)")
+    if job.optimizer in PAGED and (spec.strategy != "ddp" or spec.pp > 1
+                                             or spec.offload != "none"):
+        raise InputError(f"optimizer {job.optimizer} with -s {spec.strategy}"
+                         + (f" --pp {spec.pp}" if spec.pp > 1 else "")
+                         + ": paged optimizer states are modelled under -s ddp only")
 
 
 def check_size(job: Job) -> None:
@@ -247,6 +272,17 @@ def options_of(spec: RunSpec) -> strategies.Options:
         virtual_stages=spec.virtual_stages, offload=spec.offload, pin_memory=spec.pin_memory,
         reduce_bucket_size=spec.reduce_bucket_size,
         allgather_bucket_size=spec.allgather_bucket_size)
+
+
+def strategy_options(spec: RunSpec, job: Job, machine: Machine) -> strategies.Options:
+    """``options_of(spec)`` with what the memory verdict decides for the step: whether a paged
+    optimizer's states overflow the card and page over the host link (memory.py)."""
+    options = options_of(spec)
+    if job.optimizer in PAGED:
+        report = memory_model.estimate(job, machine.smallest_card(), memory_scheme(spec.strategy),
+                                       **_memory_options(spec, machine))
+        options = replace(options, page_optimizer_states=report.paged_to_host_bytes > 0)
+    return options
 
 
 def _memory_options(spec: RunSpec, machine: Machine) -> dict[str, Any]:
@@ -354,7 +390,9 @@ def memory_of(spec: RunSpec, split: dict[str, Any] | None = None) -> dict[str, A
     machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
     if spec.pp > 1 and split is None:
         split = pipeline_split(spec)
-    return _memory(job_of(spec), machine, spec, split)
+    job = job_of(spec)
+    check_optimizer(spec, job, machine)  # a recipe the optimizer cannot run is no candidate
+    return _memory(job, machine, spec, split)
 
 
 def calibration_summary(machine: Machine, workload: str) -> dict[str, Any]:
@@ -392,6 +430,7 @@ def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
     host_memory.check(spec.strategy, spec.offload)
     machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
     job = job_of(spec)
+    check_optimizer(spec, job, machine)
     card = machine.smallest_card()  # every rank holds the same share: the smallest card binds
     scheme = memory_scheme(spec.strategy)
 
@@ -509,7 +548,7 @@ def _single_gpu(one: RunSpec) -> float | None:
     one_gpu = load_machine(one.topology, 1, one.scales, one.nccl).for_job(job.name)
     if not _memory(job, one_gpu, one)["fits"]:
         return None
-    programs = strategies.build("ddp", job, one_gpu, options_of(one))
+    programs = strategies.build("ddp", job, one_gpu, strategy_options(one, job, one_gpu))
     timeline = engine.simulate(programs, one_gpu, compute_slowdown=one.compute_slowdown)
     tokens = job.tokens_per_micro_batch * job.grad_accum
     return tokens / timeline.step_time if timeline.step_time > 0 else None
@@ -564,10 +603,12 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
     host_memory.check(spec.strategy, spec.offload)
     if spec.offload != "none" and spec.pp > 1:
         raise InputError("--offload with --pp: offloading inside a pipeline is not modelled")
+    check_optimizer(spec, job, machine)
     check_size(job)
     # a job the strategy cannot split, too long a step; or a route the machine lacks
     with blame(spec.workload, "workloads", machine, spec.topology):
-        programs = strategies.build(spec.strategy, job, machine, options_of(spec))
+        programs = strategies.build(spec.strategy, job, machine,
+                                    strategy_options(spec, job, machine))
         timeline = engine.simulate(programs, machine, compute_slowdown=spec.compute_slowdown)
     meta = programs[0].meta
     mem = _memory(job, machine, spec, meta.get("pipeline"))

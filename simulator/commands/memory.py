@@ -132,6 +132,13 @@ def render(report: memory.MemoryReport, out: dict[str, Any], hints: list[str]) -
     for other, words in memory.MOMENTS.items():
         if other != phase:
             rows.append(f"{'':<12}{_gib(r.phase_total(other))}  at the {words}")
+    if r.paged_bytes:  # a paged optimizer: managed memory beside the verdict
+        rows += ["", f"{'paged':<12}{'GiB':>8}  what (CUDA managed memory, outside the verdict)"]
+        rows += [f"{line.category:<12}{_gib(line.bytes)}  {line.label}"
+                 for line in r.lines if line.paged]
+        rows.append(f"{'on the GPU':<12}{_gib(r.paged_resident_bytes)}  what the peak leaves "
+                    "free")
+        rows.append(f"{'to host':<12}{_gib(r.paged_to_host_bytes)}  paged out to host RAM")
     host = [line for line in r.lines if line.host]
     if host:  # offloaded: what each GPU's share puts in host RAM, and the machine's total
         rows += ["", f"{'host, per GPU':<12}{'GiB':>8}  what ({r.offload} offloaded)"]

@@ -35,15 +35,20 @@ _HELP = {
     "--kernels": "eager (modules op by op) | compiled (torch.compile) | fused (Megatron/TE)",
     "--cross-entropy": "fp32 (logits.float()) | chunked (torchtune) | fused (one kernel)",
     "--precision": "bf16 | fp16 (AMP) | fp32 | pure-bf16 (bf16 weights and states)",
-    "--optimizer": "adamw | adamw-8bit (bitsandbytes) | sgd",
+    "--optimizer": "adamw | adamw-8bit | paged-adamw-8bit | paged-adamw (bitsandbytes; paged: "
+                   "states in CUDA managed memory) | sgd",
 }
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    """--framework, --kernels, --cross-entropy, --precision, --optimizer, --checkpointing:
-    the workload's training keys of the same names, overridden."""
+    """--framework, --kernels, --cross-entropy, --precision, --optimizer, --optimizer-in-bwd,
+    --checkpointing: the workload's training keys of the same names, overridden."""
     for flag, (_, choices) in TRAINING_FLAGS.items():
         parser.add_argument(flag, default=None, metavar="|".join(choices), help=_HELP[flag])
+    parser.add_argument("--optimizer-in-bwd", action=argparse.BooleanOptionalAction,
+                        default=None, help="torchtune optimizer_in_bwd: each parameter's "
+                        "optimizer step in backward as its gradient is ready (one GPU, no "
+                        "gradient accumulation)")
     parser.add_argument("--checkpointing", default=None, metavar="MODE",
                         help="activation checkpointing override: none | selective | op | full "
                         "(full: HF gradient_checkpointing / torch.utils.checkpoint per block; "
@@ -64,6 +69,7 @@ def training_fields(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError(f"--checkpointing: expected one of {', '.join(CHECKPOINTING_MODES)}, "
                          f"got {mode!r}")
     out["checkpointing"] = mode
+    out["optimizer_in_bwd"] = args.optimizer_in_bwd
     return out
 
 
@@ -148,8 +154,9 @@ def training_words(rec: dict[str, Any]) -> str:
     if "framework" not in rec:
         return ""
     return (f"{rec['framework']}: {rec['kernels']} kernels, {rec['cross_entropy']} "
-            f"cross-entropy, {rec['precision']}, {rec['optimizer']}, checkpointing "
-            f"{rec['activation_checkpointing']}")
+            f"cross-entropy, {rec['precision']}, {rec['optimizer']}"
+            + (" in backward (optimizer_in_bwd)" if rec.get("optimizer_in_bwd") else "")
+            + f", checkpointing {rec['activation_checkpointing']}")
 
 
 def words(rec: dict[str, Any]) -> list[str]:

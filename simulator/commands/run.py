@@ -169,6 +169,18 @@ def offload_summary(off: dict[str, Any]) -> str:
             f"{fig.seconds(off['cpu_optimizer_s'])}")
 
 
+def paged_summary(mem: dict[str, Any], paging: dict[str, Any] | None) -> str:
+    """A paged optimizer: where its states live, and what crosses the host link per step."""
+    paged = mem["paged_optimizer"]
+    text = (f"{paged['bytes'] / GiB:.1f} GiB of states: {paged['resident_bytes'] / GiB:.1f} "
+            f"GiB on the GPU, {paged['paged_to_host_bytes'] / GiB:.1f} GiB in host RAM")
+    if not paging:
+        return text + "; nothing pages (they fit beside the rest)"
+    return (text + f"; per step {paging['h2d_bytes_per_gpu'] / GiB:.2f} GiB in "
+            f"({fig.seconds(paging['h2d_s'])}) and as much evicted "
+            f"({fig.seconds(paging['d2h_s'])}), in line with compute")
+
+
 def pipeline_summary(pipe: dict[str, Any]) -> str:
     chunks = f" x {pipe['virtual_stages']} chunks" if pipe["virtual_stages"] > 1 else ""
     return (f"{pipe['stages']} stages{chunks}, {pipe['schedule']}, {pipe['micro_batches']} "
@@ -202,6 +214,8 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
           if r.get("config_files") else []),
         *([("host memory", host)] if (host := host_verdict(r["memory"])) else []),
         *([("offload", offload_summary(r["offload"]))] if r.get("offload") else []),
+        *([("paged optimizer", paged_summary(r["memory"], r.get("paging")))]
+          if r["memory"].get("paged_optimizer") else []),
         *([("pipeline", pipeline_summary(r["pipeline"]))] if r.get("pipeline") else []),
         ("bottleneck link", "none" if bn["link"] is None else
          f"{bn['link']} ({bn.get('description') or bn['link']}): "

@@ -318,8 +318,14 @@ CHECKPOINTING_MODES: tuple[str, ...] = get_args(Checkpointing)
 Kernels = Literal["eager", "compiled", "fused"]
 CrossEntropy = Literal["fp32", "chunked", "fused"]
 Precision = Literal["bf16", "fp16", "fp32", "pure-bf16"]
-Optimizer = Literal["adamw", "adamw-8bit", "sgd"]
+Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "paged-adamw", "sgd"]
 Framework = Literal["hf", "torchtune", "torchtitan", "llm-foundry", "megatron"]
+
+
+# torchtune's recipes raise on this pair (recipes/full_finetune_single_device.py __init__:
+# "Gradient accumulation is not supported with optimizer in bwd")
+OPTIMIZER_IN_BWD_ACCUM = ("optimizer_in_bwd with grad_accum > 1: torchtune refuses gradient "
+                          "accumulation with the optimizer step in backward")
 
 
 class TrainingConfig(Frozen):
@@ -334,6 +340,9 @@ class TrainingConfig(Frozen):
     precision: Precision = "bf16"
     optimizer: Optimizer = "adamw"
     activation_checkpointing: Checkpointing = "none"
+    # torchtune's option of the same name: each parameter's optimizer step runs in its
+    # post-accumulate-grad hook during backward and frees its gradient (one gradient alive)
+    optimizer_in_bwd: bool = False
     finetune: Literal["full", "lora", "qlora"] = "full"
     lora: LoraConfig | None = None
     # flash: FlashAttention-2 kernels (default; SDPA's flash backend, flash-attn 2); flash3:
@@ -377,6 +386,8 @@ class WorkloadConfig(Frozen):
         if (tokens := t.micro_batch * t.grad_accum * t.seq_len) > MAX_STEP_TOKENS:
             errors.append((("training",), f"micro_batch x grad_accum x seq_len = {tokens:,} "
                            f"tokens per GPU per step; at most {MAX_STEP_TOKENS:,}"))
+        if t.optimizer_in_bwd and t.grad_accum > 1:
+            errors.append((("training", "optimizer_in_bwd"), OPTIMIZER_IN_BWD_ACCUM))
         if self.training.finetune != "full" and self.model is None:
             errors.append((("training", "finetune"),
                            f"{self.training.finetune} needs a transformer `model`, not `layers`"))

@@ -75,6 +75,9 @@ class Line:
     # by the allocator but not by a tensor: rounding, fragmentation), "driver" (outside it:
     # the CUDA context, NCCL's buffers)
     pool: str = "tensor"
+    # in CUDA managed memory (a paged optimizer's states, cudaMallocManaged): outside the
+    # caching allocator and evictable, so not in the verdict; it takes what the rest leaves
+    paged: bool = False
 
 
 # The moments a peak can fall on. Backward frees each layer's activations as it creates that
@@ -85,7 +88,7 @@ MOMENTS = {"backward": "start of backward", "backward_end": "end of backward",
 
 def alive(line: Line, moment: str) -> bool:
     """Whether ``line`` holds GPU memory at ``moment`` (one of MOMENTS)."""
-    if line.host:
+    if line.host or line.paged:
         return False
     if line.phase.startswith("only:"):
         return line.phase == f"only:{moment}"
@@ -115,9 +118,28 @@ class MemoryReport:
     offload: str = "none"  # what lives in host RAM: none | optimizer | params
 
     @property
+    def paged_bytes(self) -> int:
+        """A paged optimizer's states in managed memory (bitsandbytes ``is_paged``)."""
+        return int(sum(x.bytes for x in self.lines if x.paged))
+
+    @property
+    def paged_resident_bytes(self) -> int:
+        """The paged states the card holds beside everything else: what the peak leaves free
+        (the UVM driver evicts only managed pages, never cudaMalloc memory: CUDA runtime API,
+        cudaMemPrefetchAsync)."""
+        return max(0, min(self.paged_bytes, self.capacity_bytes - self.peak_bytes))
+
+    @property
+    def paged_to_host_bytes(self) -> int:
+        """The paged states that do not fit beside the rest and live in host RAM."""
+        return self.paged_bytes - self.paged_resident_bytes
+
+    @property
     def host_peak_bytes(self) -> int:
-        """Host RAM the job's offloaded states need: every rank's host lines (ranks alike)."""
-        return int(sum(x.bytes for x in self.lines if x.host) * self.world)
+        """Host RAM the job's offloaded states need: every rank's host lines (ranks alike),
+        and the paged optimizer states the GPUs cannot hold."""
+        return int((sum(x.bytes for x in self.lines if x.host) + self.paged_to_host_bytes)
+                   * self.world)
 
     @property
     def host_fits(self) -> bool:
@@ -155,13 +177,14 @@ class MemoryReport:
     @property
     def model_state_bytes(self) -> int:
         """Weights, gradients and optimizer states on the GPU, all of them (the ZeRO paper's
-        sum)."""
-        return int(sum(x.bytes for x in self.lines if not x.host
+        sum; a paged optimizer's managed states excluded)."""
+        return int(sum(x.bytes for x in self.lines if not x.host and not x.paged
                        and x.category in ("weights", "gradients", "optimizer")))
 
     def category_bytes(self, category: str) -> int:
         """Every GPU line of one category, whenever it is alive."""
-        return int(sum(x.bytes for x in self.lines if x.category == category and not x.host))
+        return int(sum(x.bytes for x in self.lines if x.category == category and not x.host
+                       and not x.paged))
 
     @property
     def fits(self) -> bool:
@@ -170,6 +193,10 @@ class MemoryReport:
     def verdict(self) -> str:
         need = f"{self.peak_bytes / GiB:.1f} GiB of {self.capacity_bytes / GiB:.1f} GiB per GPU"
         text = f"fits: needs {need}" if self.fits else f"does not fit: needs {need}"
+        if self.paged_bytes:
+            text += (f"; paged optimizer states {self.paged_bytes / GiB:.1f} GiB: "
+                     f"{self.paged_resident_bytes / GiB:.1f} GiB on the GPU, "
+                     f"{self.paged_to_host_bytes / GiB:.1f} GiB paged to host RAM")
         if self.host_peak_bytes:
             host = (f"{self.host_peak_bytes / GiB:.1f} GiB of host RAM of "
                     f"{self.host_capacity_bytes / GiB:.1f} GiB")
@@ -189,9 +216,14 @@ class MemoryReport:
             "host_peak_bytes": self.host_peak_bytes,
             "host_capacity_bytes": self.host_capacity_bytes, "host_fits": self.host_fits,
             "offload": self.offload,
+            **({"paged_optimizer": {"bytes": self.paged_bytes,
+                                    "resident_bytes": self.paged_resident_bytes,
+                                    "paged_to_host_bytes": self.paged_to_host_bytes}}
+               if self.paged_bytes else {}),
             "breakdown_bytes": self.breakdown_bytes,
             "lines": [{"category": x.category, "label": x.label, "bytes": int(x.bytes),
-                       "phase": x.phase, **({"host": True} if x.host else {})}
+                       "phase": x.phase, **({"host": True} if x.host else {}),
+                       **({"paged": True} if x.paged else {})}
                       for x in self.lines],
             "notes": list(self.notes),
         }
@@ -258,7 +290,7 @@ def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
     """Weights, gradients, optimizer per rank (of its stage's blocks under pipeline
     parallelism), plus sizes the buffer lines need."""
     frozen_bytes = job.activation_bytes  # frozen LoRA base kept in the compute dtype
-    w = g = o = frozen = quant = 0.0
+    w = g = o = paged = frozen = quant = largest = 0.0
     unit: dict[int, float] = {}  # unsharded compute-dtype bytes per block (FSDP units)
     unit_grads: dict[int, float] = {}
     autocast = 0.0
@@ -269,7 +301,10 @@ def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
         if p.trainable:
             w += r.weight * n / (dp if r.shard_weights else 1)
             g += r.grad * n / (dp if r.shard_grads else 1)
-            o += r.optimizer * n / (dp if r.shard_optimizer else 1)
+            largest = max(largest, n / (dp if r.shard_grads else 1))
+            on_device, in_managed = optim.paged_state_split(job.optimizer, int(n), r.optimizer)
+            o += on_device / (dp if r.shard_optimizer else 1)
+            paged += in_managed / (dp if r.shard_optimizer else 1)
             unit[p.block] = unit.get(p.block, 0.0) + n * job.activation_bytes
             unit_grads[p.block] = unit_grads.get(p.block, 0.0) + n
             if len(p.shape) > 1 and p.block >= 0:  # matmul weights autocast caches
@@ -298,11 +333,27 @@ def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
     # ones left (zero_grad only after the step), so they are alive at every later start of
     # backward too
     persistent = strategy.startswith("zero") or job.grad_accum > 1
-    lines.append(Line("gradients", f"gradients, {r.grad:g} B/param"
-                      f"{shard if r.shard_grads else ''}", g,
-                      "both" if persistent else "grads"))
-    lines.append(Line("optimizer", f"optimizer states, {r.optimizer:g} B/param"
-                      f"{shard if r.shard_optimizer else ''}", o))
+    if job.recipe.optimizer_in_bwd:
+        # torchtune optimizer_in_bwd (training/memory.py register_optim_in_bwd_hooks): each
+        # parameter's post-accumulate-grad hook steps its optimizer, then zero_grad() frees
+        # the gradient, so one gradient (the largest tensor's, at most) is alive at a time
+        lines.append(Line("gradients", f"gradient of the largest tensor, {r.grad:g} B/param "
+                          "(optimizer_in_bwd frees each after its step)", r.grad * largest,
+                          "backward"))
+    else:
+        lines.append(Line("gradients", f"gradients, {r.grad:g} B/param"
+                          f"{shard if r.shard_grads else ''}", g,
+                          "both" if persistent else "grads"))
+    if paged:
+        lines.append(Line("optimizer", "optimizer states on the device: absmax per block of "
+                          f"{optim.BNB_BLOCK} and tensors under "
+                          f"{optim.BNB_PAGED_MIN_NUMEL:,} elements", o))
+        lines.append(Line("optimizer", "optimizer states in managed memory (paged, "
+                          f"cudaMallocManaged){shard if r.shard_optimizer else ''}", paged,
+                          paged=True))
+    else:
+        lines.append(Line("optimizer", f"optimizer states, {r.optimizer:g} B/param"
+                          f"{shard if r.shard_optimizer else ''}", o))
     blocks = [unit.get(i, 0.0) for i in range(job.n_blocks)] if job.arch else list(unit.values())
     sizes = {"trainable_local": sum(unit_grads.values()), "autocast": autocast,
              "unit": max(blocks, default=0.0),
@@ -315,7 +366,8 @@ def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
              "output": unit.get(job.n_blocks, 0.0),
              "output_grads": unit_grads.get(job.n_blocks, 0.0),
              "all_units": sum(unit.values()),
-             "largest_quantized": max((p.numel for p in job.params if p.quantized), default=0)}
+             "largest_quantized": max((p.numel for p in job.params if p.quantized), default=0),
+             "largest_trainable": largest}
     return lines, sizes
 
 
@@ -396,9 +448,14 @@ def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: d
     temporary = optim.states(job.optimizer, job.recipe.optimizer_impl,
                              job.grad_bytes).step_temporary_per_param
     if temporary and not strategy.startswith("zero"):  # DeepSpeed's optimizers are fused
-        local = sizes["trainable_local"] / (dp if r.shard_optimizer else 1)
-        lines.append(Line("other", "optimizer step: foreach AdamW denominator temporaries",
-                          temporary * local, "step"))
+        if job.recipe.optimizer_in_bwd:  # one optimizer per tensor, stepped in backward
+            lines.append(Line("other", "optimizer step: foreach AdamW denominator of the "
+                              "largest tensor", temporary * sizes["largest_trainable"],
+                              "backward"))
+        else:
+            local = sizes["trainable_local"] / (dp if r.shard_optimizer else 1)
+            lines.append(Line("other", "optimizer step: foreach AdamW denominator temporaries",
+                              temporary * local, "step"))
     return lines
 
 
@@ -467,6 +524,13 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                      "to None by default (PyTorch >= 2.0)")
     if strategy in ("ddp", "tp") and dp == 1:
         notes.append("one data-parallel rank: no DDP wrapper, no bucket buffers")
+    if job.recipe.optimizer_in_bwd:
+        notes.append("optimizer_in_bwd: each tensor's optimizer step runs in backward as its "
+                     "gradient is ready, and frees that gradient")
+    if any(x.paged for x in lines):
+        notes.append("paged optimizer: states in CUDA managed memory are not in the verdict; "
+                     "what the peak leaves free holds some, the rest lives in host RAM and "
+                     "pages over the host link each step")
     return MemoryReport(strategy=strategy, world=world, tp=tp, dp=dp, micro_batch=b,
                         seq_len=job.seq_len, checkpointing=job.checkpointing,
                         parameters=job.n_params, trainable_parameters=job.n_trainable,

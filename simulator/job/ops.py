@@ -427,6 +427,18 @@ def optimizer_ops(job: Job) -> list[Op]:
     return out
 
 
+def tensor_step_op(job: Job, indices: list[int], name: str, block: int) -> Op:
+    """The optimizer step of some tensors, one launch each: torchtune's optimizer_in_bwd gives
+    every parameter an optimizer of its own, stepped from its post-accumulate-grad hook."""
+    rec = job.recipe
+    p = job.grad_bytes
+    kernels = [k for i in indices
+               for k in optimizer.step_kernels(rec.optimizer, rec.optimizer_impl,
+                                               job.params[i].numel, p, p, clip=rec.clip_grad,
+                                               tensors=1)]
+    return Op.of(name, block, "optimizer", kernels)
+
+
 def model_flops_per_micro_batch(job: Job) -> float:
     """Model FLOPs (no recompute, full attention count) of one micro-batch: MFU's numerator.
 

@@ -4,7 +4,9 @@
 framework ships them; keys the workload (or a command-line flag) gives explicitly override the
 bundle. Besides the five keys a bundle fixes details no key exposes (how rotary embeddings are
 written, which AdamW implementation runs, whether the loss is compiled, whether gradients are
-clipped). Every bundle entry names its source:
+clipped). ``training.optimizer_in_bwd`` (torchtune's key) belongs to no bundle: it is off
+unless given, and when on there is no gradient clipping (torchtune refuses ``clip_grad_norm``
+with it). Every bundle entry names its source:
 
 - hf: transformers Trainer. Eager modules (``torch_compile=False``), ``ForCausalLMLoss`` on
   ``logits.float()``, AMP bf16 (``bf16=True``), ``optim`` default ``adamw_torch_fused`` on
@@ -14,7 +16,8 @@ clipped). Every bundle entry names its source:
   ``compile: False``, ``CEWithChunkedOutputLoss``, ``dtype: bf16`` (weights, gradients and
   optimizer states all bf16), ``enable_activation_checkpointing: True``; the distributed
   configs' ``torch.optim.AdamW`` with ``fused: True`` (single-device configs ship
-  ``PagedAdamW8bit``: say ``optimizer: adamw-8bit``); ``clip_grad_norm: null``; rotary as
+  ``PagedAdamW8bit`` with ``optimizer_in_bwd: True``: say ``optimizer: paged-adamw-8bit``,
+  ``optimizer_in_bwd: true``); ``clip_grad_norm: null``; rotary as
   modules/position_embeddings.py (fp32 pairs); the loss compiled with the model.
 - torchtitan: train_configs/llama3_8b.toml and config_manager.py at the 2024-12 benchmark
   commit 9dec370: ``compile = false``, loss ``cross_entropy(pred.float())`` never compiled
@@ -81,6 +84,7 @@ class Recipe:
     optimizer_impl: str
     compile_loss: bool
     clip_grad: bool
+    optimizer_in_bwd: bool = False  # the step per parameter in backward (training key)
     from_bundle: tuple[str, ...] = ()  # the keys the bundle set (the rest were given)
 
     @property
@@ -95,13 +99,15 @@ class Recipe:
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k in ("framework", *KEYS)}
+        out["optimizer_in_bwd"] = self.optimizer_in_bwd
         out["from_framework"] = list(self.from_bundle)
         return out
 
     def words(self) -> str:
         """One line: ``framework hf: kernels eager, cross_entropy fp32, ...``."""
         return f"framework {self.framework}: " + ", ".join(
-            f"{k} {getattr(self, k)}" for k in KEYS)
+            f"{k} {getattr(self, k)}" for k in KEYS) + (
+            ", optimizer_in_bwd" if self.optimizer_in_bwd else "")
 
 
 def resolve(training: TrainingConfig) -> Recipe:
@@ -111,7 +117,10 @@ def resolve(training: TrainingConfig) -> Recipe:
     bundle = _BUNDLES[framework]
     values = {k: getattr(training, k) if k in given else bundle[k] for k in KEYS}
     details = {k: v for k, v in bundle.items() if k not in KEYS}
+    if training.optimizer_in_bwd:  # torchtune refuses clip_grad_norm with optimizer_in_bwd
+        details["clip_grad"] = False
     return Recipe(framework=framework, **values, **details,
+                  optimizer_in_bwd=training.optimizer_in_bwd,
                   from_bundle=tuple(k for k in KEYS if k not in given))
 
 

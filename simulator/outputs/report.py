@@ -96,16 +96,30 @@ def pipeline_report(timeline: Timeline) -> dict[str, Any]:
 def offload_report(timeline: Timeline) -> dict[str, Any]:
     """What offloading moved and how long it took on the first GPU: copies each way and the
     CPU optimizer step (seconds their spans cover, replays counted)."""
-    spans = timeline.spans_of(timeline.rank_groups[0][0])
     out: dict[str, Any] = dict(timeline.meta["offload"])
     for kind in ("d2h", "h2d", "cpu_optimizer"):
-        mine = [s for s in spans if s.kind == kind]
-        out[f"{kind}_s"] = union_length((s.start, s.end) for s in mine) + sum(
-            rep.args["times"] * union_length(
-                (s.start, s.end) for s in mine
-                if rep.args["unit_tasks"][0] <= s.args.get("task", -1) <= rep.args["unit_tasks"][1])
-            for rep in spans if rep.kind == REPEAT_KIND)
+        out[f"{kind}_s"] = _kind_seconds(timeline, kind)
     return out
+
+
+def _kind_seconds(timeline: Timeline, kind: str, stream: str | None = None) -> float:
+    """Seconds the first GPU's spans of ``kind`` (on ``stream``) cover, replays counted."""
+    spans = timeline.spans_of(timeline.rank_groups[0][0])
+    mine = [s for s in spans if s.kind == kind and stream in (None, s.stream)]
+    return union_length((s.start, s.end) for s in mine) + sum(
+        rep.args["times"] * union_length(
+            (s.start, s.end) for s in mine
+            if rep.args["unit_tasks"][0] <= s.args.get("task", -1) <= rep.args["unit_tasks"][1])
+        for rep in spans if rep.kind == REPEAT_KIND)
+
+
+def paging_report(timeline: Timeline) -> dict[str, Any]:
+    """A paged optimizer's states crossing the first GPU's host link each step
+    (strategies/paging.py): bytes each way and the seconds each direction is busy."""
+    nbytes = timeline.meta["paged_bytes_per_step"]
+    return {"h2d_bytes_per_gpu": nbytes, "d2h_bytes_per_gpu": nbytes,
+            "h2d_s": _kind_seconds(timeline, "h2d", "uvm.h2d"),
+            "d2h_s": _kind_seconds(timeline, "d2h", "uvm.d2h")}
 
 
 def bottleneck(timeline: Timeline, comm_time_s: float | None = None) -> dict[str, Any]:
@@ -186,7 +200,8 @@ def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step:
         "fits": bool(memory["fits"]),
         "breakdown_bytes": {k: int(memory["breakdown_bytes"].get(k, 0)) for k in BREAKDOWN_KEYS},
     }
-    for key in ("host_peak_bytes", "host_capacity_bytes", "host_fits", "stage", "stages"):
+    for key in ("host_peak_bytes", "host_capacity_bytes", "host_fits", "paged_optimizer",
+                "stage", "stages"):
         if key in memory:  # host RAM (offload); a pipeline's fullest stage and every stage's
             report["memory"][key] = memory[key]
     report["bottleneck"] = bottleneck(timeline, pacing["comm_time_s"])
@@ -196,6 +211,8 @@ def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step:
         report["pipeline"] = pipeline_report(timeline)
     if "offload" in timeline.meta:
         report["offload"] = offload_report(timeline)
+    if "paged_bytes_per_step" in timeline.meta:
+        report["paging"] = paging_report(timeline)
     if "buckets" in timeline.meta:
         report["buckets"] = bucket_list(timeline)
     if cost is not None:

@@ -50,6 +50,9 @@ class StrategyOptions:
     schedule: str = "1f1b"  # gpipe | 1f1b | interleaved (schedules.py)
     virtual_stages: int = 1  # model chunks per stage (interleaved)
     dp_groups: tuple[tuple[int, ...], ...] = ()  # set by tensor.py for TP x DP
+    # a paged optimizer's states overflow the card and cross the host link every step
+    # (paging.py); set from the memory verdict (api.strategy_options)
+    page_optimizer_states: bool = False
 
     @property
     def overlapped(self) -> bool:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from simulator.engine.program import Comm, Program
 from simulator.job.workload import Job, ParamTensor
+from simulator.strategies import paging
 from simulator.strategies.buckets import (
     Bucket,
     GradTensor,
@@ -42,7 +43,6 @@ from simulator.strategies.buckets import (
 from simulator.strategies.steps import (
     Emit,
     add_ops,
-    as_compute,
     compute_only,
     memory_pass,
     ready_order,
@@ -52,7 +52,6 @@ from simulator.strategies.steps import (
 
 if TYPE_CHECKING:
     from simulator.job.ops import Op
-    from simulator.machine.hardware import GPU
     from simulator.machine.topology import Machine
     from simulator.strategies import StrategyOptions
 
@@ -123,9 +122,13 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
     prefix = f"micro{accum - 1}." if accum > 1 else ""
     fwd_ids = add_ops(prog, fwd, emit, after=() if last is None else (last,), prefix=prefix)
     if dp == 1:  # a single replica: plain backward and optimizer, no DDP wrapper
-        ids = add_ops(prog, bwd, emit, after=(fwd_ids[-1],), prefix=prefix)
-        _optimizer(prog, job, gpu, tp, (ids[-1],))
         prog.meta["buckets"] = []
+        if job.recipe.optimizer_in_bwd:  # torchtune: each tensor stepped in backward
+            paging.backward_with_steps(prog, job, machine, options, bwd, emit, fwd_ids[-1],
+                                       prefix)
+            return prog
+        ids = add_ops(prog, bwd, emit, after=(fwd_ids[-1],), prefix=prefix)
+        _optimizer(prog, job, machine, options, tp, (ids[-1],))
         return prog
     buckets = plan_buckets(job, bwd, options, tp)
     trainable = trainable_indices(job)
@@ -184,12 +187,15 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         tensors = sum(len(b.indices) for b in buckets)
         after = [prog.add("compute", memory_pass("ddp.copy_back", nbytes, gpu,
                                                  kernels=tensors), tuple(after))]
-    _optimizer(prog, job, gpu, tp, tuple(after))
+    _optimizer(prog, job, machine, options, tp, tuple(after))
     prog.meta["buckets"] = meta
     return prog
 
 
-def _optimizer(prog: Program, job: Job, gpu: GPU, tp: int, after: tuple[int, ...]) -> None:
-    """The optimizer over this rank's parameters (1/tp of each block's under TP)."""
+def _optimizer(prog: Program, job: Job, machine: Machine, options: StrategyOptions, tp: int,
+               after: tuple[int, ...]) -> None:
+    """The optimizer over this rank's parameters (1/tp of each block's under TP), each
+    block's paged states brought in first when they overflow the card (paging.py)."""
     for op in job.optimizer_ops():
-        after = (prog.add("compute", as_compute(op, gpu, scale=1.0 / tp), after),)
+        after = (paging.step(prog, job, machine, options, op, job.block_params(op.block),
+                             after, scale=1.0 / tp),)
