@@ -2,7 +2,6 @@
 
 import math
 
-import numpy as np
 import pytest
 import simpy
 from hypothesis import given, settings
@@ -161,7 +160,7 @@ def test_no_link_ever_exceeds_its_capacity(flows):
         fabric.transfer(usage, nbytes, latency=lat)
     env.run()
     for sample in fabric.history:
-        assert all(sample.rates <= np.asarray(fabric.capacity) * (1 + 1e-9))
+        assert all(sample.rates <= fabric.capacity * (1 + 1e-9))
 
 
 class GlobalFabric(Fabric):

@@ -12,10 +12,6 @@ is linked to, directly or through others), so each group is filled on its own, a
 change does not touch keeps its rates. One SimPy timeout waits for the next completion (a
 generation counter makes older timeouts no-ops). No packets, no queues: a link is a capacity.
 
-Bookkeeping is plain Python (a flow crosses a handful of links); numpy is imported only to fill
-a group of flows that share links, and for the usage history: a collective alone on a fabric,
-as `stepsim collective` times it, never loads it.
-
 Assumes capacities in bytes/s, times in seconds; the fabric knows nothing about NCCL.
 
 >>> import simpy
@@ -31,20 +27,17 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+import numpy as np
 import simpy
-
-if TYPE_CHECKING:
-    import numpy as np
 
 _EPS = 1e-9  # relative tolerance for "link full" and "flow finished"
 
 
 @dataclass(eq=False)  # a flow is itself: equal only to itself
 class _Flow:
-    links: tuple[int, ...]  # link indices, each once
-    weights: tuple[float, ...]  # bytes on each link per byte of progress
+    links: np.ndarray  # link indices
+    weights: np.ndarray  # bytes on each link per byte of progress
     remaining: float
     max_rate: float
     event: simpy.Event
@@ -61,8 +54,6 @@ class UsageSample:
 
     def busy(self, link_ids: list[str]) -> dict[str, float]:
         """The links carrying something, by id, with their rates (in link order)."""
-        import numpy as np
-
         nonzero = np.flatnonzero(self.rates > 0)
         return dict(zip([link_ids[i] for i in nonzero.tolist()],
                         self.rates[nonzero].tolist(), strict=True))
@@ -76,15 +67,14 @@ class Fabric:
         self.env = env
         self.link_ids: list[str] = list(capacities)
         self._index = {link: i for i, link in enumerate(self.link_ids)}
-        self.capacity = [float(capacities[k]) for k in self.link_ids]
-        if any(not c > 0 for c in self.capacity):
+        self.capacity = np.array([float(capacities[k]) for k in self.link_ids])
+        if np.any(self.capacity <= 0):
             raise ValueError("every link capacity must be positive")
-        self._bytes = [0.0] * len(self.link_ids)
-        self._capacity_array: np.ndarray | None = None  # for filling groups, made once
+        self._bytes = np.zeros(len(self.link_ids))
         self._flows: list[_Flow] = []  # active, in the order they started moving
         # usage tuples already turned into (link indices, weights), by identity: collectives
         # start the same cached plan many times per step
-        self._compiled: dict[int, tuple[object, tuple[int, ...], tuple[float, ...]]] = {}
+        self._compiled: dict[int, tuple[object, np.ndarray, np.ndarray]] = {}
         self._last_update = env.now
         self._generation = 0
         self.record_history = record_history
@@ -113,7 +103,7 @@ class Fabric:
         return flow.event
 
     def _compile(self, usage: Mapping[str, float] | Sequence[tuple[str, float]]
-                 ) -> tuple[tuple[int, ...], tuple[float, ...]]:
+                 ) -> tuple[np.ndarray, np.ndarray]:
         """(link indices, weights) of a usage; a tuple's is kept, by identity."""
         if isinstance(usage, tuple):
             known = self._compiled.get(id(usage))
@@ -124,15 +114,15 @@ class Fabric:
         if unknown:
             raise KeyError(f"unknown link(s) {unknown}")
         used = [(self._index[k], float(w)) for k, w in pairs if w > 0]
-        links = tuple(i for i, _ in used)
-        weights = tuple(w for _, w in used)
+        links = np.array([i for i, _ in used], dtype=np.intp)
+        weights = np.array([w for _, w in used])
         if isinstance(usage, tuple):
             self._compiled[id(usage)] = (usage, links, weights)
         return links, weights
 
     def capacity_of(self, link: str) -> float:
         """A link's capacity, B/s."""
-        return self.capacity[self._index[link]]
+        return float(self.capacity[self._index[link]])
 
     @property
     def active_flows(self) -> int:
@@ -143,7 +133,7 @@ class Fabric:
     def link_bytes(self) -> dict[str, float]:
         """Bytes each link has carried so far (up to the last rate change)."""
         self._advance()
-        return dict(zip(self.link_ids, self._bytes, strict=True))
+        return dict(zip(self.link_ids, self._bytes.tolist(), strict=True))
 
     def utilization(self, start: float = 0.0, end: float | None = None) -> dict[str, float]:
         """Mean share of capacity used by each link over ``[start, end]`` (default: until now).
@@ -155,8 +145,8 @@ class Fabric:
         if end <= start:
             return dict.fromkeys(self.link_ids, 0.0)
         carried = self._bytes_between(start, end)
-        return {k: b / (c * (end - start))
-                for k, b, c in zip(self.link_ids, carried, self.capacity, strict=True)}
+        return dict(zip(self.link_ids, (carried / (self.capacity * (end - start))).tolist(),
+                        strict=True))
 
     def bottleneck(self, start: float = 0.0, end: float | None = None) -> tuple[str, float]:
         """The link with the highest mean utilisation over the window, and that utilisation."""
@@ -166,14 +156,12 @@ class Fabric:
 
     # --- internals ----------------------------------------------------------------------
 
-    def _bytes_between(self, start: float, end: float) -> list[float]:
+    def _bytes_between(self, start: float, end: float) -> np.ndarray:
         self._advance()
         if start <= 0.0 and math.isclose(end, self.env.now):
-            return list(self._bytes)
+            return self._bytes.copy()
         if not self.record_history:
             raise ValueError("utilisation over a window needs record_history=True")
-        import numpy as np
-
         total = np.zeros(len(self.link_ids))
         samples = self.history
         for k, sample in enumerate(samples):
@@ -181,32 +169,27 @@ class Fabric:
             t1 = min(samples[k + 1].time if k + 1 < len(samples) else self.env.now, end)
             if t1 > t0:
                 total += sample.rates * (t1 - t0)
-        return total.tolist()
+        return total
 
     def _current_link_rates(self) -> np.ndarray:
-        import numpy as np
-
-        rates = [0.0] * len(self.link_ids)
+        rates = np.zeros(len(self.link_ids))
         for f in self._flows:
-            for i, w in zip(f.links, f.weights, strict=True):  # a flow names each link once
-                rates[i] += w * f.rate
-        return np.array(rates)
+            rates[f.links] += f.weights * f.rate  # a flow names each link once
+        return rates
 
     def _advance(self) -> None:
         """Account progress and link bytes since the last rate change."""
         dt = self.env.now - self._last_update
         if dt > 0:
-            carried = self._bytes
             for f in self._flows:
                 moved = f.rate * dt
                 f.remaining -= moved
-                for i, w in zip(f.links, f.weights, strict=True):
-                    carried[i] += w * moved
+                self._bytes[f.links] += f.weights * moved
         self._last_update = self.env.now
 
     def _add(self, flow: _Flow) -> None:
         self._advance()
-        if flow.remaining <= 0 or (not flow.links and math.isinf(flow.max_rate)):
+        if flow.remaining <= 0 or (flow.links.size == 0 and math.isinf(flow.max_rate)):
             flow.event.succeed()
             return
         self._flows.append(flow)
@@ -223,8 +206,10 @@ class Fabric:
                 f.event.succeed()
             # the flows whose rates can change: the new one, those that shared a link with a
             # finished one, and everything linked to them
-            freed = {i for f in done for i in f.links}
-            seeds += [f for f in self._flows if not freed.isdisjoint(f.links)]
+            freed = np.zeros(len(self.link_ids), dtype=bool)
+            for f in done:
+                freed[f.links] = True
+            seeds += [f for f in self._flows if freed[f.links].any()]
         for group in self._groups(seeds):
             self._assign_rates(group)
         if self.record_history:
@@ -255,15 +240,16 @@ class Fabric:
         for seed in seeds:
             if id(seed) in placed:
                 continue
-            links = set(seed.links)  # the group's links so far
+            links = np.zeros(len(self.link_ids), dtype=bool)  # the group's links so far
+            links[seed.links] = True
             members = {id(seed)}
             grew = True
             while grew:
                 grew = False
                 for f in self._flows:
-                    if id(f) not in members and not links.isdisjoint(f.links):
+                    if id(f) not in members and links[f.links].any():
                         members.add(id(f))
-                        links.update(f.links)
+                        links[f.links] = True
                         grew = True
             placed |= members
             groups.append([f for f in self._flows if id(f) in members])
@@ -272,23 +258,21 @@ class Fabric:
     def _assign_rates(self, flows: list[_Flow]) -> None:
         """Weighted max-min fair rates of one connected group of flows by progressive
         filling (vectorised over the group's flows and links)."""
-        if len(flows) == 1 and flows[0].links:  # filling ends at its first step
+        if len(flows) == 1 and flows[0].links.size:  # filling ends at its first step
             f = flows[0]
-            widest = min(self.capacity[i] / w for i, w in zip(f.links, f.weights, strict=True))
+            widest = float(np.min(self.capacity[f.links] / f.weights))
             f.rate = max(min(widest, f.max_rate - 0.0), 0.0)
             return
-        import numpy as np
-
-        # the group's links, in link order
-        cols = np.array(sorted({i for f in flows for i in f.links}), dtype=np.intp)
+        used = np.zeros(len(self.link_ids), dtype=bool)
+        for f in flows:
+            used[f.links] = True
+        cols = np.flatnonzero(used)  # the group's links, in link order
         weights = np.zeros((len(flows), len(cols)))
         for row, f in enumerate(flows):
             weights[row, np.searchsorted(cols, f.links)] = f.weights
         max_rate = np.array([f.max_rate for f in flows])
         rate = np.zeros(len(flows))
-        if self._capacity_array is None:
-            self._capacity_array = np.array(self.capacity)
-        capacity = self._capacity_array[cols]
+        capacity = self.capacity[cols]
         residual = capacity.copy()
         active = np.ones(len(flows), dtype=bool)
         while active.any():

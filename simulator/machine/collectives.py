@@ -27,9 +27,7 @@ import weakref
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-import simpy
-
-from simulator.engine.fabric import Fabric
+from simulator.engine.lone_flow import busiest, lone_flow
 from simulator.errors import InputError
 from simulator.machine import hardware, wire
 from simulator.machine import nccl_tuning as nt
@@ -37,6 +35,9 @@ from simulator.scales import hop_mechanism
 from simulator.units import GB, US
 
 if TYPE_CHECKING:
+    import simpy
+
+    from simulator.engine.fabric import Fabric
     from simulator.machine.topology import Machine
 
 OPS = ("allreduce", "allgather", "reducescatter", "broadcast")
@@ -329,6 +330,8 @@ def p2p_plan(machine: Machine, src: int, dst: int, nbytes: int) -> Plan:
 
 def fabric_for(env: simpy.Environment, machine: Machine, **kwargs: Any) -> Fabric:
     """A fabric with every link (and host-memory resource) of the machine."""
+    from simulator.engine.fabric import Fabric
+
     return Fabric(env, {lid: link.capacity for lid, link in machine.links.items()}, **kwargs)
 
 
@@ -387,14 +390,14 @@ def _joined(machine: Machine, plans: list[Plan]) -> list[tuple[tuple[tuple[str, 
 
 def simulate(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,
              algo: str = "auto", protocol: str | None = None) -> Result:
-    """Run one collective alone on a fresh fabric, as nccl-tests would time it."""
+    """Run one collective alone on idle links, as nccl-tests would time it: one flow alone
+    on the fabric, in closed form (engine/lone_flow.py)."""
     p = plan(machine, op, nbytes, ranks, algo, protocol)
-    env = simpy.Environment()
-    fabric = fabric_for(env, machine, record_history=False)
-    env.run(start(env, fabric, p))
-    seconds = env.now
+    capacities = {lid: link.capacity for lid, link in machine.links.items()}
+    seconds, carried = lone_flow(capacities, p.usage, p.bus_bytes, p.max_rate, p.latency)
     n = len(p.ranks)
     algbw = nbytes / seconds / GB if seconds > 0 else 0.0
-    link, util = (fabric.bottleneck() if p.usage and nbytes > 0 else (None, 0.0))
+    link, util = (busiest(capacities, carried, seconds) if p.usage and nbytes > 0
+                  else (None, 0.0))
     return Result(op, nbytes, n, seconds / US, algbw, algbw * bus_factor(op, n), p.algorithm,
                   p.protocol, p.transport, p.n_channels, link, util)
