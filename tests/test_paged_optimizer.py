@@ -115,3 +115,12 @@ def test_torchtune_4090_full_finetune_fits_and_pages_its_8bit_states() -> None:
     assert result.memory["fits"]
     assert result.memory["peak_allocated_bytes"] / 2**30 == pytest.approx(18.9, rel=0.20)
     assert result.report["tokens_per_s_per_gpu"] == pytest.approx(1650, rel=0.20)
+
+
+def test_the_memory_picture_leaves_the_managed_states_out(tmp_path: Path) -> None:
+    from simulator.outputs import memory_plot
+
+    result = api.simulate(api.RunSpec(*files(tmp_path, 0.52)), baseline=False)
+    times = [result.timeline.step_time * i / 99 for i in range(100)]
+    bands = memory_plot.memory_over_step(result.timeline, result.memory["lines"], times)
+    assert max(bands["optimizer"]) < PAGED_BYTES / 10  # only the absmax and the small tensors

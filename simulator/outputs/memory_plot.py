@@ -102,7 +102,7 @@ def memory_over_step(timeline: Timeline, lines: Sequence[Mapping[str, object]],
               "recompute": during([(b0, b1)]), "saved": saved}
     bands: dict[str, list[float]] = {k: [0.0] * len(times) for k in MEMORY_BANDS}
     for line in lines:
-        if line.get("host"):
+        if line.get("host") or line.get("paged"):  # host RAM, or managed (paged) memory
             continue
         category, phase = str(line["category"]), str(line["phase"])
         band = category
