@@ -21,7 +21,9 @@ Activations are counted per saved tensor as the kernel regime and the checkpoint
 them (simulator/job/checkpointing.py); under fused kernels that is Korthikanti et al. 2022
 (arXiv:2205.05198, table 2).
 Assumption: the peak is the start of backward with every activation alive and every gradient
-resident (the ZeRO-style sum); the optimizer step is checked as a second phase.
+resident (the ZeRO-style sum); the optimizer step is checked as a second phase. Under
+``optimizer_in_bwd`` one gradient is alive at a time; a paged optimizer's managed states
+(``Line.paged``) are outside the verdict and fill what the peak leaves, the rest in host RAM.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ How the frameworks run it:
 - Evictions and migrations use separate UVM channel types (GPU_TO_CPU, CPU_TO_GPU, on their
   own copy engines where the GPU has them: nvidia-uvm/uvm_channel.h) over a full-duplex link,
   so the two directions run at once, each on its own direction of the GPU's host path (the
-  same flows as offload copies, machine/host.py ``copy_flow``; the driver DMAs from pinned
-  pages of its own).
+  same flows as offload copies, machine/host.py ``copy_flow``, as pinned copies: the copy
+  engines move the managed pages themselves, with no staging buffer).
 """
 
 from __future__ import annotations
