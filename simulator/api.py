@@ -22,6 +22,7 @@ Machines and jobs are cached per process, so sweeps and comparisons build each o
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from typing import Any
@@ -343,6 +344,21 @@ def _memory(job: Job, machine: Machine, spec: RunSpec,
     return out
 
 
+# memory verdicts by spec at neutral rates: they do not depend on the rates, so a range's
+# re-runs at scaled rates (advice/ranges.py) reuse the point's instead of estimating it again
+_MEMORY_VERDICTS: dict[RunSpec, dict[str, Any]] = {}
+
+
+def _memory_verdict(spec: RunSpec, job: Job, machine: Machine,
+                    pipeline: dict[str, Any] | None) -> dict[str, Any]:
+    key = replace(spec, scales=NEUTRAL)
+    if key not in _MEMORY_VERDICTS:
+        if len(_MEMORY_VERDICTS) >= 256:  # a long search: keep the memory bounded
+            _MEMORY_VERDICTS.clear()
+        _MEMORY_VERDICTS[key] = _memory(job, machine, spec, pipeline)
+    return copy.deepcopy(_MEMORY_VERDICTS[key])
+
+
 def pipeline_of(job: Job, machine: Machine, spec: RunSpec) -> dict[str, Any] | None:
     """A pipelined spec's shape (its meta) without building its programs; None without one."""
     if spec.pp <= 1:
@@ -575,6 +591,8 @@ def clear_caches() -> None:
     """Forget every machine, job, op time and one-GPU baseline built so far (for tests that swap
     a module the cached results came from, or rewrite a config file)."""
     forget_machines()
+    _MEMORY_VERDICTS.clear()
+    _ONE_GPU_RUNS.clear()
     _deepspeed_settings.cache_clear()
     load_job.cache_clear()
     _single_gpu.cache_clear()
@@ -590,6 +608,23 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
     simulations at the ends of the mechanisms' validation spreads).
     """
     spec = configured(spec)
+    if (spec.gpus or load_machine(spec.topology).n_gpus) == 1 and spec.bucket_mb is not None:
+        # buckets do nothing on one GPU: a sweep's one-GPU points over bucket sizes are one run
+        key = (replace(spec, bucket_mb=None), baseline, prices, ranges)
+        known = _ONE_GPU_RUNS.get(key)
+        if known is None:
+            if len(_ONE_GPU_RUNS) >= 16:
+                _ONE_GPU_RUNS.clear()
+            known = _ONE_GPU_RUNS[key] = _simulate(key[0], baseline, prices, ranges)
+        return replace(known, spec=spec, report=copy.deepcopy(known.report))
+    return _simulate(spec, baseline, prices, ranges)
+
+
+_ONE_GPU_RUNS: dict[tuple[RunSpec, bool, cost.Prices | None, bool], RunResult] = {}
+
+
+def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
+              ranges: bool) -> RunResult:
     job = job_of(spec)
     machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl).for_job(job.name)
     check_recipe(spec.strategy, tp=_tp_degree(spec, machine), overlap=spec.overlap,
@@ -611,7 +646,7 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
                                     strategy_options(spec, job, machine))
         timeline = engine.simulate(programs, machine, compute_slowdown=spec.compute_slowdown)
     meta = programs[0].meta
-    mem = _memory(job, machine, spec, meta.get("pipeline"))
+    mem = _memory_verdict(spec, job, machine, meta.get("pipeline"))
     dp = int(meta.get("dp", machine.n_gpus))  # replicas that each take a batch
     tokens = job.tokens_per_micro_batch * job.grad_accum * dp
     machine_gpus = load_machine(spec.topology).n_gpus
@@ -665,8 +700,6 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
 
         add_ranges(result, prices)
     return result
-
-
 
 
 def run(spec: RunSpec, **options: Any) -> dict[str, Any]:

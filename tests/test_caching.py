@@ -13,6 +13,7 @@ from simulator.inputs import config
 from simulator.job import compute, ops
 from simulator.job.workload import Job
 from simulator.machine import build, hardware
+from simulator.scales import RateScales
 from simulator.strategies import steps
 
 
@@ -79,3 +80,41 @@ def test_an_ops_time_is_remembered_per_card_and_each_input_of_it(change: dict[st
     assert first == again == [compute.op_time(op, plain) for op in job.forward_ops()]
     assert changed == [compute.op_time(op, other) for op in job.forward_ops()]
     assert changed != first and all(c >= f for c, f in zip(changed, first, strict=True))
+
+
+@pytest.mark.parametrize("spec", [
+    api.RunSpec("8x5090-dual-socket", "llama2-7b", "fsdp"),
+    api.RunSpec("8x5090-switch", "llama2-7b-lora", "ddp", bucket_mb=5),
+    api.RunSpec("8xh100-nvswitch", "llama2-13b", "tp+fsdp", tp=4),
+    api.RunSpec("8x5090-switch", "gpt2-medium", "ddp", pp=2, grad_accum=4),
+    api.RunSpec("2x5090", "llama2-7b", "zero3", offload="optimizer"),
+], ids=["fsdp", "ddp", "tp+fsdp", "pipeline", "offload"])
+def test_the_memory_verdict_does_not_depend_on_the_rates(spec: api.RunSpec) -> None:
+    """Why a range's re-runs may reuse the point's memory verdict."""
+    scales = RateScales(compute=0.6, shm=0.3, pcie_p2p=1.7, nvlink=0.8)
+    api.clear_caches()
+    scaled = api.simulate(replace(spec, scales=scales), baseline=False).report["memory"]
+    api.clear_caches()
+    assert api.simulate(spec, baseline=False).report["memory"] == scaled
+
+
+def test_a_sweeps_one_gpu_points_over_bucket_sizes_are_one_run(monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    from simulator import engine
+
+    api.clear_caches()
+    runs: list[int] = []
+    simulate = engine.simulate
+    monkeypatch.setattr(engine, "simulate", lambda programs, *a, **k: runs.append(1)
+                        or simulate(programs, *a, **k))
+    base = api.RunSpec("8x5090-dual-socket", "gpt2-medium", "ddp", gpus=1)
+    reports = [api.simulate(replace(base, bucket_mb=1), ranges=True)]
+    first = len(runs)
+    reports += [api.simulate(replace(base, bucket_mb=b), ranges=True) for b in (25, 400)]
+    assert first > 1 and len(runs) == first  # ranged once, then remembered
+    assert [r.spec.bucket_mb for r in reports] == [1, 25, 400]
+    assert reports[0].report == reports[2].report
+    assert reports[0].report is not reports[2].report  # each caller its own copy
+    api.clear_caches()
+    alone = api.simulate(replace(base, bucket_mb=400), ranges=True).report
+    assert alone == reports[0].report
