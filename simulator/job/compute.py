@@ -185,6 +185,12 @@ def _flash_slowdown(k: Kernel) -> float:
 def kernel_time(k: Kernel, gpu: GPU) -> float:
     """Roofline time of one kernel of a training step; tensor-core work at the sustained
     clock (sustained_share), FP32 CUDA-core work at the benchmark's."""
+    return kernel_work_time(k, gpu) / achieved(gpu)
+
+
+def kernel_work_time(k: Kernel, gpu: GPU) -> float:
+    """``kernel_time`` before the achieved-rate factor (``achieved``): the part a range's
+    re-runs and a calibration's fraction leave unchanged."""
     tensor = 1.0 if k.element_bytes == 4 else sustained_share(gpu)
     dense_rate = fp32_rate(gpu) if k.element_bytes == 4 else matmul_rate(gpu)
     if k.kind == "gemm" and k.shape is not None:
@@ -198,7 +204,7 @@ def kernel_time(k: Kernel, gpu: GPU) -> float:
     else:  # memory-bound elementwise work: FLOPs on CUDA cores never bind here
         rate = math.inf
     compute = k.flops / rate if k.flops else 0.0
-    return (max(compute, k.bytes / memory_rate(gpu)) + LAUNCH_OVERHEAD) / achieved(gpu)
+    return max(compute, k.bytes / memory_rate(gpu)) + LAUNCH_OVERHEAD
 
 
 def achieved(gpu: GPU) -> float:

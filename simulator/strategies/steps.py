@@ -9,6 +9,7 @@ memory-bound copies data-parallel wrappers add. Assumes the job's ops are one GP
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from simulator.engine.program import Compute, ComputeKind, Program, Repeat
 from simulator.job import compute
@@ -45,25 +46,40 @@ Emit = Callable[[Program, Op, tuple[int, ...], str], int]
 # kernels), so the programs of a sweep, comparison or range time each op once per card.
 # Forgotten past _MAX_TIMED entries in all, so a long-lived process stays bounded.
 _TIMED: dict[GPU, dict[int, tuple[Op, float]]] = {}
+# card at neutral rates -> op id -> (the op; its kernels' times before the achieved-rate
+# factor): a card at other rates (a range's re-run, a calibrated fraction) divides them by its
+# factor, kernel by kernel as compute.op_time does, so the seconds are the same floats
+_WORK: dict[GPU, dict[int, tuple[Op, tuple[float, ...]]]] = {}
 _MAX_TIMED = 50_000
 
 
 def forget_op_times() -> None:
     """Drop every remembered op time (api.clear_caches)."""
     _TIMED.clear()
+    _WORK.clear()
+
+
+def _op_time(op: Op, gpu: GPU, works: dict[int, tuple[Op, tuple[float, ...]]]) -> float:
+    """``compute.op_time``, from the kernels' work times ``works`` holds for the card."""
+    hit = works.get(id(op))
+    if hit is None or hit[0] is not op:
+        hit = works[id(op)] = (op, tuple(compute.kernel_work_time(k, gpu) for k in op.kernels))
+    factor = compute.achieved(gpu)
+    return sum(w / factor for w in hit[1])
 
 
 def compute_only(gpu: GPU) -> Emit:
     """The plain emitter: the op on the compute stream (each op timed once per card: micro-
     steps, pipeline micro-batches and other programs of the same job repeat the same ops)."""
     if sum(len(times) for times in _TIMED.values()) > _MAX_TIMED:
-        _TIMED.clear()
+        forget_op_times()
     timed = _TIMED.setdefault(gpu, {})
+    works = _WORK.setdefault(replace(gpu, rate_scale=1.0, achieved_fraction=1.0), {})
 
     def emit(program: Program, op: Op, deps: tuple[int, ...], prefix: str) -> int:
         hit = timed.get(id(op))
         if hit is None or hit[0] is not op:
-            hit = timed[id(op)] = (op, compute.op_time(op, gpu))
+            hit = timed[id(op)] = (op, _op_time(op, gpu, works))
         work = Compute(prefix + op.name, _KIND.get(op.phase, "other"), hit[1], op.flops,
                        op.block)
         return program.add("compute", work, deps)
