@@ -19,8 +19,10 @@ How the frameworks run it:
   again, so every paged byte comes in and goes back out once per step (it was written by the
   update, so eviction copies it to the host).
 - Evictions and migrations use separate UVM channel types (GPU_TO_CPU, CPU_TO_GPU, on their
-  own copy engines where the GPU has them: nvidia-uvm/uvm_channel.h) over a full-duplex link,
-  so the two directions run at once, each on its own direction of the GPU's host path (the
+  own copy engines where the GPU has them: nvidia-uvm/uvm_channel.h), and an eviction's copies
+  join the chunk's tracker without a wait (uvm_pmm_gpu.c ``evict_root_chunk_from_va_block``),
+  so the driver goes on to the next chunk while they run: over a full-duplex link the two
+  directions run at once, each on its own direction of the GPU's host path (the
   same flows as offload copies, machine/host.py ``copy_flow``, as pinned copies: the copy
   engines move the managed pages themselves, with no staging buffer).
 """
