@@ -3,22 +3,36 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from simulator import api
-from simulator.advice import advise, candidates
+from simulator.advice import advise, bound, candidates, explain
 from simulator.advice.cost import Prices
 from simulator.cli import main
+from simulator.scales import NEUTRAL
 
 KEYS = {"candidates", "best", "nothing_fits", "what_would_fit", "explanation"}
+SIMULATED: list[api.RunSpec] = []  # what the fixture's search simulated, ranged runs apart
 
 
 @pytest.fixture(scope="module")
 def answer() -> dict:
     machine = advise.Machine("2x5090", Prices(usd_per_gpu_hour=1.0))
-    return advise.advise([machine], "gpt2-medium", jobs=1)
+    simulate = api.simulate
+
+    def counted(spec: api.RunSpec, **options: Any) -> api.RunResult:
+        if not options.get("ranges") and spec.scales == NEUTRAL:  # a range's re-runs apart
+            SIMULATED.append(spec)
+        return simulate(spec, **options)
+
+    with pytest.MonkeyPatch.context() as mp:  # one process: every simulation passes here
+        mp.setattr(advise.api, "simulate", counted)
+        return advise.advise([machine], "gpt2-medium", jobs=1)
 
 
 def test_the_answer_has_exactly_the_contract_keys(answer: dict) -> None:
@@ -28,7 +42,29 @@ def test_the_answer_has_exactly_the_contract_keys(answer: dict) -> None:
 
 def test_nothing_that_does_not_fit_is_ranked(answer: dict) -> None:
     assert len(answer["candidates"]) > 20
-    assert all(r["memory"]["fits"] for r in answer["candidates"])
+    assert all(candidates.fits(r["memory"]) for r in answer["candidates"])
+    unfit = re.search(r"; (\d+) simulated did not fit", answer["explanation"][1])
+    assert len(answer["candidates"]) == len(SIMULATED) - (int(unfit[1]) if unfit else 0)
+
+
+def test_the_simulated_count_is_the_distinct_configurations_simulated(answer: dict) -> None:
+    said = re.search(r"; (\d+) configurations simulated in", answer["explanation"][0])
+    assert said is not None and int(said[1]) == len(SIMULATED) == len(set(SIMULATED))
+    assert len(SIMULATED) > len(candidates.enumerate_machine(
+        api.RunSpec("2x5090", "gpt2-medium")).first)  # variants were simulated too
+
+
+def test_no_simulated_run_beats_its_compute_bound(answer: dict) -> None:
+    for r in answer["candidates"]:  # the bound is what pruning trusts: it must hold
+        spec = candidates.spec_of(r["options"])
+        assert r["tokens_per_s"] <= bound.tokens_per_s_bound(spec) * (1 + 1e-9), r["label"]
+
+
+def test_the_search_varies_micro_batch_accumulation_and_buckets(answer: dict) -> None:
+    ranked = [r["options"] for r in answer["candidates"]]
+    assert any(o["grad_accum"] and o["grad_accum"] > 1 and o["pp"] == 1 for o in ranked)
+    assert any(o["bucket_cap_mb"] is not None for o in ranked)
+    assert any(o["pp"] > 1 for o in ranked)
 
 
 def test_candidates_are_ranked_by_the_objective(answer: dict) -> None:
@@ -62,7 +98,7 @@ def test_a_job_that_needs_sharding_says_why_plain_ddp_does_not_fit() -> None:
     assert choices.first and {s.strategy for s in choices.first} >= {"fsdp", "zero3"}
     assert "ddp" not in {s.strategy for s in choices.first if s.pp == 1}  # plain DDP
     assert any(s.pp > 1 for s in choices.first)  # a pipeline of DDP stages can fit
-    lines = advise.not_fitting_lines(choices.verdicts)
+    lines = explain.not_fitting_lines(choices.verdicts)
     ddp = next(line for line in lines if line.startswith("ddp does not fit"))
     assert "checkpointing full at micro-batch 1" in ddp and "every GPU" in ddp
 
@@ -79,8 +115,9 @@ def test_when_nothing_fits_it_says_what_would(capsys: pytest.CaptureFixture[str]
 
 
 def test_micro_batches_go_up_to_the_largest_that_fits() -> None:
-    assert candidates.micro_batches(6) == [1, 2, 4, 6]
-    assert candidates.micro_batches(8, above=2) == [4, 8]
+    assert candidates.micro_batches(6) == [1, 2, 3, 4, 5, 6]  # every size of short rows
+    assert candidates.micro_batches(20, seq_len=4096) == [1, 2, 4, 8, 16, 20]
+    assert candidates.micro_batches(8, above=2, seq_len=4096) == [4, 8]
     spec = api.RunSpec("2x5090", "gpt2-medium")
     verdict = candidates.largest_micro_batch(spec, candidates.Recipe("fsdp"), "none")
     assert verdict is not None and verdict.largest > 1
@@ -132,3 +169,35 @@ def test_offload_is_tried_where_the_gpus_cannot_hold_the_states_alone() -> None:
     assert offloaded and all(s.strategy in ("zero1", "zero2", "zero3", "fsdp")
                              for s in offloaded)
     assert "--offload" in candidates.run_command(offloaded[0])
+
+
+def test_variants_keep_the_batch_and_try_the_frameworks_switches() -> None:
+    spec = api.RunSpec("8x5090-dual-socket", "llama2-7b", "ddp", pp=2, grad_accum=8,
+                       micro_batch=4, checkpointing="full")
+    lighter = [replace(spec, micro_batch=1, checkpointing="none")]
+    out = list(candidates.variants(spec, 0, 1, lighter))
+    batches = {(v.micro_batch, v.checkpointing): v.grad_accum for v in out
+               if v.bucket_mb is None}
+    # 32 sequences a step: micro-batch 2 in 16 micro-batches; 1 (either mode) would need 32
+    assert batches == {(2, "full"): 16}
+    assert all(v.grad_accum <= candidates.MAX_PIPELINE_MICRO_BATCHES for v in out)
+    assert {v.bucket_mb for v in out} == {None, *candidates.DDP_BUCKETS_MB}  # 4 DDP replicas
+    zero = api.RunSpec("2x5090", "llama2-7b", "zero2", micro_batch=2, offload="optimizer",
+                       checkpointing="full")
+    switched = list(candidates.variants(zero, 0, 1))
+    assert any(v.zero_overlap_comm for v in switched) and any(v.pin_memory for v in switched)
+    assert [(v.micro_batch, v.grad_accum) for v in switched if v.micro_batch == 1] == [(1, 2)]
+
+
+def test_torch_compile_is_tried_where_the_framework_has_the_switch() -> None:
+    assert candidates.kernel_regimes(api.RunSpec("2x5090", "llama2-7b")) == (None, "compiled")
+    assert candidates.kernel_regimes(api.RunSpec("2x5090", "llama2-7b",
+                                                 kernels="eager")) == (None,)
+    assert candidates.kernel_regimes(api.RunSpec("2x5090", "llama2-7b",
+                                                 framework="megatron")) == (None,)
+    choices = candidates.enumerate_machine(api.RunSpec("8x5090-dual-socket", "llama2-7b"))
+    assert any(s.kernels == "compiled" for s in choices.first)
+    for compiled, eager in choices.eager.items():  # eager only where compiled fits less
+        assert eager.kernels is None and compiled.kernels == "compiled"
+        assert (eager.micro_batch or 0) <= (compiled.micro_batch or 0)
+    assert {r.schedule for r in candidates.recipes(8) if r.pp > 1} == {"1f1b", "interleaved"}

@@ -1,24 +1,33 @@
 """The configurations `stepsim advise` weighs on one machine, and which of them fit.
 
-Enumerated, with the frameworks' own option names: DDP (bucket_cap_mb 25, 5, 100), ZeRO-1,
-ZeRO-2, ZeRO-3, FSDP with and without reshard_after_forward, each ZeRO stage and FSDP with
-what it can offload to host RAM, tensor parallelism over every
-GPU and TP x DP / TP x FSDP at every TP degree that divides the GPUs, each with and without
-sequence parallelism; 1F1B pipelines at every stage count that divides the GPUs, DDP or FSDP
-inside each stage; activation checkpointing none, selective, full; micro-batches in powers of
-two up to the largest that fits, and that largest one. Any strategy the project adds to
-``strategies.STRATEGIES`` with no recipe of its own is tried with its defaults.
+Every dimension is a choice a user of the frameworks makes, under the frameworks' own names:
+
+- the strategy: DDP, ZeRO-1, ZeRO-2, ZeRO-3, FSDP with and without reshard_after_forward;
+  each ZeRO stage and FSDP with what it can offload to host RAM; tensor parallelism over every
+  GPU, TP x DP and TP x FSDP at every TP degree that divides the GPUs, each with and without
+  sequence parallelism; pipelines at every stage count that divides the GPUs, DDP or FSDP
+  inside each stage, under 1F1B and interleaved 1F1B. Any strategy the project adds to
+  ``strategies.STRATEGIES`` with no recipe of its own is tried with its defaults;
+- activation checkpointing none, selective, full;
+- the kernel regime, eager or ``torch.compile``, where the workload's framework has the switch
+  and the workload does not fix ``kernels`` itself;
+- the micro-batch: the largest that fits, then (``variants``) every smaller one, each at the
+  gradient accumulation that keeps the sequences per optimizer step, so that a smaller
+  micro-batch competes at the same batch, not at a smaller one; DDP's bucket_cap_mb; and
+  DeepSpeed's overlap_comm and pin_memory where they apply.
 
 Pruned by memory first (``api.memory_of``, no simulation). Dominated candidates are not
 generated: more checkpointing at a micro-batch a lighter mode already fits only adds
-recompute, and offloading at a micro-batch the same strategy fits without it only adds host
-copies.
-Advise simulates in two rounds: every recipe and mode at its largest micro-batch, then for the
-leading few their smaller micro-batches (and DDP's other bucket sizes).
+recompute, offloading at a micro-batch the same strategy fits without it only adds host
+copies, and GPipe holds every micro-batch's activations for 1F1B's bubble, so it is not tried.
+Advise (advise.py) simulates every choice at its largest micro-batch, then the variants of
+the leading ones.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,8 +37,20 @@ from simulator.errors import InputError
 from simulator.inputs.schema import CHECKPOINTING_MODES
 from simulator.strategies import STRATEGIES
 
-DDP_BUCKETS_MB = (None, 5.0, 100.0)  # None: PyTorch's bucket_cap_mb default (25)
+# bucket_cap_mb besides PyTorch's default 25 (None): 1 and 5 start the all-reduce earlier in
+# backward, 100 pays the per-call latency fewer times (torch/nn/parallel/distributed.py)
+DDP_BUCKETS_MB = (1.0, 5.0, 100.0)
 MAX_MICRO_BATCH = 1024
+# every micro-batch size is tried up to this many tokens (a GEMM's rows); above it only powers
+# of two and the largest: the compute model's GEMM rates are those of 8192-row GEMMs
+# (job/compute.py REFERENCE_GEMM), so past it neighbouring sizes differ only by wave
+# quantisation
+EVERY_SIZE_UP_TO_TOKENS = 8192
+# the frameworks whose eager default has a torch.compile switch (job/recipe.py: hf
+# TrainingArguments.torch_compile, torchtune and torchtitan ``compile``, llm-foundry Composer's
+# ``compile_config``); megatron runs Transformer Engine's fused kernels, no choice to make
+COMPILE_SWITCH = ("hf", "torchtune", "torchtitan", "llm-foundry")
+MAX_PIPELINE_MICRO_BATCHES = 16  # a pipeline simulates each micro-batch: about 1 s at 16
 
 
 @dataclass(frozen=True)
@@ -43,6 +64,9 @@ class Recipe:
     pp: int = 1  # pipeline stages (strategies/pipeline.py); the strategy runs in each stage
     grad_accum: int | None = None  # a pipeline's micro-batches per step
     offload: str = "none"  # to host RAM (job/host_memory.py): optimizer | params
+    kernels: str | None = None  # None: the workload's; "compiled": torch.compile
+    schedule: str = "1f1b"
+    virtual_stages: int = 1  # model chunks per stage (the interleaved schedule)
 
     @property
     def family(self) -> str:
@@ -61,8 +85,18 @@ class Verdict:
     memory: dict[str, Any]  # the verdict at the largest that fits, or at micro-batch 1
 
 
-def recipes(n_gpus: int) -> list[Recipe]:
-    """Every strategy and recipe for a machine of ``n_gpus``."""
+def kernel_regimes(base: RunSpec) -> tuple[str | None, ...]:
+    """The workload's own kernels, and torch.compile where its framework can switch it on."""
+    if base.kernels is not None:
+        return (None,)
+    recipe = api.job_of(base).recipe
+    if "kernels" not in recipe.from_bundle or recipe.framework not in COMPILE_SWITCH:
+        return (None,)  # the workload names its kernels, or Megatron's fused ones run
+    return (None, "compiled") if recipe.kernels == "eager" else (None,)
+
+
+def recipes(n_gpus: int, regimes: Iterable[str | None] = (None,)) -> list[Recipe]:
+    """Every strategy and recipe for a machine of ``n_gpus``, under each kernel regime."""
     out = [Recipe("ddp"), Recipe("zero1"), Recipe("zero2"), Recipe("zero3"),
            Recipe("fsdp"), Recipe("fsdp", reshard_after_forward=False)]
     # offload to host RAM, as DeepSpeed (offload_optimizer, offload_param) and FSDP2
@@ -77,21 +111,27 @@ def recipes(n_gpus: int) -> list[Recipe]:
                 if n_gpus % degree == 0:
                     out.append(Recipe("tp+ddp", tp=degree, sequence_parallel=sp))
                     out.append(Recipe("tp+fsdp", tp=degree, sequence_parallel=sp))
-    for pp in range(2, n_gpus + 1):  # 1F1B pipelines, each stage data-parallel inside
+    for pp in range(2, n_gpus + 1):  # pipelines, each stage data-parallel inside
         if n_gpus % pp:
             continue
         inner = ("ddp", "fsdp") if n_gpus // pp > 1 else ("ddp",)
-        out += [Recipe(s, pp=pp, grad_accum=pipeline_micro_batches(pp)) for s in inner]
+        m = pipeline_micro_batches(pp)
+        out += [Recipe(s, pp=pp, grad_accum=m) for s in inner]
+        # interleaved 1F1B, two model chunks per stage: the bubble halves (Narayanan et al.
+        # 2021, section 2.2) for twice the stage-to-stage sends; Megatron needs m % pp == 0
+        if m % pp == 0:
+            out += [Recipe(s, pp=pp, grad_accum=m, schedule="interleaved", virtual_stages=2)
+                    for s in inner]
     known = {r.strategy for r in out}
     out += [Recipe(name) for name in STRATEGIES if name not in known]
-    return out
+    return [replace(r, kernels=k) for k in regimes for r in out]
 
 
 def pipeline_micro_batches(pp: int) -> int:
     """Micro-batches per step for a ``pp``-stage 1F1B pipeline: four per stage keep the bubble,
     (p - 1) / (m + p - 1), near 16% (Narayanan et al. 2021, arXiv:2104.04473: m >> p), at
-    most 16 so that a candidate simulates in about a second."""
-    return min(4 * pp, 16)
+    most ``MAX_PIPELINE_MICRO_BATCHES``."""
+    return min(4 * pp, MAX_PIPELINE_MICRO_BATCHES)
 
 
 def _spec(base: RunSpec, recipe: Recipe, checkpointing: str, micro_batch: int) -> RunSpec:
@@ -100,7 +140,8 @@ def _spec(base: RunSpec, recipe: Recipe, checkpointing: str, micro_batch: int) -
                    reshard_after_forward=recipe.reshard_after_forward,
                    checkpointing=checkpointing, micro_batch=micro_batch, pp=recipe.pp,
                    grad_accum=recipe.grad_accum if recipe.pp > 1 else base.grad_accum,
-                   offload=recipe.offload)
+                   offload=recipe.offload, kernels=recipe.kernels or base.kernels,
+                   schedule=recipe.schedule, virtual_stages=recipe.virtual_stages)
 
 
 _SPLITS: dict[RunSpec, dict[str, Any] | None] = {}
@@ -111,7 +152,7 @@ def fits(memory: dict[str, Any]) -> bool:
     return bool(memory["fits"]) and memory.get("host_fits") is not False
 
 
-def _fits(spec: RunSpec) -> dict[str, Any] | None:
+def memory_verdict(spec: RunSpec) -> dict[str, Any] | None:
     """The memory verdict, or None when the recipe cannot run this job at all. A pipeline's
     stage split is taken once per recipe, at micro-batch 1 without checkpointing, for every
     micro-batch and mode of the search (it balances op time, which both scale about evenly
@@ -132,21 +173,21 @@ def _fits(spec: RunSpec) -> dict[str, Any] | None:
 def largest_micro_batch(base: RunSpec, recipe: Recipe, checkpointing: str
                         ) -> Verdict | None:
     """Bisect the micro-batch (memory grows with it). None: the recipe does not apply."""
-    first = _fits(_spec(base, recipe, checkpointing, 1))
+    first = memory_verdict(_spec(base, recipe, checkpointing, 1))
     if first is None:
         return None
     if not fits(first):
         return Verdict(recipe, checkpointing, 0, first)
     lo, hi, best = 1, 2, first
     while hi <= MAX_MICRO_BATCH:
-        mem = _fits(_spec(base, recipe, checkpointing, hi))
+        mem = memory_verdict(_spec(base, recipe, checkpointing, hi))
         if mem is None or not fits(mem):
             break
         lo, hi, best = hi, hi * 2, mem
     hi = min(hi, MAX_MICRO_BATCH + 1)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        mem = _fits(_spec(base, recipe, checkpointing, mid))
+        mem = memory_verdict(_spec(base, recipe, checkpointing, mid))
         if mem is not None and fits(mem):
             lo, best = mid, mem
         else:
@@ -154,70 +195,157 @@ def largest_micro_batch(base: RunSpec, recipe: Recipe, checkpointing: str
     return Verdict(recipe, checkpointing, lo, best)
 
 
-def micro_batches(largest: int, above: int = 0) -> list[int]:
-    """Powers of two up to ``largest`` and ``largest`` itself, all above ``above``."""
-    sizes = {largest}
+def micro_batches(largest: int, above: int = 0, seq_len: int = 1) -> list[int]:
+    """Every size while a micro-batch has at most ``EVERY_SIZE_UP_TO_TOKENS``, then powers of
+    two, and ``largest``; all above ``above`` and at most ``largest``."""
+    every = max(1, EVERY_SIZE_UP_TO_TOKENS // max(1, seq_len))
+    sizes = {largest, *range(1, min(largest, every) + 1)}
     b = 1
     while b < largest:
         sizes.add(b)
         b *= 2
-    return sorted(s for s in sizes if s > above)
+    return sorted(s for s in sizes if above < s <= largest)
 
 
 @dataclass
 class Choices:
-    """What advise simulates on one machine, in two rounds."""
+    """What advise simulates on one machine: the first round, and what each choice of it
+    varies into for the second (``variants``)."""
 
-    first: list[RunSpec]  # each recipe and checkpointing mode at its largest micro-batch
-    smaller: dict[tuple[Recipe, str], list[RunSpec]]  # the smaller micro-batches of each
+    first: list[RunSpec]  # each recipe, mode and regime at its largest micro-batch
+    above: dict[RunSpec, int]  # the micro-batch a lighter mode already fits, per first spec
+    eager: dict[RunSpec, RunSpec]  # a compiled first spec's eager twin, which it dominates
     verdicts: list[Verdict]  # every recipe's memory verdict, fitting or not
 
 
-def enumerate_machine(base: RunSpec) -> Choices:
-    """The specs worth simulating on ``base.topology`` and every recipe's memory verdict."""
+Mapper = Callable[[Callable[[tuple[RunSpec, Recipe, str]], Verdict | None],
+                   list[tuple[RunSpec, Recipe, str]]], Iterable[Verdict | None]]
+
+
+def verdict_of(task: tuple[RunSpec, Recipe, str]) -> Verdict | None:
+    """``largest_micro_batch`` of one (base, recipe, mode): what worker processes run."""
+    return largest_micro_batch(*task)
+
+
+def enumerate_machine(base: RunSpec, mapper: Mapper | None = None) -> Choices:
+    """The specs worth simulating first on ``base.topology``, and every recipe's memory
+    verdict. ``mapper`` (``map`` by default; a process pool's ``map``) takes the verdicts,
+    which are independent of each other; the pruning that compares them runs here."""
     n_gpus = api.load_machine(base.topology, base.gpus).n_gpus
-    choices = Choices([], {}, [])
-    held: dict[tuple[str, str], int] = {}  # (strategy, mode) -> largest b without offload
-    for recipe in recipes(n_gpus):
+    tasks = [(base, recipe, mode) for recipe in recipes(n_gpus, kernel_regimes(base))
+             for mode in CHECKPOINTING_MODES]  # none, selective, full: ever more recompute
+    found = dict(zip(((r, m) for _, r, m in tasks), (mapper or map)(verdict_of, tasks),
+                     strict=True))
+    choices = Choices([], {}, {}, [])
+    held: dict[tuple[str, str, str | None], int] = {}  # largest b without offload
+    for recipe in dict.fromkeys(t[1] for t in tasks):
         fitted = 0  # the largest micro-batch a lighter checkpointing mode already fits
-        for mode in CHECKPOINTING_MODES:  # none, selective, full: ever more recompute
-            verdict = largest_micro_batch(base, recipe, mode)
-            if verdict is None:
+        for mode in CHECKPOINTING_MODES:
+            verdict = found[(recipe, mode)]
+            if verdict is None:  # the recipe cannot run this job
                 break
             choices.verdicts.append(verdict)
             plain = recipe.offload == "none" and recipe.pp == 1 and recipe.tp is None
+            key = (recipe.strategy, mode, recipe.kernels)
             if plain and recipe.reshard_after_forward:
-                held[(recipe.strategy, mode)] = verdict.largest
+                held[key] = verdict.largest
             if recipe.offload != "none":  # host copies only slow a batch the GPU holds alone
-                fitted = max(fitted, held.get((recipe.strategy, mode), 0))
+                fitted = max(fitted, held.get(key, 0))
             if verdict.largest <= fitted:
                 continue
             largest = _spec(base, recipe, mode, verdict.largest)
-            buckets = DDP_BUCKETS_MB[1:] if recipe.strategy == "ddp" and recipe.pp == 1 else ()
+            fitted, above = verdict.largest, fitted
+            # torch.compile's kernels are never slower than eager's (tests/test_kernels.py)
+            # and its communication is the same: eager is dominated where compiled fits as
+            # large a micro-batch, and is simulated only as a leader's eager twin
+            twin = found.get((replace(recipe, kernels="compiled"), mode))
+            if recipe.kernels is None and twin is not None and twin.largest >= fitted:
+                compiled = _spec(base, replace(recipe, kernels="compiled"), mode, twin.largest)
+                choices.eager[compiled] = largest
+                continue
             choices.first.append(largest)
-            choices.smaller[(recipe, mode)] = [  # round two: other buckets, smaller batches
-                *(replace(largest, bucket_mb=mb) for mb in buckets),
-                *(_spec(base, recipe, mode, b)
-                  for b in micro_batches(verdict.largest, above=fitted)[:-1])]
-            fitted = verdict.largest
+            choices.above[largest] = above
     return choices
 
 
+def _at_batch(spec: RunSpec, b: int, sequences: int) -> RunSpec | None:
+    """``spec`` at micro-batch ``b``, accumulating to at least ``sequences`` per GPU and step
+    (a pipeline: more micro-batches, a multiple of its stages); None past the pipeline cap."""
+    more = math.ceil(sequences / b)
+    if spec.pp > 1:
+        more = math.ceil(more / spec.pp) * spec.pp
+        if more > MAX_PIPELINE_MICRO_BATCHES:
+            return None  # the batch cannot be kept: a smaller batch only loses
+    return replace(spec, micro_batch=b, grad_accum=more)
+
+
+def variants(spec: RunSpec, above: int, base_accum: int, lighter: Iterable[RunSpec] = ()
+             ) -> Iterator[RunSpec]:
+    """What a recipe's best first-round spec varies into (each still to be checked for
+    memory), all at its sequences per step, so that a smaller micro-batch competes at the same
+    batch: its smaller micro-batches above ``above`` (gradient accumulation: ``base_accum`` the
+    job's); each lighter checkpointing mode of the recipe (``lighter``: their first-round
+    specs) at its own largest micro-batch, where less recompute may beat a larger micro-batch;
+    DDP's other bucket sizes where a DDP group reduces; DeepSpeed's overlap_comm (stages 1
+    and 2 default it off) and pinned offload buffers (it defaults pin_memory off; FSDP2 pins
+    already)."""
+    largest = spec.micro_batch or 1
+    sequences = largest * (spec.grad_accum or base_accum)
+    for b in micro_batches(largest, above, spec.seq_len or api.job_of(spec).seq_len)[:-1]:
+        if (v := _at_batch(spec, b, sequences)) is not None:
+            yield v
+    for light in lighter:
+        if (light.micro_batch or 1) < largest and (
+                v := _at_batch(light, light.micro_batch or 1, sequences)) is not None:
+            yield v
+    n_gpus = api.load_machine(spec.topology, spec.gpus).n_gpus
+    dp = n_gpus // (api.tp_degree(spec.strategy, spec.tp, n_gpus, spec.pp) * spec.pp)
+    if spec.strategy in ("ddp", "tp+ddp") and dp > 1:  # also each pipeline stage's DDP
+        yield from (replace(spec, bucket_mb=mb) for mb in DDP_BUCKETS_MB)
+    if spec.strategy in ("zero1", "zero2"):
+        yield replace(spec, zero_overlap_comm=True)
+    if spec.offload != "none" and spec.strategy.startswith("zero"):
+        yield replace(spec, pin_memory=True)
+
+
 def recipe_of(spec: RunSpec) -> tuple[Recipe, str]:
-    """The key of a spec's recipe and checkpointing mode in ``Choices.smaller``."""
+    """A spec's recipe and checkpointing mode (what ``largest_micro_batch`` takes)."""
     return (Recipe(spec.strategy, spec.tp, spec.sequence_parallel, spec.reshard_after_forward,
-                   spec.pp, spec.grad_accum if spec.pp > 1 else None, spec.offload),
+                   spec.pp, spec.grad_accum if spec.pp > 1 else None, spec.offload,
+                   spec.kernels, spec.schedule, spec.virtual_stages),
             spec.checkpointing or "none")
+
+
+def kind(spec: RunSpec) -> tuple[Any, ...]:
+    """What the answer tells apart: the machine, strategy, TP degree, pipeline and offload
+    (the runner-up is the best of another kind, each machine has its own best)."""
+    return spec.topology, spec.strategy, spec.tp, spec.pp, spec.offload
 
 
 def options(spec: RunSpec) -> dict[str, Any]:
     """A candidate's choices, as the JSON lists them (framework option names)."""
     return {"topology": spec.topology, "workload": spec.workload, "strategy": spec.strategy,
-            "tp": spec.tp, "pp": spec.pp, "grad_accum": spec.grad_accum,
-            "offload": spec.offload,
+            "tp": spec.tp, "pp": spec.pp, "schedule": spec.schedule if spec.pp > 1 else None,
+            "virtual_stages": spec.virtual_stages, "grad_accum": spec.grad_accum,
+            "offload": spec.offload, "pin_memory": spec.pin_memory,
             "micro_batch": spec.micro_batch, "activation_checkpointing": spec.checkpointing,
-            "bucket_cap_mb": spec.bucket_mb, "sequence_parallel": spec.sequence_parallel,
+            "kernels": spec.kernels, "bucket_cap_mb": spec.bucket_mb,
+            "overlap_comm": spec.zero_overlap_comm,
+            "sequence_parallel": spec.sequence_parallel,
             "reshard_after_forward": spec.reshard_after_forward, "gpus": spec.gpus}
+
+
+def spec_of(o: dict[str, Any]) -> RunSpec:
+    """The spec ``options`` lists."""
+    return RunSpec(o["topology"], o["workload"], o["strategy"], gpus=o["gpus"], tp=o["tp"],
+                   pp=o["pp"], schedule=o["schedule"] or "1f1b",
+                   virtual_stages=o["virtual_stages"], grad_accum=o["grad_accum"],
+                   offload=o["offload"], pin_memory=o["pin_memory"],
+                   micro_batch=o["micro_batch"], bucket_mb=o["bucket_cap_mb"],
+                   checkpointing=o["activation_checkpointing"], kernels=o["kernels"],
+                   zero_overlap_comm=o["overlap_comm"],
+                   sequence_parallel=o["sequence_parallel"],
+                   reshard_after_forward=o["reshard_after_forward"])
 
 
 def run_command(spec: RunSpec) -> str:
@@ -228,17 +356,25 @@ def run_command(spec: RunSpec) -> str:
     if spec.tp is not None:
         words += ["--tp", str(spec.tp)]
     if spec.pp > 1:
-        words += ["--pp", str(spec.pp)]
+        words += ["--pp", str(spec.pp), "--schedule", spec.schedule]
+    if spec.virtual_stages > 1:
+        words += ["--virtual-stages", str(spec.virtual_stages)]
     if spec.grad_accum is not None:
         words += ["--grad-accum", str(spec.grad_accum)]
     if spec.micro_batch is not None:
         words += ["--micro-batch", str(spec.micro_batch)]
     if spec.checkpointing is not None:
         words += ["--checkpointing", spec.checkpointing]
+    if spec.kernels is not None:
+        words += ["--kernels", spec.kernels]
     if spec.bucket_mb is not None:
         words += ["--bucket-mb", f"{spec.bucket_mb:g}"]
     if spec.offload != "none":
         words += ["--offload", spec.offload]
+    if spec.pin_memory:
+        words.append("--pin-memory")
+    if spec.zero_overlap_comm:
+        words.append("--overlap-comm")
     if spec.sequence_parallel:
         words.append("--sequence-parallel")
     if not spec.reshard_after_forward:
@@ -250,17 +386,26 @@ def label(spec: RunSpec) -> str:
     """``fsdp, checkpointing full, micro-batch 4`` and the like."""
     parts = [spec.strategy + (f" (TP {spec.tp})" if spec.tp else "")]
     if spec.pp > 1:
-        parts = [f"pipeline of {spec.pp} stages (1F1B, {spec.grad_accum} micro-batches) x "
+        schedule = ("interleaved 1F1B, " + f"{spec.virtual_stages} chunks a stage, "
+                    if spec.schedule == "interleaved" else spec.schedule.upper() + ", ")
+        parts = [f"pipeline of {spec.pp} stages ({schedule}{spec.grad_accum} micro-batches) x "
                  + parts[0]]
     if spec.offload != "none":
-        parts.append(f"{spec.offload} offloaded to host RAM")
+        parts.append(f"{spec.offload} offloaded to host RAM"
+                     + (" (pinned)" if spec.pin_memory else ""))
+    if spec.zero_overlap_comm:
+        parts.append("overlap_comm")
     if spec.sequence_parallel:
         parts.append("sequence parallel")
     if not spec.reshard_after_forward:
         parts.append("no reshard after forward")
+    if spec.kernels == "compiled":
+        parts.append("torch.compile")
     if spec.checkpointing and spec.checkpointing != "none":
         parts.append(f"checkpointing {spec.checkpointing}")
     parts.append(f"micro-batch {spec.micro_batch}")
+    if spec.grad_accum is not None and spec.grad_accum > 1 and spec.pp == 1:
+        parts.append(f"grad accumulation {spec.grad_accum}")
     if spec.bucket_mb is not None:
         parts.append(f"buckets {spec.bucket_mb:g} MiB")
     return ", ".join(parts)

@@ -221,9 +221,7 @@ def upgrades(best: dict[str, Any], prices: Prices) -> list[dict[str, Any]]:
 
 
 def _spec(best: dict[str, Any]) -> RunSpec:
-    from simulator.advice.advise import spec_of
-
-    return spec_of(best)
+    return cand.spec_of(best["options"])
 
 
 def _simulate(name: str, note: str, spec: RunSpec, prices: Prices, best: dict[str, Any],

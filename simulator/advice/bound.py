@@ -1,0 +1,52 @@
+"""The bound `stepsim advise` prunes by after memory: the most tokens/s a configuration could
+reach, from its compute alone (branch and bound: a configuration whose bound is below a run
+already simulated cannot beat that run, so it is not simulated).
+
+It assumes what the engine does: every rank runs its ops one after another at
+``compute.op_time`` or slower (communication kernels slow compute, never speed it), a data-
+parallel rank runs the whole ops of its micro-batch, a pipeline stage its share of them, a TP
+rank its shard (strategies/tensor.py ``shard_ops``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from simulator import api
+from simulator.api import RunSpec
+from simulator.job.compute import op_time
+from simulator.strategies.tensor import shard_ops
+
+# the strategies whose GPUs each run the whole ops of their micro-batch (or, in a pipeline,
+# their stage's share of them), or with tensor parallelism each TP rank its shard of them
+_WHOLE_OPS = ("ddp", "zero1", "zero2", "zero3", "fsdp")
+_SHARDED_OPS = ("tp", "tp+ddp", "tp+fsdp")
+_BOUNDS: dict[RunSpec, float] = {}
+
+
+def tokens_per_s_bound(spec: RunSpec) -> float:
+    """The most tokens/s the box could reach under ``spec``: every GPU doing nothing but its
+    share of each micro-batch's forward and backward (recompute included; a TP rank its shard,
+    strategies/tensor.py), on the fastest of its cards: no communication, no optimizer step,
+    no pipeline bubble, no host copies. The simulated run can only be slower
+    (tests/test_advise.py checks it on every candidate); math.inf for a strategy it does not
+    know."""
+    if spec.strategy not in _WHOLE_OPS + _SHARDED_OPS:
+        return math.inf
+    # one micro-batch's work is the same under every data-parallel flavour, accumulation
+    # and pipeline: only the job and the TP shard set it
+    n_gpus = api.load_machine(spec.topology, spec.gpus).n_gpus
+    tp = api.tp_degree(spec.strategy, spec.tp, n_gpus, spec.pp)
+    key = replace(spec, strategy="ddp", tp=tp, pp=1, schedule="1f1b", virtual_stages=1,
+                  grad_accum=None, offload="none", pin_memory=None, bucket_mb=None,
+                  zero_overlap_comm=None, reshard_after_forward=True)
+    if key not in _BOUNDS:
+        job = api.job_of(key)
+        machine = api.load_machine(spec.topology, spec.gpus).for_job(job.name)
+        ops = job.forward_ops() + job.backward_ops()
+        if tp > 1:
+            ops = shard_ops(ops, tp, spec.sequence_parallel)
+        work = min(sum(op_time(op, card) for op in ops) for card in machine.cards())
+        _BOUNDS[key] = n_gpus / tp * job.tokens_per_micro_batch / work
+    return _BOUNDS[key]
