@@ -76,3 +76,14 @@ def test_progress_appears_on_stderr_once_work_runs_long(monkeypatch: pytest.Monk
         update(20, 40)
         time.sleep(0.2)
     assert "simulating 40 points" in err.getvalue()
+
+
+def test_a_long_run_shows_progress(monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    err = _Terminal()
+    monkeypatch.setattr("sys.stderr", err)
+    monkeypatch.setattr(terminal, "PROGRESS_AFTER_S", 0.0)  # stands for the two seconds
+    monkeypatch.delenv("CI", raising=False)
+    assert main(["run", "-t", "8x5090-switch", "-w", "gpt2-medium", "-s", "ddp", "--json"]) == 0
+    assert "simulating the step and its range" in err.getvalue()
+    assert capsys.readouterr().out.startswith("{")  # the answer itself is untouched

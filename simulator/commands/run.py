@@ -387,7 +387,9 @@ def run(args: argparse.Namespace) -> int:
     traces = trace_paths(args.trace, args.trace_format,
                          api.load_machine(spec.topology, spec.gpus).n_gpus) if args.trace else []
     check_outputs([*traces, args.gantt, args.memory_png])  # before minutes of work
-    result = api.simulate(spec, prices=price_flags.prices(args), ranges=not args.no_ranges)
+    what = "the step" if args.no_ranges else "the step and its range"
+    with terminal.progress(f"simulating {what}"):  # shows only past two seconds
+        result = api.simulate(spec, prices=price_flags.prices(args), ranges=not args.no_ranges)
     write_outputs(result, args)
     if args.json:
         print(jsondoc.dumps(result.report))
