@@ -1,16 +1,19 @@
-"""Seeded mutations of the bundled topologies and workloads, through the commands.
+"""Seeded mutations of the bundled topologies and workloads, and of the JSON configs users
+bring (Hugging Face config.json, PEFT adapter_config.json, DeepSpeed ds_config.json: the
+fixtures in tests/fixtures/), through the commands.
 
-Each mutation changes one thing in a preset (a value made hostile, a key removed or made up, a
+Each mutation changes one thing in a file (a value made hostile, a key removed or made up, a
 list emptied or grown, the text cut, garbled, re-encoded or given YAML's stranger features),
 writes it to a temporary file and runs `stepsim` on it. The contract: exit 0, or exit 2 with
 one line on stderr naming the file; never a traceback, never more than 10 s of CPU time (nor
 a minute of waiting).
 
-    python scripts/fuzz.py --seed 11 --topologies 1000 --workloads 1000 [--jobs 2]
+    python scripts/fuzz.py --seed 11 --topologies 1000 --workloads 1000 --configs 600 [--jobs 2]
 
 prints progress every ``--every`` cases (count, elapsed time, findings so far; a finding as
-soon as it is found), then the outcome counts. ``--topologies 0`` or ``--workloads 0`` runs
-one kind alone: each kind's cases depend only on the seed, so two runs make the same 2,000.
+soon as it is found), then the outcome counts. ``--topologies 0`` (or ``--workloads 0``,
+``--configs 0``) leaves that kind out: each kind's cases depend only on the seed, so two runs
+make the same cases. The configs are split evenly over the three formats.
 tests/test_fuzz.py runs a few hundred of the same mutations.
 """
 
@@ -20,6 +23,7 @@ import argparse
 import contextlib
 import copy
 import io
+import json
 import random
 import signal
 import sys
@@ -48,15 +52,32 @@ TEXT_HAZARDS = ["!foo ", "&a ", "*a", "<<: ", "? ", "\t", "\x00", "%YAML 1.1\n",
                 "{", "]", ": :", "'", '"']
 
 
+FIXTURES = ROOT / "tests" / "fixtures"
+CONFIGS = ("hf", "peft", "deepspeed")  # JSON files users bring: tests/fixtures/<kind>/
+
+
 @dataclass(frozen=True)
 class Case:
-    kind: str  # topologies | workloads
+    kind: str  # topologies | workloads | hf | peft | deepspeed
     preset: str
     seed: int
 
 
 def presets(kind: str) -> list[str]:
+    if kind == "hf":  # one folder per model, holding its config.json
+        return sorted(p.parent.name for p in (FIXTURES / "hf").glob("*/config.json"))
+    if kind in CONFIGS:
+        return sorted(p.stem for p in (FIXTURES / kind).glob("*.json"))
     return sorted(p.stem for p in (ROOT / kind).glob("*.yaml"))
+
+
+def source(case: Case) -> Path:
+    """The file a case mutates."""
+    if case.kind == "hf":
+        return FIXTURES / "hf" / case.preset / "config.json"
+    if case.kind in CONFIGS:
+        return FIXTURES / case.kind / f"{case.preset}.json"
+    return ROOT / case.kind / f"{case.preset}.yaml"
 
 
 def _leaves(data: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -82,8 +103,8 @@ def _get(data: Any, path: tuple[Any, ...]) -> Any:
     return data
 
 
-def mutate(text: str, rng: random.Random) -> bytes:
-    """One mutation of a preset's text, as the bytes of the file to write."""
+def mutate(text: str, rng: random.Random, fmt: str = "yaml") -> bytes:
+    """One mutation of a file's text (``fmt``: yaml or json), as the bytes to write."""
     choice = rng.randrange(10)
     if choice >= 7:  # text-level: cut, garble, hazards, encodings
         if choice == 7:
@@ -95,7 +116,7 @@ def mutate(text: str, rng: random.Random) -> bytes:
         for _ in range(rng.randint(1, 4)):
             data[rng.randrange(len(data))] = rng.randrange(256)
         return bytes(data)
-    data = yaml.safe_load(text)
+    data = json.loads(text) if fmt == "json" else yaml.safe_load(text)
     paths = list(_leaves(data))
     path = rng.choice(paths)
     if choice <= 3:  # a hostile value
@@ -116,13 +137,20 @@ def mutate(text: str, rng: random.Random) -> bytes:
             _set(data, path, [] if rng.random() < 0.5 else value * rng.choice([2, 10, 100]))
         elif isinstance(value, int | float) and not isinstance(value, bool):
             _set(data, path, value * rng.choice([-1, 0.001, 7, 1000, 10**6]))
+    if fmt == "json":  # NaN and Infinity as Python's json writes (and reads) them
+        return json.dumps(data, indent=1, ensure_ascii=False).encode()
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True).encode()
 
 
 def commands(case: Case, path: str, *, run: bool = True) -> list[list[str]]:
     """What each mutated file goes through: topologies through collective, topo and run;
-    workloads through memory and run (with a small partner so runs take a fraction of a s).
-    ``run=False`` leaves the (slower) run out."""
+    workloads and the JSON configs through memory and run (with a small partner so runs take a
+    fraction of a s). ``run=False`` leaves the (slower) run out."""
+    short = ["--seq-len", "256", "--no-ranges"]
+    if case.kind in CONFIGS:
+        job = {"hf": ["-w", f"hf:{path}"], "peft": ["-w", "llama3.2-1b", "--peft", path],
+               "deepspeed": ["-w", "gpt2-medium", "--deepspeed", path]}[case.kind]
+        return [["memory", "-t", "2x5090", *job]] + [["run", "-t", "2x5090", *job, *short]] * run
     if case.kind == "topologies":
         out = [["collective", "-t", path, "--op", "allreduce", "--bytes", "1M"],
                ["topo", "-t", path]]
@@ -147,11 +175,14 @@ def check(case: Case, run: bool = True) -> list[str]:
     from simulator.cli import main
 
     rng = random.Random(case.seed)
-    text = (ROOT / case.kind / f"{case.preset}.yaml").read_text()
-    data = mutate(text, rng)
+    original = source(case)
+    data = mutate(original.read_text(), rng, "json" if case.kind in CONFIGS else "yaml")
     outcomes = []
     with tempfile.TemporaryDirectory() as folder:
-        path = str(Path(folder) / f"{case.preset}-m{case.seed}.yaml")
+        name = (f"{case.preset}-m{case.seed}{original.suffix}" if case.kind != "hf"
+                else f"{case.preset}-m{case.seed}/config.json")  # hf: a model folder's file
+        path = str(Path(folder) / name)
+        Path(path).parent.mkdir(exist_ok=True)
         Path(path).write_bytes(data)
         for argv in commands(case, path, run=run):
             out, err = io.StringIO(), io.StringIO()
@@ -200,11 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--topologies", type=int, default=1000)
     parser.add_argument("--workloads", type=int, default=1000)
+    parser.add_argument("--configs", type=int, default=600,
+                        help="JSON configs, split over hf, peft and deepspeed")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--every", type=int, default=50, help="progress every N cases")
     args = parser.parse_args(argv)
     todo = cases("topologies", args.topologies, args.seed) + cases(
         "workloads", args.workloads, args.seed + 1)
+    for i, kind in enumerate(CONFIGS):  # an even split, the remainder to the first formats
+        todo += cases(kind, args.configs // 3 + (i < args.configs % 3), args.seed + 2 + i)
     counts: Counter[str] = Counter()
     findings: list[str] = []
     started = time.perf_counter()
@@ -219,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
             if done % args.every == 0 or done == len(todo):
                 print(f"  {done}/{len(todo)} cases, {time.perf_counter() - started:.0f} s, "
                       f"{len(findings)} findings", flush=True)
-    print(f"seed {args.seed}: {args.topologies} topology and {args.workloads} workload "
-          f"mutations in {time.perf_counter() - started:.0f} s")
+    print(f"seed {args.seed}: {args.topologies} topology, {args.workloads} workload and "
+          f"{args.configs} config mutations in {time.perf_counter() - started:.0f} s")
     for key in sorted(counts):
         print(f"  {key:<32} {counts[key]}")
     print(f"{len(findings)} findings" + "".join(f"\n{f}" for f in findings))

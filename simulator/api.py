@@ -204,8 +204,32 @@ def job_of(spec: RunSpec) -> Job:
     if tokens > MAX_STEP_TOKENS:
         raise InputError(f"micro-batch {job.micro_batch:,} x grad-accum {job.grad_accum:,} x "
                          f"seq-len {job.seq_len:,} = {tokens:,} tokens per GPU per step; at "
-                         f"most {MAX_STEP_TOKENS:,} (docs/inputs.md: Limits)")
+                         f"most {MAX_STEP_TOKENS:,} (docs/inputs.md: Limits)",
+                         file=_deepspeed_source(spec, ("micro_batch", "grad_accum")))
     return job
+
+
+def _deepspeed_source(spec: RunSpec, settings: tuple[str, ...]) -> str | None:
+    """The DeepSpeed config that gave any of the spec's ``settings``, if one did (an error
+    about them then names that file, not a flag)."""
+    if spec.deepspeed is None:
+        return None
+    found = dict(_deepspeed_settings(spec.deepspeed))
+    given = any(k in found and k not in spec.explicit for k in settings)
+    return spec.deepspeed if given else None
+
+
+def check_offload(spec: RunSpec) -> None:
+    """host_memory.check of the spec's strategy and offload; an offload its DeepSpeed config
+    set is blamed on that file."""
+    try:
+        host_memory.check(spec.strategy, spec.offload)
+    except InputError as exc:
+        path = _deepspeed_source(spec, ("offload",))
+        if path is None:
+            raise
+        raise InputError(f"zero_optimization: its offload ({spec.offload}) with -s "
+                         f"{spec.strategy}: {exc.message}", file=path) from None
 
 
 # Ops in one simulated micro-step (identical micro-steps are replayed, not simulated again).
@@ -443,7 +467,7 @@ def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
     check_strategy(spec.strategy)
     check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
                    virtual_stages=spec.virtual_stages)
-    host_memory.check(spec.strategy, spec.offload)
+    check_offload(spec)
     machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
     job = job_of(spec)
     check_optimizer(spec, job, machine)
@@ -635,7 +659,7 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
                        zero_overlap_comm=spec.zero_overlap_comm)
     check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
                    virtual_stages=spec.virtual_stages)
-    host_memory.check(spec.strategy, spec.offload)
+    check_offload(spec)
     if spec.offload != "none" and spec.pp > 1:
         raise InputError("--offload with --pp: offloading inside a pipeline is not modelled")
     check_optimizer(spec, job, machine)

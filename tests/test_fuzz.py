@@ -1,4 +1,5 @@
-"""A seeded fuzz of the inputs: mutated presets end in exit 0 or one line naming the file.
+"""A seeded fuzz of the inputs: mutated presets and JSON configs end in exit 0 or one line
+naming the file.
 
 The mutations are scripts/fuzz.py's (the acceptance run makes 2,000 of them); here a few
 hundred, through the same commands (`run` on every sixth), so the suite stays fast.
@@ -22,10 +23,11 @@ _SPEC.loader.exec_module(fuzz)
 SEED = 20261201
 
 
-@pytest.mark.parametrize("kind", ["topologies", "workloads"])
-def test_mutated_presets_end_cleanly(kind: str) -> None:
+@pytest.mark.parametrize(("kind", "count"), [("topologies", 150), ("workloads", 150),
+                                           ("hf", 60), ("peft", 60), ("deepspeed", 60)])
+def test_mutated_inputs_end_cleanly(kind: str, count: int) -> None:
     findings = []
-    for i, case in enumerate(fuzz.cases(kind, 150, SEED)):  # `run` on every sixth: speed
+    for i, case in enumerate(fuzz.cases(kind, count, SEED)):  # `run` on every sixth: speed
         findings += [o for o in fuzz.check(case, run=i % 6 == 0) if fuzz.is_finding(o)]
     assert not findings, findings[:5]
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.inputs.jsonfile import JsonDoc, Loc, read
+from simulator.inputs.schema import MAX_BATCH
 
 STRATEGY_OF_STAGE = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
 DEFAULT_BUCKET_ELEMENTS = 500_000_000  # DeepSpeedZeroConfig reduce/allgather_bucket_size
@@ -100,15 +101,21 @@ def settings(path: str) -> dict[str, Any]:
         else:
             doc.warn((*zero, key), f"{size:,} elements: applied under ZeRO-1 and -2 only "
                      "(stepsim's ZeRO-3 gathers and reduces per block)")
-    out.update(_offload(doc, zero))
+    offload = _offload(doc, zero)
+    if offload and stage == 0:  # offloading is ZeRO's: stage 0 is plain data parallelism
+        part = "offload_param" if offload["offload"] == "params" else "offload_optimizer"
+        raise doc.error((*zero, part), "offload needs ZeRO stage 1, 2 or 3; the file's stage "
+                        "is 0 (plain data parallelism)")
+    out.update(offload)
     for key, field in (("train_micro_batch_size_per_gpu", "micro_batch"),
                        ("gradient_accumulation_steps", "grad_accum")):
-        value = doc.positive_int((key,), auto=True)
+        value = doc.positive_int((key,), auto=True, at_most=MAX_BATCH)  # the schema's bound
         if value is not None:
             out[field] = value
     precision = _precision(doc)
     if precision is not None:
         out["precision"] = precision
+    doc.show_warnings()
     return out
 
 

@@ -142,7 +142,9 @@ def load(name: str) -> WorkloadConfig:
     if _four_bit(doc):
         # PEFT prepare_model_for_kbit_training turns gradient checkpointing on by default
         training.update(finetune="qlora", activation_checkpointing="full")
-    return _workload(doc, path, model_type, fields, training)
+    workload = _workload(doc, path, model_type, fields, training)
+    doc.show_warnings()
+    return workload
 
 
 def _llama(doc: JsonDoc, model_type: str) -> Fields:

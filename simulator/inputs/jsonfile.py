@@ -168,6 +168,8 @@ class JsonDoc:
                 return default
             node = node[part]
         if node is None or (auto and node == "auto"):
+            if required:  # null (or "auto") where a value must be given
+                raise self.error(loc, f"required, got {json.dumps(node)}")
             return default
         if isinstance(node, bool) and bool not in kinds:  # True is an int to Python, not here
             raise self.error(loc, f"expected {_names(kinds)}, got {json.dumps(node)}")
@@ -183,10 +185,12 @@ class JsonDoc:
         return node
 
     def positive_int(self, loc: Loc, default: int | None = None, *, required: bool = False,
-                     auto: bool = False) -> int | None:
+                     auto: bool = False, at_most: int | None = None) -> int | None:
         value = self.get(loc, (int,), default, required=required, auto=auto)
         if value is not None and value < 1:
             raise self.error(loc, f"must be at least 1, got {value}")
+        if value is not None and at_most is not None and value > at_most:
+            raise self.error(loc, f"at most {at_most:,} (docs/inputs.md: Limits)")
         return value  # type: ignore[no-any-return]
 
     def warn_unknown(self, loc: Loc, known: Iterable[str]) -> None:
@@ -198,12 +202,17 @@ class JsonDoc:
                 self.warn((*loc, key), "unknown key, ignored")
 
     def warn(self, loc: Loc, message: str) -> None:
+        """Note a warning line; ``show_warnings`` prints them once the file has been read."""
         where = self.file + (f":{self.line(loc)}" if self.line(loc) else "")
-        text = f"{where}: {_key(loc)}: warning: {message}"
-        self.warned.append(text)
-        if text not in _SHOWN:
-            _SHOWN.add(text)
-            print(text, file=sys.stderr)
+        self.warned.append(f"{where}: {_key(loc)}: warning: {message}")
+
+    def show_warnings(self) -> None:
+        """Print the warnings, each once a process: called when the file read without error,
+        so a file with an error says that one line and nothing else."""
+        for text in self.warned:
+            if text not in _SHOWN:
+                _SHOWN.add(text)
+                print(text, file=sys.stderr)
 
 
 def _key(loc: Loc) -> str:

@@ -42,7 +42,7 @@ DEFAULT_TARGETS = {"llama": ("q_proj", "v_proj"), "gpt2": ("c_attn",), "mpt": ("
 
 def apply(workload: WorkloadConfig, path: str, *, four_bit: bool = False) -> WorkloadConfig:
     """``workload`` fine-tuning the adapters ``path`` describes (QLoRA with ``four_bit``)."""
-    from simulator.inputs.schema import LoraConfig
+    from simulator.inputs.schema import MAX_LORA_ALPHA, MAX_LORA_TARGETS, MAX_WIDTH, LoraConfig
     from simulator.job.workload import LORA_TARGETS
 
     doc = read(path, "a PEFT adapter_config.json")
@@ -55,18 +55,24 @@ def apply(workload: WorkloadConfig, path: str, *, four_bit: bool = False) -> Wor
         raise doc.error(("peft_type",), f"LoRA needs a transformer; {workload.name} is a "
                         "list of generic layers")
     family = workload.model.family
-    rank = doc.positive_int(("r",), 8) or 8
+    rank = doc.positive_int(("r",), 8, at_most=MAX_WIDTH) or 8  # the workload schema's bounds
     alpha = doc.get(("lora_alpha",), (int, float), 8.0)
-    if alpha <= 0:
-        raise doc.error(("lora_alpha",), f"must be positive, got {alpha:g}")
+    if not 0 < alpha <= MAX_LORA_ALPHA:
+        raise doc.error(("lora_alpha",), f"must be positive and at most {MAX_LORA_ALPHA:g}, "
+                        f"got {alpha:g}")
     targets = _targets(doc, family, LORA_TARGETS.get(family, ()))
+    if len(targets) > MAX_LORA_TARGETS:
+        raise doc.error(("target_modules",), f"{len(targets)} modules; at most "
+                        f"{MAX_LORA_TARGETS}")
     finetune = "qlora" if four_bit or workload.training.finetune == "qlora" else "lora"
     changes: dict[str, object] = {"finetune": finetune,
                                   "lora": LoraConfig(rank=rank, alpha=alpha, targets=targets)}
     if finetune == "qlora" and workload.training.activation_checkpointing == "none":
         # PEFT prepare_model_for_kbit_training turns gradient checkpointing on by default
         changes["activation_checkpointing"] = "full"
-    return workload.with_training(**changes)
+    adapted = workload.with_training(**changes)
+    doc.show_warnings()
+    return adapted
 
 
 def _targets(doc: JsonDoc, family: str, linear: tuple[str, ...]) -> list[str]:

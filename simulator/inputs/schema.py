@@ -307,10 +307,15 @@ class GenericLayer(Frozen):
     memory_bytes_per_sample: float = Field(default=0.0, ge=0, le=MAX_PER_SAMPLE)
 
 
+MAX_LORA_ALPHA = 1e6  # LoRA's alpha (scale alpha / rank): common values are 8-128
+MAX_LORA_TARGETS = 64  # target modules: a transformer block has at most about ten linears
+
+
 class LoraConfig(Frozen):
     rank: PositiveInt = Field(default=16, le=MAX_WIDTH)
-    alpha: PositiveFloat | None = Field(default=None, le=1e6)
-    targets: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"], max_length=64)
+    alpha: PositiveFloat | None = Field(default=None, le=MAX_LORA_ALPHA)
+    targets: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"],
+                               max_length=MAX_LORA_TARGETS)
 
 
 Checkpointing = Literal["none", "selective", "op", "full"]

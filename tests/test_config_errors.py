@@ -1,0 +1,56 @@
+"""A JSON config with an error says that one line naming the file (its warnings wait for a
+file that reads); limits and required keys as the YAML inputs have them."""
+
+import json
+from pathlib import Path
+
+from simulator.cli import main
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def _write(tmp_path: Path, data: dict) -> str:
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(data, indent=1))
+    return str(path)
+
+
+def test_an_error_comes_alone_and_warnings_come_once_the_file_reads(tmp_path, capsys):  # noqa: ANN001
+    data = json.loads((FIXTURES / "deepspeed" / "ds_z3_offload_config.json").read_text())
+    data["zero_optimization"]["overlap_comm"] = False  # a warning (not modelled)
+    data["made_up_key"] = 1  # and another
+    data["bf16"] = {"enabled": "yes"}  # and an error
+    path = _write(tmp_path, data)
+    argv = ["memory", "-t", "2x5090", "-w", "gpt2-medium", "--deepspeed", path]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"stepsim memory: error: {path}:")
+    data["bf16"] = {"enabled": True}
+    path = _write(tmp_path, data)
+    assert main(argv) == 0
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 2 and all(": warning: " in w and path in w for w in warnings)
+
+
+def test_a_deepspeed_batch_past_the_limits_names_the_file(tmp_path, capsys):  # noqa: ANN001
+    data = json.loads((FIXTURES / "deepspeed" / "ds_z2_offload_config.json").read_text())
+    data["gradient_accumulation_steps"] = 2**70
+    path = _write(tmp_path, data)
+    assert main(["memory", "-t", "2x5090", "-w", "gpt2-medium", "--deepspeed", path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert path in err and "gradient_accumulation_steps: at most 65,536" in err
+    data["gradient_accumulation_steps"] = 60_000  # within its own bound, too many tokens a step
+    path = _write(tmp_path, data)
+    assert main(["memory", "-t", "2x5090", "-w", "gpt2-medium", "--deepspeed", path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"stepsim memory: error: {path}: ") and "tokens per GPU" in err
+
+
+def test_a_required_key_given_as_null_is_the_one_line(tmp_path, capsys):  # noqa: ANN001
+    data = json.loads((FIXTURES / "hf" / "mistral-7b-v0.1" / "config.json").read_text())
+    data["num_hidden_layers"] = None
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data, indent=1))
+    assert main(["memory", "-t", "2x5090", "-w", f"hf:{path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"error: {path}:" in err and err.endswith("num_hidden_layers: required, got null")
