@@ -85,3 +85,17 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
     done = subprocess.run(f"{sys.executable} -m simulator presets | head -1", shell=True,
                           capture_output=True, text=True, cwd=ROOT)
     assert done.stdout == "Topologies (-t):\n" and "Traceback" not in done.stderr
+
+
+def test_the_program_keeps_what_it_loaded_out_of_the_collectors_scans(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import gc
+
+    gc.unfreeze()
+    assert cli.main(["presets"]) == 0 and gc.get_freeze_count() == 0  # a library call: nothing
+    try:
+        assert cli.main(["presets"], whole_process=True) == 0
+        assert gc.get_freeze_count() > 0  # the `stepsim` program: what is loaded is frozen
+    finally:
+        gc.unfreeze()  # the test process goes on
+    assert "Topologies" in capsys.readouterr().out
