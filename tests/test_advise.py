@@ -118,14 +118,23 @@ def test_micro_batches_go_up_to_the_largest_that_fits() -> None:
     assert candidates.micro_batches(6) == [1, 2, 3, 4, 5, 6]  # every size of short rows
     assert candidates.micro_batches(20, seq_len=4096) == [1, 2, 4, 8, 16, 20]
     assert candidates.micro_batches(8, above=2, seq_len=4096) == [4, 8]
-    spec = api.RunSpec("2x5090", "gpt2-medium")
-    verdict = candidates.largest_micro_batch(spec, candidates.Recipe("fsdp"), "none")
+
+
+@pytest.mark.parametrize(("topology", "workload", "recipe", "mode"), [
+    ("2x5090", "gpt2-medium", candidates.Recipe("fsdp"), "none"),
+    ("2x5090", "llama2-7b", candidates.Recipe("zero3", offload="params"), "full"),
+    ("8x5090-dual-socket", "llama2-7b", candidates.Recipe("fsdp", kernels="compiled"), "full"),
+    ("2x5090", "gpt2-medium", candidates.Recipe("ddp", pp=2, grad_accum=8), "selective"),
+])
+def test_the_largest_micro_batch_is_the_boundary(topology: str, workload: str,
+                                                 recipe: candidates.Recipe, mode: str) -> None:
+    base = api.RunSpec(topology, workload)
+    verdict = candidates.largest_micro_batch(base, recipe, mode)
     assert verdict is not None and verdict.largest > 1
-    at = api.memory_of(api.RunSpec("2x5090", "gpt2-medium", "fsdp", micro_batch=verdict.largest,
-                                   checkpointing="none"))
-    over = api.memory_of(api.RunSpec("2x5090", "gpt2-medium", "fsdp",
-                                     micro_batch=verdict.largest + 1, checkpointing="none"))
-    assert at["fits"] and not over["fits"]
+    at, over = (candidates.memory_verdict(candidates._spec(base, recipe, mode, b))
+                for b in (verdict.largest, verdict.largest + 1))
+    assert at is not None and candidates.fits(at)
+    assert over is None or not candidates.fits(over)
 
 
 @pytest.mark.parametrize(("flags", "message"), [

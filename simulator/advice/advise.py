@@ -173,7 +173,7 @@ def advise(machines: Sequence[Machine], workload: str, *, objective: str = "thro
             and bound, a spec whose compute alone is slower than a run already simulated
             cannot beat it; how many the bound left out."""
             todo = [(s, prices[s.topology], check_memory) for s in specs
-                    if bound.tokens_per_s_bound(s) >= threshold(s)]
+                    if bounds[s] >= threshold(s)]
             for spec, report in _simulate_all(pool, workers, todo, counter, tally):
                 ranked.append((spec, report))
                 k = cand.kind(spec)
@@ -191,7 +191,9 @@ def advise(machines: Sequence[Machine], workload: str, *, objective: str = "thro
         # machine's best run or, of another kind than that run's, the best of the other
         # kinds (the runner-up)
         heads: dict[tuple[Any, ...], RunSpec] = {}
-        for spec in sorted(first, key=bound.tokens_per_s_bound, reverse=True):
+        bounds: dict[RunSpec, float] = {}  # computed in the workers (a job each)
+        bounds.update(zip(first, mapper(bound.tokens_per_s_bound, first), strict=True))
+        for spec in sorted(first, key=bounds.__getitem__, reverse=True):
             heads.setdefault(cand.kind(spec), spec)
         wave(list(heads.values()), False, lambda spec: 0.0)
 
@@ -220,6 +222,7 @@ def advise(machines: Sequence[Machine], workload: str, *, objective: str = "thro
         more = list(dict.fromkeys(v for spec in first for v in variants(spec)
                                   if v not in set(first)))
         tally.variants = len(more)
+        bounds.update(zip(more, mapper(bound.tokens_per_s_bound, more), strict=True))
         tally.bounded_variants = wave(more, True, could_change_the_answer)
         ranked = _ranked(ranked, objective)
         reports = [r for _, r in ranked]

@@ -8,20 +8,23 @@ Every dimension is a choice a user of the frameworks makes, under the frameworks
   sequence parallelism; pipelines at every stage count that divides the GPUs, DDP or FSDP
   inside each stage, under 1F1B and interleaved 1F1B. Any strategy the project adds to
   ``strategies.STRATEGIES`` with no recipe of its own is tried with its defaults;
-- activation checkpointing none, selective, full;
+- activation checkpointing, every mode of ``CHECKPOINTING_MODES`` (none, selective, op, full);
 - the kernel regime, eager or ``torch.compile``, where the workload's framework has the switch
   and the workload does not fix ``kernels`` itself;
-- the micro-batch: the largest that fits, then (``variants``) every smaller one, each at the
-  gradient accumulation that keeps the sequences per optimizer step, so that a smaller
-  micro-batch competes at the same batch, not at a smaller one; DDP's bucket_cap_mb; and
-  DeepSpeed's overlap_comm and pin_memory where they apply.
+- the micro-batch: the largest that fits, then (``variants``) every smaller one and each
+  lighter checkpointing mode's largest, each at the gradient accumulation that keeps the
+  sequences per optimizer step, so that a smaller micro-batch competes at the same batch, not
+  at a smaller one (it wins when less recompute or fewer host copies per sequence pay for
+  smaller GEMMs); DDP's bucket_cap_mb; DeepSpeed's overlap_comm and pin_memory where they
+  apply.
 
 Pruned by memory first (``api.memory_of``, no simulation). Dominated candidates are not
 generated: more checkpointing at a micro-batch a lighter mode already fits only adds
 recompute, offloading at a micro-batch the same strategy fits without it only adds host
-copies, and GPipe holds every micro-batch's activations for 1F1B's bubble, so it is not tried.
-Advise (advise.py) simulates every choice at its largest micro-batch, then the variants of
-the leading ones.
+copies, GPipe holds every micro-batch's activations for 1F1B's bubble, so it is not tried, and
+eager kernels are tried first only where torch.compile fits a smaller micro-batch.
+advise.py simulates the choices at their largest micro-batch, then their variants, each
+where bound.py says it could still change the answer.
 """
 
 from __future__ import annotations
@@ -172,23 +175,39 @@ def memory_verdict(spec: RunSpec) -> dict[str, Any] | None:
 
 def largest_micro_batch(base: RunSpec, recipe: Recipe, checkpointing: str
                         ) -> Verdict | None:
-    """Bisect the micro-batch (memory grows with it). None: the recipe does not apply."""
+    """The largest micro-batch that fits (memory grows with it), searched from a guess: the
+    peak is about affine in the micro-batch (activations and logits grow with it, states do
+    not), so micro-batches 1 and 2 predict where it crosses the capacity, and checking the
+    guess and its neighbour usually settles it; a bisection between what is known to fit and
+    what is known not to does the rest. None: the recipe does not apply."""
+    def verdict(b: int) -> dict[str, Any] | None:
+        mem = memory_verdict(_spec(base, recipe, checkpointing, b))
+        return mem if mem is not None and fits(mem) else None
+
     first = memory_verdict(_spec(base, recipe, checkpointing, 1))
     if first is None:
         return None
     if not fits(first):
         return Verdict(recipe, checkpointing, 0, first)
-    lo, hi, best = 1, 2, first
-    while hi <= MAX_MICRO_BATCH:
-        mem = memory_verdict(_spec(base, recipe, checkpointing, hi))
-        if mem is None or not fits(mem):
-            break
-        lo, hi, best = hi, hi * 2, mem
-    hi = min(hi, MAX_MICRO_BATCH + 1)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        mem = memory_verdict(_spec(base, recipe, checkpointing, mid))
-        if mem is not None and fits(mem):
+    lo, best, hi = 1, first, MAX_MICRO_BATCH + 1  # lo fits; hi does not (or is past the cap)
+    second = verdict(2)
+    if second is None:
+        return Verdict(recipe, checkpointing, 1, first)
+    lo, best = 2, second
+    slope = second["peak_bytes"] - first["peak_bytes"]
+    if slope > 0:
+        guess = 1 + int((first["capacity_bytes"] - first["peak_bytes"]) // slope)
+        for b in sorted({min(max(guess, 3), MAX_MICRO_BATCH), min(guess + 1, hi)}):
+            if lo < b < hi:
+                mem = verdict(b)
+                if mem is None:
+                    hi = b
+                    break
+                lo, best = b, mem
+    while hi - lo > 1:  # double until it no longer fits, then bisect
+        mid = min(2 * lo, (lo + hi) // 2) if hi > MAX_MICRO_BATCH else (lo + hi) // 2
+        mem = verdict(mid)
+        if mem is not None:
             lo, best = mid, mem
         else:
             hi = mid

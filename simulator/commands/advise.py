@@ -23,9 +23,12 @@ from simulator.units import positive_int
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "advise", help="the best strategy, recipe and micro-batch for a job on each machine",
-        description="Enumerate DDP, ZeRO-1/2/3, FSDP, tensor parallelism and their "
-        "combinations with every checkpointing mode and micro-batch that fits, simulate them "
-        "and rank them, e.g. `stepsim advise -t 8x5090-dual-socket -w llama2-7b`.")
+        description="Enumerate DDP, ZeRO-1/2/3, FSDP, tensor parallelism, pipelines, "
+        "offload and their combinations with every checkpointing mode, torch.compile where "
+        "the framework has it, and the micro-batches, gradient accumulation, DDP bucket sizes "
+        "and DeepSpeed switches that fit; simulate those that could win (pruned by memory, "
+        "then by a compute bound) and rank them, e.g. "
+        "`stepsim advise -t 8x5090-dual-socket -w llama2-7b`.")
     parser.add_argument("-t", "--topology", required=True, action="append",
                         help="topology YAML or preset name (repeatable)")
     parser.add_argument("-w", "--workload", required=True,
