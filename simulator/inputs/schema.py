@@ -321,7 +321,7 @@ class LoraConfig(Frozen):
 Checkpointing = Literal["none", "selective", "op", "full"]
 CHECKPOINTING_MODES: tuple[str, ...] = get_args(Checkpointing)
 Kernels = Literal["eager", "compiled", "fused"]
-CrossEntropy = Literal["fp32", "chunked", "fused"]
+CrossEntropy = Literal["fp32", "chunked", "fused", "fused-linear"]
 Precision = Literal["bf16", "fp16", "fp32", "pure-bf16"]
 Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "paged-adamw", "sgd"]
 Framework = Literal["hf", "torchtune", "torchtitan", "llm-foundry", "megatron"]

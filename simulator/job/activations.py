@@ -53,8 +53,10 @@ def activations_per_token(job: Job, *, tp: int = 1, sequence_parallel: bool = Fa
 
 
 def activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool | None,
-                     stage: StageShare | None = None) -> list[Line]:
-    from simulator.job.memory import Line
+                     stage: StageShare | None = None, *, head_weight_bytes: float) -> list[Line]:
+    """``head_weight_bytes``: bytes per element of the LM head's weight as the forward sees it
+    (the fused linear cross-entropy's weight gradient is allocated like it)."""
+    from simulator.job.memory_report import Line
 
     if job.arch is None:  # generic layer list: the given per-sample bytes
         total = sum(layer.activation_bytes_per_sample for layer in job.generic_layers) * b
@@ -88,4 +90,10 @@ def activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool | None,
         lines.append(Line("activations", what + (f" x {heads} micro-batches" if heads > 1
                                                  else ""), (head + logits) * tokens * heads,
                           "backward"))
+    if heads and job.recipe.cross_entropy == "fused-linear" and not a.encoder:
+        # Liger's forward saves the head weight's gradient (zeros_like(weight): the weight's
+        # dtype) beside the input's; the input's takes the place of the saved head input
+        lines.append(Line("activations", "fused linear cross-entropy: the LM head weight's "
+                          "gradient, computed in forward", width * a.hidden * head_weight_bytes
+                          * heads, "backward"))
     return lines

@@ -1,6 +1,6 @@
 """Cross-entropy over the logits as the frameworks compute it: kernels and memory.
 
-Three variants (``training.cross_entropy``), each per element of the (tokens x vocab) logits:
+Four variants (``training.cross_entropy``), each per element of the (tokens x vocab) logits:
 - ``fp32``: ``F.cross_entropy(logits.float(), labels)`` (transformers loss_utils.py
   ForCausalLMLoss, torchtitan train.py loss_fn, torchtune's CrossEntropyLoss on the decoder's
   ``self.output(h).float()``): an fp32 copy of the logits, log_softmax (aten
@@ -15,7 +15,15 @@ Three variants (``training.cross_entropy``), each per element of the (tokens x v
 - ``fused``: one kernel that reads the 16-bit logits, computes the loss with an online softmax,
   and writes the gradient into the logits buffer in backward (flash-attn
   flash_attn/losses/cross_entropy.py with ``inplace_backward=True``, as llm-foundry's
-  ``fused_crossentropy`` uses it; Liger and Transformer Engine alike): no fp32 tensor.
+  ``fused_crossentropy`` uses it; Liger's LigerCrossEntropyLoss and Transformer Engine alike):
+  no fp32 tensor.
+- ``fused-linear``: the LM head's GEMM and the loss in one (Liger-Kernel
+  ops/fused_linear_cross_entropy.py, LigerFusedLinearCrossEntropy, which LLaMA-Factory's
+  ``enable_liger_kernel`` applies for pre-training and SFT): the tokens go through in chunks of
+  about tokens x hidden logits, each chunk's loss gradient is computed in place and multiplied
+  into the input's and the head weight's gradients during the forward; those two are saved for
+  backward (activations.py), no logits are. Backward only rescales them by the upstream
+  gradient (element_mul_kernel over tokens x hidden, left out: under 0.1% of a step).
 When the loss itself is compiled (torchtune compiles ``compute_cross_entropy``; torchtitan
 leaves its loss eager), Inductor fuses the upcast, softmax and NLL into one reduction kernel per
 chunk that saves its input and a log-sum-exp per row, and one backward kernel.
@@ -28,7 +36,7 @@ from dataclasses import dataclass
 from simulator.job.kernels import FP32, Kernel, pointwise, tiny
 
 CHUNKS = 8  # CEWithChunkedOutputLoss num_output_chunks default
-VARIANTS = ("fp32", "chunked", "fused")
+VARIANTS = ("fp32", "chunked", "fused", "fused-linear")
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,10 @@ def cross_entropy(variant: str, logits: float, e: int, *, compiled: bool) -> Los
     """The loss over ``logits`` elements held in an e-byte dtype."""
     chunks = CHUNKS if variant == "chunked" else 1
     n = logits / chunks
+    if variant == "fused-linear":  # each chunk's logits read and their gradient written in place
+        return Loss((pointwise("liger_fused_linear_cross_entropy", logits, reads=e, writes=e,
+                               flops_per_element=5),), (),
+                    saved_per_logit=0.0, backward_peak_per_logit=0.0, chunks=1)
     if variant == "fused":
         return Loss((pointwise("fused_cross_entropy", logits, reads=e, writes=0,
                                flops_per_element=5),),

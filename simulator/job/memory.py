@@ -336,8 +336,10 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
     b = micro_batch or job.micro_batch
     r = recipe(strategy, job.precision, job.optimizer, job.recipe.optimizer_impl)
     states, sizes = _state_lines(job, r, strategy, dp, tp, stage)
+    # the forward sees FSDP's unsharded weights in its param_dtype, the others' as they are held
+    head_weight = job.activation_bytes if strategy == "fsdp" else r.weight
     lines = states + activation_lines(job, b, tp, sequence_parallel and tp > 1, flash_attention,
-                                      stage)
+                                      stage, head_weight_bytes=head_weight)
     lines += _buffer_lines(job, r, strategy, dp, tp, sizes,
                            gradient_as_bucket_view=gradient_as_bucket_view,
                            reshard_after_forward=reshard_after_forward,
