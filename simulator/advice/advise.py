@@ -99,7 +99,8 @@ def _map(pool: ProcessPoolExecutor | None, workers: int, fn: Callable[[Any], Any
 
 
 def _locality(spec: RunSpec) -> tuple[Any, ...]:
-    """Specs that share a job (kernels, mode, micro-batch) sit side by side."""
+    """Specs that share a job (kernels, mode, micro-batch) sit side by side: a worker builds
+    it once (the jobs, their ops and op times are cached per process)."""
     return (spec.kernels or "", spec.checkpointing or "", spec.micro_batch or 0,
             spec.grad_accum or 0, spec.strategy, spec.pp)
 

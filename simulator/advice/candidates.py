@@ -252,8 +252,10 @@ def enumerate_machine(base: RunSpec, mapper: Mapper | None = None) -> Choices:
     which are independent of each other; the pruning that compares them runs here."""
     n_gpus = api.load_machine(base.topology, base.gpus).n_gpus
     tasks = [(base, recipe, mode) for recipe in recipes(n_gpus, kernel_regimes(base))
-             for mode in CHECKPOINTING_MODES]  # none, selective, full: ever more recompute
-    found = dict(zip(((r, m) for _, r, m in tasks), (mapper or map)(verdict_of, tasks),
+             for mode in CHECKPOINTING_MODES]  # none, selective, op, full: more recompute
+    # those of one regime and mode side by side: a worker builds their jobs once
+    order = sorted(tasks, key=lambda t: (t[1].kernels or "", t[2]))
+    found = dict(zip(((r, m) for _, r, m in order), (mapper or map)(verdict_of, order),
                      strict=True))
     choices = Choices([], {}, {}, [])
     held: dict[tuple[str, str, str | None], int] = {}  # largest b without offload
