@@ -154,8 +154,15 @@ def check_objective(objective: str, machines: Sequence[Machine]) -> None:
 
 
 def advise(machines: Sequence[Machine], workload: str, *, objective: str = "throughput",
-           jobs: int | None = None, progress: Progress | None = None) -> dict[str, Any]:
-    """The whole answer: ranked candidates, the best with its ranges, and the explanation."""
+           jobs: int | None = None, progress: Progress | None = None,
+           peft: str | None = None, load_in_4bit: bool = False) -> dict[str, Any]:
+    """The whole answer: ranked candidates, the best with its ranges, and the explanation.
+    ``peft``, ``load_in_4bit``: the job's adapters from a PEFT adapter_config.json (QLoRA on
+    a 4-bit base), as `run --peft` takes them; every candidate trains them."""
+
+    def base(topology: str) -> RunSpec:
+        return RunSpec(topology, workload, peft=peft, load_in_4bit=load_in_4bit)
+
     check_objective(objective, machines)
     started = time.perf_counter()
     workers = jobs if jobs is not None else os.cpu_count() or 1
@@ -182,7 +189,7 @@ def advise(machines: Sequence[Machine], workload: str, *, objective: str = "thro
             return len(specs) - len(todo)
 
         for m in machines:  # memory verdicts first: no simulation
-            choices[m.topology] = cand.enumerate_machine(RunSpec(m.topology, workload), mapper)
+            choices[m.topology] = cand.enumerate_machine(base(m.topology), mapper)
         first = [spec for c in choices.values() for spec in c.first]
         tally.choices = sum(len(c.verdicts) for c in choices.values())
         tally.first = len(first)
@@ -208,7 +215,7 @@ def advise(machines: Sequence[Machine], workload: str, *, objective: str = "thro
                              lambda spec: leading.get(cand.kind(spec), 0.0))
         tally.first_simulated = tally.simulated
         # the variants, checked for memory before simulating
-        accum = api.job_of(RunSpec(machines[0].topology, workload)).grad_accum
+        accum = api.job_of(base(machines[0].topology)).grad_accum
         recipes: dict[cand.Recipe, list[RunSpec]] = {}
         for spec in first:
             recipes.setdefault(cand.recipe_of(spec)[0], []).append(spec)
@@ -242,8 +249,9 @@ def advise(machines: Sequence[Machine], workload: str, *, objective: str = "thro
     if not reports:
         for m in machines:
             lines.extend(explain.not_fitting_lines(verdicts[m.topology]))
-        answer["what_would_fit"] = fallback.what_would_fit(machines[0].topology, workload)
-        finetune = api.job_of(RunSpec(machines[0].topology, workload)).finetune
+        answer["what_would_fit"] = fallback.what_would_fit(machines[0].topology, workload,
+                                                            peft, load_in_4bit)
+        finetune = api.job_of(base(machines[0].topology)).finetune
         lines.append(f"nothing fits: no {finetune} fine-tuning configuration of {workload} "
                      f"fits on {names}; what would:")
         lines.extend(f"  {w['change']}: {w['detail']}" for w in answer["what_would_fit"])

@@ -353,7 +353,8 @@ def options(spec: RunSpec) -> dict[str, Any]:
             "kernels": spec.kernels, "bucket_cap_mb": spec.bucket_mb,
             "overlap_comm": spec.zero_overlap_comm,
             "sequence_parallel": spec.sequence_parallel,
-            "reshard_after_forward": spec.reshard_after_forward, "gpus": spec.gpus}
+            "reshard_after_forward": spec.reshard_after_forward, "gpus": spec.gpus,
+            "peft": spec.peft, "load_in_4bit": spec.load_in_4bit}
 
 
 def spec_of(o: dict[str, Any]) -> RunSpec:
@@ -366,7 +367,8 @@ def spec_of(o: dict[str, Any]) -> RunSpec:
                    checkpointing=o["activation_checkpointing"], kernels=o["kernels"],
                    zero_overlap_comm=o["overlap_comm"],
                    sequence_parallel=o["sequence_parallel"],
-                   reshard_after_forward=o["reshard_after_forward"])
+                   reshard_after_forward=o["reshard_after_forward"],
+                   peft=o.get("peft"), load_in_4bit=bool(o.get("load_in_4bit")))
 
 
 def run_command(spec: RunSpec) -> str:
@@ -398,6 +400,10 @@ def run_command(spec: RunSpec) -> str:
         words.append("--overlap-comm")
     if spec.sequence_parallel:
         words.append("--sequence-parallel")
+    if spec.peft is not None:
+        words += ["--peft", spec.peft]
+    if spec.load_in_4bit:
+        words.append("--load-in-4bit")
     if not spec.reshard_after_forward:
         words.append("--no-reshard-after-forward")
     return " ".join(words)

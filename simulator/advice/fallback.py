@@ -64,12 +64,14 @@ def _adapters(cfg: Any, finetune: str, gpu: hardware.GPU, world: int, channels: 
     return None
 
 
-def what_would_fit(topology: str, workload: str) -> list[dict[str, Any]]:
-    """The alternatives that fit, each with what it changes and what it needs."""
+def what_would_fit(topology: str, workload: str, peft: str | None = None,
+                   load_in_4bit: bool = False) -> list[dict[str, Any]]:
+    """The alternatives that fit, each with what it changes and what it needs (the workload
+    with the adapters of ``peft``, as `run --peft` reads them)."""
     machine = api.load_machine(topology)
     gpu, world = machine.gpu, machine.n_gpus
     channels = collectives.machine_channels(machine)
-    cfg = load_workload(workload)
+    cfg = api.with_adapters(load_workload(workload), peft, load_in_4bit)
     full = cfg.with_training(activation_checkpointing="full")
     job = Job.from_config(full, micro_batch=1)
     out: list[dict[str, Any]] = []

@@ -16,7 +16,7 @@ from typing import Any
 
 from simulator.advice import advise as core
 from simulator.advice import whatif
-from simulator.commands import price_flags, script_output, terminal
+from simulator.commands import price_flags, recipe_flags, script_output, terminal
 from simulator.units import positive_int
 
 
@@ -36,6 +36,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--objective", default="throughput", metavar="GOAL",
                         help=f"what to rank by: {' | '.join(core.OBJECTIVES)} "
                         "(default throughput)")
+    recipe_flags.add_adapter_arguments(parser)
     price_flags.add_arguments(parser)
     parser.add_argument("--jobs", default=None, metavar="N",
                         help="worker processes (default: one per CPU core)")
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = positive_int(args.jobs, "--jobs")
     with terminal.progress("simulating candidates") as update:
         answer = core.advise(machines, args.workload, objective=args.objective, jobs=jobs,
-                             progress=update)
+                             progress=update, peft=args.peft, load_in_4bit=args.load_in_4bit)
     if args.what_if and answer["best"] is not None:
         with terminal.progress("simulating upgrades"):
             best_machine = next(m for m in machines

@@ -73,14 +73,19 @@ def training_fields(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """--peft, --load-in-4bit, --deepspeed: the config files users already have."""
+def add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
+    """--peft, --load-in-4bit: the adapters of a PEFT adapter_config.json."""
     parser.add_argument("--peft", metavar="adapter_config.json",
                         help="a PEFT adapter_config.json: LoRA of its r, lora_alpha and "
                         "target_modules replaces the workload's (QLoRA with --load-in-4bit)")
     parser.add_argument("--load-in-4bit", action="store_true",
                         help="bitsandbytes NF4 base weights (BitsAndBytesConfig load_in_4bit): "
                         "the LoRA job becomes QLoRA")
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """--peft, --load-in-4bit, --deepspeed: the config files users already have."""
+    add_adapter_arguments(parser)
     parser.add_argument("--deepspeed", metavar="ds_config.json",
                         help="a DeepSpeed config: ZeRO stage (-> -s ddp|zero1|zero2|zero3), "
                         "overlap_comm, offload_optimizer/offload_param (cpu), pin_memory, "
