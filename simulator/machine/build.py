@@ -2,8 +2,8 @@
 (fewer GPUs, scaled rates, NCCL variables) derived from that one build; and the error that
 names the file when building from it fails.
 
-Imports no job, strategy or engine module: `stepsim collective` and `stepsim topo` load a
-machine without the rest of the simulator.
+Imports no job, strategy or engine module: `stepsim collective` loads a machine through it
+without the rest of the simulator.
 """
 
 from __future__ import annotations
