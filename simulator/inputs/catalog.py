@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 from simulator.inputs.bundled import preset_dir, preset_names
@@ -35,10 +36,9 @@ def _raw(text: bytes, path: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def topology(name: str, text: bytes | None = None) -> dict[str, Any]:
-    """A bundled topology's name, GPU count, card and description."""
-    path = preset_dir("topologies") / f"{name}.yaml"
-    raw = _raw(path.read_bytes() if text is None else text, str(path))
+def topology(name: str, text: bytes) -> dict[str, Any]:
+    """A bundled topology's name, GPU count, card and description (``text``: its file)."""
+    raw = _raw(text, str(preset_dir("topologies") / f"{name}.yaml"))
     if isinstance(raw.get("gpu"), str) and isinstance(raw.get("nodes"), list):
         gpus = sum(1 for n in raw["nodes"] if isinstance(n, dict) and n.get("kind") == "gpu")
         return {"name": name, "gpus": gpus, "gpu": raw["gpu"],
@@ -50,12 +50,12 @@ def topology(name: str, text: bytes | None = None) -> dict[str, Any]:
             "gpu": str(cfg.gpu), "description": cfg.description}
 
 
-def workload(name: str, text: bytes | None = None) -> dict[str, Any]:
-    """A bundled workload's name, recipe keys (``RECIPE_KEYS``) and description."""
+def workload(name: str, text: bytes) -> dict[str, Any]:
+    """A bundled workload's name, recipe keys (``RECIPE_KEYS``) and description (``text``:
+    its file)."""
     from simulator.job import recipe
 
-    path = preset_dir("workloads") / f"{name}.yaml"
-    raw = _raw(path.read_bytes() if text is None else text, str(path))
+    raw = _raw(text, str(preset_dir("workloads") / f"{name}.yaml"))
     training = raw.get("training")
     if isinstance(training, dict) and all(k in training for k in _GIVEN):
         framework = training.get("framework", recipe.DEFAULT_FRAMEWORK)
@@ -78,31 +78,28 @@ def _stored(kind: str) -> dict[str, dict[str, Any]]:
         return {}
 
 
+def _files(kind: str) -> Iterator[tuple[str, bytes, int]]:
+    """(name, bytes, CRC-32) of every bundled preset file of ``kind``, by name."""
+    for name in preset_names(kind):
+        text = (preset_dir(kind) / f"{name}.yaml").read_bytes()
+        yield name, text, zlib.crc32(text)
+
+
 def listing(kind: str) -> list[dict[str, Any]]:
     """Every bundled preset of ``kind``, by name: from the index where a file's checksum
     matches it, from the file itself otherwise."""
     read = topology if kind == "topologies" else workload
     stored = _stored(kind)
-    out = []
-    for name in preset_names(kind):
-        text = (preset_dir(kind) / f"{name}.yaml").read_bytes()
-        entry = stored.get(name)
-        if entry is not None and entry.get("crc32") == zlib.crc32(text):
-            out.append({k: v for k, v in entry.items() if k != "crc32"})
-        else:
-            out.append(read(name, text))
-    return out
+    return [{k: v for k, v in stored[name].items() if k != "crc32"}
+            if name in stored and stored[name].get("crc32") == crc else read(name, text)
+            for name, text, crc in _files(kind)]
 
 
 def index(kind: str) -> list[dict[str, Any]]:
     """What ``index.json`` of ``kind`` holds: each preset's facts read from its YAML, with the
     file's CRC-32."""
     read = topology if kind == "topologies" else workload
-    out = []
-    for name in preset_names(kind):
-        text = (preset_dir(kind) / f"{name}.yaml").read_bytes()
-        out.append({**read(name, text), "crc32": zlib.crc32(text)})
-    return out
+    return [{**read(name, text), "crc32": crc} for name, text, crc in _files(kind)]
 
 
 def topologies() -> list[dict[str, Any]]:
