@@ -120,6 +120,9 @@ def _silence_stdout() -> None:
 
 def entry() -> None:
     """The `stepsim` program: run, flush what was printed, and leave without teardown."""
+    # stepsim multiplies no matrices: OpenBLAS's thread pool, which numpy starts at import with
+    # a thread per core spinning for work, only costs CPU (twice numpy's import on two cores)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         code = main(whole_process=True)
     except SystemExit as exc:  # argparse's --help and --version

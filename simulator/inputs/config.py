@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from simulator.errors import InputError
 from simulator.inputs.bundled import preset_dir, preset_names
-from simulator.inputs.loader import Loc, decode, load_yaml
 
 if TYPE_CHECKING:  # pydantic and the models load with the first file validated, not before
     from pydantic import BaseModel, ValidationError
 
+    from simulator.inputs.loader import Loc
     from simulator.inputs.schema import TopologyConfig, WorkloadConfig
 
 M = TypeVar("M", bound="BaseModel")
@@ -51,7 +51,7 @@ def resolve(name_or_path: str, kind: str) -> Path:
 def load_topology(name_or_path: str) -> TopologyConfig:
     from simulator.inputs.schema import TopologyConfig
 
-    return _load(resolve(name_or_path, "topologies"), TopologyConfig)
+    return _load(resolve(name_or_path, "topologies"), TopologyConfig, "topologies")
 
 
 def load_workload(name_or_path: str) -> WorkloadConfig:
@@ -62,17 +62,29 @@ def load_workload(name_or_path: str) -> WorkloadConfig:
         from simulator.inputs import hf_config
 
         return hf_config.load(name_or_path)
-    return _load(resolve(name_or_path, "workloads"), WorkloadConfig)
+    return _load(resolve(name_or_path, "workloads"), WorkloadConfig, "workloads")
 
 
-def _load(path: Path, model: type[M]) -> M:
+def _load(path: Path, model: type[M], kind: str) -> M:
     file = str(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read the file: {exc.strerror or exc}", file=file) from None
+    bundled = path.resolve().parent == preset_dir(kind).resolve()
+    if bundled:  # checked once, then read back (preset_cache.py)
+        from simulator.inputs import preset_cache
+
+        known = preset_cache.get(data, model)
+        if known is not None:
+            return known
+    from simulator.inputs.loader import decode, load_yaml  # YAML loads only if it is read
+
     value, lines = load_yaml(decode(data, file), file)
-    return validate(value, lines, model, file)
+    obj = validate(value, lines, model, file)
+    if bundled:
+        preset_cache.put(data, model, obj)
+    return obj
 
 
 def validate(data: Any, lines: dict[Loc, int], model: type[M], file: str) -> M:

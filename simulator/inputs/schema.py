@@ -53,7 +53,7 @@ Bandwidth = Annotated[float, Field(ge=MIN_GB_PER_S, le=MAX_GB_PER_S)]
 
 class Frozen(BaseModel):
     # allow_inf_nan=False: `.inf` FLOPs or a `.nan` bandwidth would stall the simulated clock
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -111,7 +111,9 @@ class GpuSpec(Frozen):
 
     def overrides(self) -> dict[str, float]:
         """The numbers this spec changes, by key."""
-        return {k: v for k, v in self.model_dump().items() if k != "base" and v is not None}
+        # read field by field: model_dump would build the serializer a read-back preset lacks
+        values = {k: getattr(self, k) for k in type(self).model_fields if k != "base"}
+        return {k: v for k, v in values.items() if v is not None}
 
     def __str__(self) -> str:
         changed = self.overrides()

@@ -1,0 +1,84 @@
+"""Bundled presets as validated once: the checked models pickled in the user's cache folder.
+
+A preset is the same file on every run, yet checking it builds pydantic's validators for its
+models (the larger part of loading one). So the first load of each preset stores the model it
+validated, and later loads read that back, without parsing or validating.
+
+What it assumes: an entry is keyed by the preset's bytes, the model's class and the source of
+``schema.py`` (which holds every rule a preset is checked by), and the stepsim, pydantic and
+Python versions; so an edited preset, a changed rule or an upgrade reads as a miss, never as a
+stale model. The folder is ``$STEPSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/stepsim``, else
+``~/.cache/stepsim``. An entry is written whole or not at all (a temporary file renamed into
+place); a folder that cannot be written, or an entry that cannot be read, only means the
+preset is validated as if there were no cache. Only bundled presets are kept: a user's own
+file is checked every time, so its errors and warnings are always shown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sys
+from functools import cache
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import VERSION as PYDANTIC_VERSION
+from pydantic import BaseModel
+
+import simulator
+from simulator.inputs import schema
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def folder() -> Path:
+    """Where the entries live (see the module docstring)."""
+    own = os.environ.get("STEPSIM_CACHE_DIR")
+    if own:
+        return Path(own)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "stepsim"
+
+
+@cache
+def _salt() -> bytes:
+    """What every entry's key shares: the rules and the versions that read the models."""
+    rules = Path(schema.__file__).read_bytes()
+    versions = f"{simulator.__version__}|{PYDANTIC_VERSION}|{sys.version}"
+    return hashlib.sha256(rules + versions.encode()).digest()
+
+
+def _entry(text: bytes, model: type[BaseModel]) -> Path:
+    key = hashlib.sha256(_salt() + model.__qualname__.encode() + b"\0" + text).hexdigest()
+    return folder() / "presets" / f"{key[:32]}.pickle"
+
+
+def get(text: bytes, model: type[M]) -> M | None:
+    """The model validated from ``text`` before, or None."""
+    try:
+        with _entry(text, model).open("rb") as f:
+            value = pickle.load(f)
+    except Exception:  # noqa: BLE001 - absent, unreadable or truncated: validate afresh
+        return None
+    return value if type(value) is model else None
+
+
+def put(text: bytes, model: type[M], value: M) -> None:
+    """Keep ``value`` as what ``text`` validates to; silently nothing where it cannot."""
+    import tempfile  # only a miss writes
+
+    path = _entry(text, model)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        return
