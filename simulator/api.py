@@ -238,6 +238,9 @@ def clear_caches() -> None:
     specs.forget_jobs()
     _single_gpu.cache_clear()
     steps.forget_op_times()
+    from simulator.strategies import tensor
+
+    tensor.forget_shards()
 
 
 def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None = None,

@@ -119,7 +119,9 @@ class _Sms:
         self.fixed = fixed_slowdown
         self.channels = 0  # NCCL channels (thread blocks, one SM each) running now
         self.running = 0  # NCCL kernels running now
-        self.changed = env.event()  # fires (and is replaced) whenever the rate changes
+        # the streams computing now: each is woken (interrupted) to re-time its kernel when
+        # the rate changes, so a kernel that runs at one rate throughout waits on one timeout
+        self.computing: dict[simpy.Process, None] = {}
 
     def rate(self) -> float:
         """Fraction of its idle speed that compute gets right now."""
@@ -131,8 +133,9 @@ class _Sms:
     def comm(self, channels: int, delta: int) -> None:
         self.channels += channels * delta
         self.running += delta
-        old, self.changed = self.changed, self.env.event()
-        old.succeed()
+        for stream in self.computing:  # each registration is woken once, so an interrupt
+            stream.interrupt()  # never reaches a stream that has moved on to other work
+        self.computing.clear()
 
 
 @dataclass
@@ -175,7 +178,8 @@ class _Run:
         self.fabric = Fabric(self.env, self.capacity)
         self.sms = [_Sms(self.env, machine.gpu_of(p.members[0]).sms, slowdown)
                     for p in programs]
-        self.done = [{task.id: self.env.event() for task in p.tasks} for p in programs]
+        # per task: True once done, else the event its waiters wait on (made by the first)
+        self.done: list[dict[int, simpy.Event | bool]] = [{} for _ in programs]
         self.spans: list[list[tuple[tuple[int, int, int], Span]]] = [[] for _ in programs]
         self.extra_bytes = np.zeros(len(self.fabric.link_ids))
         self.extra_samples: list[UsageSample] = []
@@ -234,10 +238,13 @@ class _Run:
     def stream(self, p: int, tasks: list[Task]) -> Generator[simpy.Event, Any, None]:
         gpu = self.programs[p].members[0]
         done = self.done[p]
+        env = self.env
         for task in tasks:
-            deps = [done[d] for d in task.deps if not done[d].processed]
-            if deps:
-                yield _After(self.env, deps, len(deps))
+            deps = [self._waiting(done, d) for d in task.deps if done.get(d) is not True]
+            if len(deps) == 1:
+                yield deps[0]
+            elif deps:
+                yield _After(env, deps, len(deps))
             if task.id in self.unit_first[p]:
                 self._unit_starts(self.meets[self.unit_first[p][task.id]])
             start = self.env.now
@@ -259,29 +266,46 @@ class _Run:
                 kind = work.kind
             else:
                 yield from self.repeat(p, task)
-                done[task.id].succeed()
+                self._finish(done, task.id)
                 continue
             args["task"] = task.id
             start += args.get("wait_s", 0.0)  # a span shows the data moving, not the wait
             self.spans[p].append(((task.id, 0, 0), Span(gpu, task.stream, work.name, kind,
                                                         start, self.env.now, args)))
-            done[task.id].succeed()
+            self._finish(done, task.id)
+
+    def _waiting(self, done: dict[int, simpy.Event | bool], task_id: int) -> simpy.Event:
+        """The event that fires when a task not yet done is."""
+        event = done.get(task_id)
+        if event is None:
+            event = done[task_id] = self.env.event()
+        assert isinstance(event, simpy.Event)
+        return event
+
+    @staticmethod
+    def _finish(done: dict[int, simpy.Event | bool], task_id: int) -> None:
+        """Mark a task done, waking what waits for it (no event where nothing does)."""
+        event = done.get(task_id)
+        done[task_id] = True
+        if isinstance(event, simpy.Event):
+            event.succeed()
 
     def compute(self, p: int, work: Compute) -> Generator[simpy.Event, Any, None]:
         sms = self.sms[p]
+        stream = self.env.active_process
+        assert stream is not None  # compute runs inside a stream's process
         remaining = work.duration
         while remaining > _EPS * max(1.0, self.env.now):  # what is left is below the clock's
             # resolution: done (waiting for it would not move the clock)
-            rate, changed, began = sms.rate(), sms.changed, self.env.now
-            if rate > 0:
-                finish = self.env.timeout(remaining / rate)
-                woken = _After(self.env, (finish, changed), 1)
-                yield woken
-                woken.forget()
-                if finish.processed:
-                    return
-            else:
-                yield changed
+            rate, began = sms.rate(), self.env.now
+            sms.computing[stream] = None
+            try:
+                # at a rate of zero only a change of rate (an interrupt) wakes it
+                yield self.env.timeout(remaining / rate) if rate > 0 else self.env.event()
+                del sms.computing[stream]
+                return
+            except simpy.Interrupt:
+                pass
             remaining -= (self.env.now - began) * rate
 
     def _join(self, meet: _Meet, start: Any) -> None:
@@ -458,7 +482,7 @@ def simulate(programs: Program | Sequence[Program], machine: Machine, *,
             run.env.process(run.stream(p, tasks))
     run.env.run()
     for p, program in enumerate(progs):
-        stuck = [t.id for t in program.tasks if not run.done[p][t.id].processed]
+        stuck = [t.id for t in program.tasks if run.done[p].get(t.id) is not True]
         if stuck:
             raise RuntimeError(f"program deadlocks: tasks {stuck[:5]} of the program for GPU "
                                f"{program.members[0]} never became ready")

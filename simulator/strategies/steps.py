@@ -24,7 +24,7 @@ _KIND: dict[str, ComputeKind] = {"forward": "forward", "backward": "backward",
 def as_compute(op: Op, gpu: GPU, *, scale: float = 1.0, prefix: str = "") -> Compute:
     """One op as compute work; ``scale`` shrinks it (e.g. an optimizer over a 1/N shard)."""
     return Compute(prefix + op.name, _KIND.get(op.phase, "other"),
-                   compute.op_time(op, gpu) * scale, op.flops * scale, op.block)
+                   _op_time(op, gpu, _works(gpu)) * scale, op.flops * scale, op.block)
 
 
 def memory_pass(name: str, nbytes: float, gpu: GPU, block: int | None = None,
@@ -50,6 +50,7 @@ _TIMED: dict[GPU, dict[int, tuple[Op, float]]] = {}
 # factor): a card at other rates (a range's re-run, a calibrated fraction) divides them by its
 # factor, kernel by kernel as compute.op_time does, so the seconds are the same floats
 _WORK: dict[GPU, dict[int, tuple[Op, tuple[float, ...]]]] = {}
+_WORK_OF: dict[GPU, dict[int, tuple[Op, tuple[float, ...]]]] = {}  # any card -> its _WORK
 _MAX_TIMED = 50_000
 
 
@@ -57,6 +58,16 @@ def forget_op_times() -> None:
     """Drop every remembered op time (api.clear_caches)."""
     _TIMED.clear()
     _WORK.clear()
+    _WORK_OF.clear()
+
+
+def _works(gpu: GPU) -> dict[int, tuple[Op, tuple[float, ...]]]:
+    """The kernel work times of ``gpu`` at neutral rates (_WORK), looked up once per card."""
+    works = _WORK_OF.get(gpu)
+    if works is None:
+        neutral = replace(gpu, rate_scale=1.0, achieved_fraction=1.0)
+        works = _WORK_OF[gpu] = _WORK.setdefault(neutral, {})
+    return works
 
 
 def _op_time(op: Op, gpu: GPU, works: dict[int, tuple[Op, tuple[float, ...]]]) -> float:
@@ -74,7 +85,7 @@ def compute_only(gpu: GPU) -> Emit:
     if sum(len(times) for times in _TIMED.values()) > _MAX_TIMED:
         forget_op_times()
     timed = _TIMED.setdefault(gpu, {})
-    works = _WORK.setdefault(replace(gpu, rate_scale=1.0, achieved_fraction=1.0), {})
+    works = _works(gpu)
 
     def emit(program: Program, op: Op, deps: tuple[int, ...], prefix: str) -> int:
         hit = timed.get(id(op))
