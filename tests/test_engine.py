@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from simulator import engine
 from simulator.engine import core as engine_core
 from simulator.engine.program import Comm, Compute, Program
-from simulator.machine.topology import Link
+from simulator.machine.links import Link
 from simulator.outputs.report import time_split
 
 

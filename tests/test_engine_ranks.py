@@ -23,7 +23,7 @@ from simulator.engine.program import (
     SendRecv,
     Transfer,
 )
-from simulator.machine.topology import Link
+from simulator.machine.links import Link
 from simulator.outputs.report import rank_split, step_report, time_split
 from tests.test_engine import FakeCollectives, FakePlan
 

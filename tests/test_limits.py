@@ -22,7 +22,7 @@ from simulator.engine import core as engine_core
 from simulator.engine.core import StalledClock
 from simulator.engine.program import Comm, Compute, Program
 from simulator.inputs.config import preset_dir
-from simulator.machine.topology import Link
+from simulator.machine.links import Link
 
 WORKLOADS = preset_dir("workloads")
 TOPOLOGIES = preset_dir("topologies")

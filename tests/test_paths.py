@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.inputs.config import load_topology, preset_names
-from simulator.machine.paths import Hop, PathFinder
-from simulator.machine.topology import PATH_RANK, PATH_TYPES, Machine
+from simulator.machine.paths import PATH_RANK, PATH_TYPES, Hop, PathFinder
+from simulator.machine.topology import Machine
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("boxes", ROOT / "scripts" / "boxes.py")

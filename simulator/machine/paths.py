@@ -32,12 +32,31 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+# Path types in NCCL's order (src/include/graph.h PATH_LOC .. PATH_NET); lower is closer.
+PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET")
+PATH_RANK = {name: i for i, name in enumerate(PATH_TYPES)}
+
+
+@dataclass(frozen=True)
+class Path:
+    """A path between two nodes as NCCL's path computation sees it (``paths.cc``)."""
+
+    nodes: tuple[str, ...]
+    links: tuple[str, ...]  # directed link ids, in order
+    type: str  # NCCL path type
+    nccl_bandwidth: float  # B/s, bottleneck of NCCL's beliefs
+    capacity: float  # B/s, physical bottleneck
+
+    def key(self) -> tuple[int, float, int, float]:
+        # paths.cc prefers a lower type, then more bandwidth, then fewer hops
+        return (PATH_RANK[self.type], -self.nccl_bandwidth, len(self.links), -self.capacity)
+
 
 @dataclass(frozen=True)
 class Hop:
     """What the search needs of one link: its type's rank, NCCL's bandwidth, its capacity."""
 
-    rank: int  # index of the hop's path type in topology.PATH_TYPES
+    rank: int  # index of the hop's path type in PATH_TYPES
     bandwidth: float  # NCCL's belief, B/s
     capacity: float  # physical, B/s
 

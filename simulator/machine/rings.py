@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simulator.units import GB
 
 if TYPE_CHECKING:
-    from simulator.machine.topology import Machine, Ring
+    from simulator.machine.topology import Machine
 
 # search.cc speed tables, GB/s, per compute capability (intra-node search).
 SPEEDS_SM_BELOW_90 = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
@@ -43,6 +44,21 @@ LOC_BW = 5000.0  # topo.h LOC_BW, GB/s: what the search assumes for a single GPU
 FALLBACK_BW = 0.1  # search.cc: "falling back to simple order", bwIntra = 0.1
 _EPS = 1e-3  # search.cc SUB_ROUND compares at 1/1000 GB/s
 MAX_CYCLE_SEARCH = 8  # brute-force NVLink cycles up to 8 GPUs (7! = 5040 orders)
+
+
+@dataclass(frozen=True)
+class Ring:
+    """NCCL's ring: rank order, channel count and the per-channel speed its search believes."""
+
+    order: tuple[int, ...]
+    n_channels: int
+    channel_bandwidth: float  # B/s, NCCL's belief (bwIntra), not a physical rate
+    bottleneck: str | None = None  # link that limited NCCL's channel packing
+    fallback: bool = False  # search found nothing; NCCL's simple-order ring at 0.1 GB/s
+
+    @property
+    def nccl_bus_bandwidth(self) -> float:
+        return self.n_channels * self.channel_bandwidth
 
 
 def speed_table(compute_capability: int) -> tuple[float, ...]:
@@ -111,8 +127,6 @@ def channel_loads(machine: Machine, order: tuple[int, ...]) -> dict[str, float]:
 
 
 def search_ring(machine: Machine, ranks: tuple[int, ...]) -> Ring:
-    from simulator.machine.topology import Ring
-
     if len(set(ranks)) != len(ranks) or not ranks:
         raise ValueError(f"ring ranks must be distinct and non-empty, got {ranks}")
     order = ring_order(machine, ranks)

@@ -1,9 +1,9 @@
 """The machine: GPUs, switches, CPUs and the links between them, as NCCL sees and uses them.
 
-Inside: ``Link`` (one direction of a physical link, or a host-memory resource), ``Machine``
-(the graph of nodes and links, directed links, NCCL path types, P2P vs SHM transport, routes)
-and the ring and channel choice in ``Machine.ring`` (its rules live in simulator/machine/rings.py).
-The best path between two nodes is paths.py's search; ``Machine.graph`` is the same machine as a
+Inside: ``Machine`` (the graph of nodes and links, directed links, NCCL path types, P2P vs SHM
+transport, routes, a link in words) and the ring and channel choice in ``Machine.ring`` (its
+rules live in simulator/machine/rings.py). Each link's numbers and hop type come from links.py;
+the best path between two nodes is paths.py's search; ``Machine.graph`` is the same machine as a
 networkx graph, built when something asks for it (drawing, analysis), not for simulating.
 
 Assumptions: a path between two GPUs never passes through a third GPU (NCCL's NVB paths,
@@ -18,79 +18,21 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from simulator.errors import InputError
-from simulator.inputs.schema import CalibrationConfig, LinkConfig, NodeConfig, TopologyConfig
+from simulator.inputs.schema import CalibrationConfig, NodeConfig, TopologyConfig
 from simulator.machine import hardware
+from simulator.machine.links import Link, hop_type, link_numbers, node_gpu
 from simulator.machine.nccl_env import NcclEnv
-from simulator.machine.paths import Hop, PathFinder, unreached
+from simulator.machine.paths import PATH_RANK, PATH_TYPES, Hop, Path, PathFinder, unreached
 from simulator.machine.wire import HOST_MEMORY_PASSES, WireParams
 from simulator.scales import NEUTRAL, RateScales
-from simulator.units import GB, US
+from simulator.units import GB
 
 if TYPE_CHECKING:
     import networkx as nx
 
-# Path types in NCCL's order (src/include/graph.h PATH_LOC .. PATH_NET); lower is closer.
-PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET")
-PATH_RANK = {name: i for i, name in enumerate(PATH_TYPES)}
+    from simulator.machine.rings import Ring
 
 Route = tuple[tuple[str, float], ...]
-
-
-@dataclass(frozen=True)
-class Link:
-    """One direction of a physical link (id ``"a->b"``), or a host-memory resource ``mem:cpu0``."""
-
-    id: str
-    src: str
-    dst: str
-    kind: str  # pcie | nvlink | upi | xgmi | network | memory
-    capacity: float  # B/s, physical
-    latency: float  # s
-
-
-@dataclass(frozen=True)
-class Path:
-    """A path between two nodes as NCCL's path computation sees it (``paths.cc``)."""
-
-    nodes: tuple[str, ...]
-    links: tuple[str, ...]  # directed link ids, in order
-    type: str  # NCCL path type
-    nccl_bandwidth: float  # B/s, bottleneck of NCCL's beliefs
-    capacity: float  # B/s, physical bottleneck
-
-    def key(self) -> tuple[int, float, int, float]:
-        # paths.cc prefers a lower type, then more bandwidth, then fewer hops
-        return (PATH_RANK[self.type], -self.nccl_bandwidth, len(self.links), -self.capacity)
-
-
-@dataclass(frozen=True)
-class Ring:
-    """NCCL's ring: rank order, channel count and the per-channel speed its search believes."""
-
-    order: tuple[int, ...]
-    n_channels: int
-    channel_bandwidth: float  # B/s, NCCL's belief (bwIntra), not a physical rate
-    bottleneck: str | None = None  # link that limited NCCL's channel packing
-    fallback: bool = False  # search found nothing; NCCL's simple-order ring at 0.1 GB/s
-
-    @property
-    def nccl_bus_bandwidth(self) -> float:
-        return self.n_channels * self.channel_bandwidth
-
-
-def _hop_type(kind_a: str, kind_b: str, link_kind: str) -> str:
-    """Path type of one hop (paths.cc ncclTopoSetPaths)."""
-    if link_kind == "nvlink":
-        return "NVL"
-    if link_kind in ("upi", "xgmi"):
-        return "SYS"
-    if link_kind == "network":
-        return "NET"
-    if "cpu" in (kind_a, kind_b):
-        return "PHB"  # a PCI link touching a CPU: through the host bridge
-    if kind_a == "pcie_switch" and kind_b == "pcie_switch":
-        return "PXB"  # a PCI-to-PCI hop: several switches
-    return "PIX"
 
 
 def _cpu_vendor(model: str | None) -> str | None:
@@ -186,12 +128,12 @@ class Machine:
         wire = WireParams.from_calibration(config.calibration)
         for lc in config.links:
             kind_a, kind_b = nodes[lc.a].kind, nodes[lc.b].kind
-            capacity, latency, belief = _link_numbers(lc, config, gpu, nodes)
+            capacity, latency, belief = link_numbers(lc, config, gpu, nodes)
             if lc.kind in ("upi", "xgmi") and wire.socket_link_gb_per_s is not None:
                 capacity = wire.socket_link_gb_per_s * GB  # calibrated (calibration.fitted)
             attrs = adjacency[lc.a].get(lc.b, {})  # a link given twice: the last one counts
             attrs.update(kind=lc.kind, capacity=capacity, latency=latency,
-                         nccl_bandwidth=belief, hop_type=_hop_type(kind_a, kind_b, lc.kind))
+                         nccl_bandwidth=belief, hop_type=hop_type(kind_a, kind_b, lc.kind))
             adjacency[lc.a][lc.b] = adjacency[lc.b][lc.a] = attrs
             for src, dst in ((lc.a, lc.b), (lc.b, lc.a)):
                 link_id = f"{src}->{dst}"
@@ -210,7 +152,7 @@ class Machine:
         if lonely:
             raise InputError(f"{config.name}: node(s) {', '.join(sorted(lonely))} are not "
                              f"connected to {gpu_nodes[0]}")
-        gpus = tuple(_node_gpu(nodes[n], gpu) for n in gpu_nodes)
+        gpus = tuple(node_gpu(nodes[n], gpu) for n in gpu_nodes)
         return cls(config, gpu, adjacency, links, nodes, gpu_nodes, nccl_bw, gpus, wire=wire,
                    nccl=nccl or NcclEnv())
 
@@ -466,48 +408,4 @@ def _merge(usage: list[tuple[str, float]]) -> Route:
         total[lid] = total.get(lid, 0.0) + w
     return tuple(total.items())
 
-
-def _link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: hardware.GPU,
-                  nodes: dict[str, NodeConfig]) -> tuple[float, float, float]:
-    """Physical capacity (B/s), latency (s) and NCCL's believed bandwidth (B/s) of a link."""
-    where = f"{config.name}: link {lc.a}-{lc.b}"
-    end_gpus = [_node_gpu(nodes[n], gpu) for n in (lc.a, lc.b) if nodes[n].kind == "gpu"]
-    if lc.kind == "pcie":
-        gen = lc.gen or (end_gpus[0].pcie_gen if end_gpus else gpu.pcie_gen)
-        lanes = lc.lanes or 16
-        capacity, latency = hardware.pcie_bandwidth(gen, lanes), hardware.PCIE_HOP_LATENCY
-        belief = hardware.nccl_pcie_bandwidth(gen, lanes)
-    elif lc.kind == "nvlink":
-        owner = end_gpus[0] if end_gpus else gpu
-        count = lc.count or owner.nvlink_links
-        if count == 0:
-            raise InputError(f"{where}: {owner.name} has no NVLink")
-        per_link = hardware.NVLINK_PER_LINK.get(lc.model or owner.arch)
-        if per_link is None:
-            raise InputError(f"{where}: unknown NVLink model {lc.model or owner.arch!r}; "
-                             f"known: {', '.join(hardware.NVLINK_PER_LINK)}")
-        capacity, latency = per_link * count, hardware.NVLINK_HOP_LATENCY
-        cc = owner.compute_capability
-        per_link_nccl = hardware.NCCL_NVLINK_PER_LINK.get(cc, hardware.NCCL_NVLINK_PER_LINK[80])
-        belief = per_link_nccl * count  # topo.cc: count * ncclTopoNVLinkBw(cc)
-    elif lc.kind in ("upi", "xgmi"):
-        cpu_model = nodes[lc.a].model or nodes[lc.b].model
-        name = lc.model or cpu_model or hardware.DEFAULT_SOCKET_LINK[lc.kind]
-        socket = hardware.SOCKET_LINKS.get(name)
-        if socket is None:
-            raise InputError(f"{where}: unknown socket link {name!r}; "
-                             f"known: {', '.join(hardware.SOCKET_LINKS)}")
-        capacity, latency, belief = socket.bandwidth, socket.latency, socket.nccl_bandwidth
-    else:  # network
-        capacity, latency = hardware.NETWORK_DEFAULT_BANDWIDTH, hardware.NETWORK_LATENCY
-        belief = capacity
-    if lc.bandwidth_gb_per_s is not None:
-        capacity = lc.bandwidth_gb_per_s * GB  # what NCCL detects (gen, lanes) stays its belief
-    if lc.latency_us is not None:
-        latency = lc.latency_us * US
-    return capacity, latency, belief
-
-
-def _node_gpu(node: NodeConfig, default: hardware.GPU) -> hardware.GPU:
-    return hardware.resolve_gpu(node.gpu) if node.gpu else default
 
