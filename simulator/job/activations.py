@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from simulator.errors import InputError
 from simulator.job import checkpointing as ckpt
 from simulator.job import loss
-from simulator.job.workload import QA_LABELS, Job
+from simulator.job.parameters import QA_LABELS
+from simulator.job.workload import Job
 
 # The working set of the layer being recomputed (full/op checkpointing): alive only while
 # backward runs, one layer at a time; the memory curve draws it so (outputs/plots.py).

@@ -38,11 +38,12 @@ from typing import TYPE_CHECKING, Literal
 
 from simulator.job import attention, checkpointing, compiled, eager, fused, loss, optimizer
 from simulator.job.kernels import NONE, Kernel, Shape, Stage, gemm, memory, pointwise
-from simulator.job.workload import QA_LABELS
+from simulator.job.parameters import QA_LABELS
 
 if TYPE_CHECKING:
     from simulator.inputs.schema import GenericLayer
-    from simulator.job.workload import Job, Module
+    from simulator.job.parameters import Module
+    from simulator.job.workload import Job
 
 __all__ = ["Kernel", "Op", "build", "gemm", "memory", "model_flops_per_micro_batch"]
 

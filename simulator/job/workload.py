@@ -1,287 +1,36 @@
-"""The training job: a model's parameters in Hugging Face registration order, and its ops.
+"""The training job: the model's parameters, the batch, the resolved recipe, and its ops.
 
-`Job.from_config(workload)` lays out a transformer the way Hugging Face builds it
-(LlamaForCausalLM, GPT2LMHeadModel, MPTForCausalLM; Qwen2 is the Llama layout with q/k/v biases;
-the encoder BertForQuestionAnswering) and lists its parameters exactly in
-``model.parameters()`` order, because PyTorch DDP buckets follow that order. With LoRA /
-QLoRA the names and order are PEFT's (``get_peft_model``).
-A generic workload (``layers:``) is a list of layers with given parameters and FLOPs.
+`Job.from_config(workload)` checks the fine-tuning settings (LoRA targets, a transformer for
+LoRA / QLoRA), marks the layers LoRA wraps and lists the parameters in ``model.parameters()``
+order, laid out by simulator/job/parameters.py as Hugging Face and PEFT build them (PyTorch
+DDP buckets follow that order). A ``Job`` carries the micro-batch, sequence length, gradient
+accumulation and the resolved recipe, and the sizes and settings the memory model reads.
 
 The ops of one micro-batch (forward, backward, recompute, optimizer) are built in
 simulator/job/ops.py; their time on a GPU in simulator/job/compute.py.
-
-Registration order, from the Hugging Face sources (transformers
-``models/llama/modeling_llama.py``: LlamaModel.__init__ registers embed_tokens, layers, norm;
-LlamaDecoderLayer self_attn, mlp, input_layernorm, post_attention_layernorm; LlamaAttention
-q/k/v/o_proj; LlamaMLP gate/up/down_proj; ``models/gpt2/modeling_gpt2.py``: GPT2Model wte, wpe,
-h, ln_f; GPT2Block ln_1, attn (c_attn, c_proj), ln_2, mlp (c_fc, c_proj); Conv1D registers
-weight (in, out) then bias; ``models/mpt/modeling_mpt.py`` and mosaicml llm-foundry
-``blocks.py``: wte, blocks (norm_1, attn.Wqkv, attn.out_proj, norm_2, ffn.up_proj,
-ffn.down_proj), norm_f; ``models/bert/modeling_bert.py``: BertEmbeddings word_embeddings,
-position_embeddings, token_type_embeddings, LayerNorm; BertLayer attention.self (query, key,
-value), attention.output (dense, LayerNorm), intermediate.dense, output (dense, LayerNorm);
-BertForQuestionAnswering builds ``BertModel(config, add_pooling_layer=False)`` then
-``qa_outputs = nn.Linear(hidden, num_labels=2)``, so no pooler). A tied lm_head is the
-embedding's tensor and ``parameters()`` yields it once, so it is not listed. PEFT
-(``peft/tuners/lora/layer.py``, LoraLayer.__init__) keeps the wrapped layer as ``base_layer``
-and registers ``lora_A`` then ``lora_B`` after it; ``get_peft_model`` prefixes every name with
-``base_model.model.``.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from simulator.errors import InputError
-from simulator.inputs.schema import (
-    GenericLayer,
-    LoraConfig,
-    ModelConfig,
-    TrainingConfig,
-    WorkloadConfig,
+from simulator.inputs.schema import GenericLayer, LoraConfig, TrainingConfig, WorkloadConfig
+from simulator.job.parameters import (
+    LORA_TARGETS,
+    Arch,
+    Module,
+    ParamTensor,
+    generic_modules,
+    module_params,
+    transformer_modules,
 )
 from simulator.job.recipe import Recipe
 from simulator.job.recipe import resolve as resolve_recipe
 
 if TYPE_CHECKING:
     from simulator.job.ops import Op, Phase
-
-ModuleKind = Literal["linear", "conv1d", "norm", "embedding", "generic"]
-PEFT_PREFIX = "base_model.model."
-
-
-@dataclass(frozen=True)
-class ParamTensor:
-    """One registered parameter tensor. Sizes are element counts (dtype comes from training)."""
-
-    name: str  # as model.named_parameters() prints it
-    shape: tuple[int, ...]
-    trainable: bool
-    block: int  # -1 embeddings, 0..L-1 transformer blocks, L final norm / head
-    quantized: bool = False  # QLoRA: stored as 4-bit NF4 (bitsandbytes Linear4bit)
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-
-@dataclass(frozen=True)
-class Module:
-    """An nn.Module that owns parameters: a linear layer, a norm, an embedding, a generic layer."""
-
-    path: str  # e.g. "model.layers.0.self_attn.q_proj"
-    kind: ModuleKind
-    in_features: int  # embedding: vocabulary size; norm: width
-    out_features: int
-    bias: bool
-    block: int
-    lora: bool = False
-    sizes: tuple[int, ...] = ()  # generic layers: each parameter tensor's elements, if given
-
-    @property
-    def leaf(self) -> str:
-        return self.path.rsplit(".", 1)[-1]
-
-
-# Per family: norm, MLP, linear biases, positions, tied head (the Hugging Face configs' defaults:
-# LlamaConfig tie_word_embeddings False; GPT2Config True with learned wpe; MPT-7B config.json
-# no_bias true, alibi true, tie by construction).
-_FAMILY_DEFAULTS: dict[str, dict[str, object]] = {
-    "llama": {"norm": "rmsnorm", "mlp": "swiglu", "bias": False, "positions": "rotary",
-              "tie": False},
-    "gpt2": {"norm": "layernorm", "mlp": "gelu", "bias": True, "positions": "learned",
-             "tie": True},
-    "mpt": {"norm": "layernorm", "mlp": "gelu", "bias": False, "positions": "alibi",
-            "tie": True},
-}
-_FAMILY_DEFAULTS["bert"] = {"norm": "layernorm", "mlp": "gelu", "bias": True,  # BertConfig
-                            "positions": "learned", "tie": False}  # QA head: no LM head to tie
-_ALLOWED_POSITIONS = {"llama": {"rotary"}, "gpt2": {"learned"}, "mpt": {"alibi", "learned"},
-                      "bert": {"learned"}}
-ENCODERS = ("bert",)  # bidirectional attention, a task head instead of the LM head
-BERT_TYPE_VOCAB = 2  # BertConfig.type_vocab_size default (segments A and B)
-QA_LABELS = 2  # BertForQuestionAnswering num_labels: start and end logits per token
-# Linear layers LoRA can target, per family (names as in the HF modules above).
-LORA_TARGETS = {
-    "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-    "gpt2": ("c_attn", "c_proj", "c_fc"),
-    "mpt": ("Wqkv", "out_proj", "up_proj", "down_proj"),
-    "bert": ("query", "key", "value", "dense"),  # PEFT suffix match: "dense" is all three
-}
-
-
-@dataclass(frozen=True)
-class Arch:
-    """A transformer's resolved shape (family defaults applied)."""
-
-    family: str
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    ffn_hidden: int
-    vocab: int
-    norm: str
-    mlp: str
-    bias: bool
-    qkv_bias: bool
-    positions: str
-    max_positions: int
-    tied: bool
-
-    @property
-    def encoder(self) -> bool:
-        """Bidirectional (no causal mask) with a task head, not a decoder with an LM head."""
-        return self.family in ENCODERS
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-    @property
-    def kv_dim(self) -> int:
-        return self.kv_heads * self.head_dim
-
-    @staticmethod
-    def from_model(m: ModelConfig) -> Arch:
-        d = _FAMILY_DEFAULTS.get(m.family)
-        if d is None:
-            raise InputError(f"unknown model family {m.family!r}; known: "
-                             f"{', '.join(_FAMILY_DEFAULTS)}",
-                             key="model.family")
-        positions = m.positions or str(d["positions"])
-        if positions not in _ALLOWED_POSITIONS[m.family]:
-            raise InputError(f"{m.family} models use {sorted(_ALLOWED_POSITIONS[m.family])} "
-                             f"positions, got {positions!r}", key="model.positions")
-        bias = bool(d["bias"]) if m.bias is None else m.bias
-        return Arch(
-            family=m.family, layers=m.layers, hidden=m.hidden, heads=m.heads,
-            kv_heads=m.kv_heads or m.heads, ffn_hidden=m.ffn_hidden or 4 * m.hidden,
-            vocab=m.vocab, norm=m.norm or str(d["norm"]), mlp=m.mlp or str(d["mlp"]),
-            bias=bias, qkv_bias=bias if m.qkv_bias is None else m.qkv_bias,
-            positions=positions, max_positions=m.max_positions or 1024,
-            tied=bool(d["tie"]) if m.tie_embeddings is None else m.tie_embeddings,
-        )
-
-
-def transformer_modules(a: Arch) -> list[Module]:
-    """The parameter-owning modules of a transformer, in registration order."""
-    if a.family == "bert":
-        return bert_modules(a)
-    h, f, qkv_out = a.hidden, a.ffn_hidden, a.hidden + 2 * a.kv_dim
-    L = a.layers
-    norm_bias = a.norm == "layernorm" and (a.bias or a.family == "gpt2")
-    mods: list[Module] = []
-
-    def add(path: str, kind: ModuleKind, i: int, o: int, bias: bool, block: int) -> None:
-        mods.append(Module(path, kind, i, o, bias, block))
-
-    if a.family == "llama":
-        add("model.embed_tokens", "embedding", a.vocab, h, False, -1)
-        for b in range(L):
-            p = f"model.layers.{b}"
-            add(f"{p}.self_attn.q_proj", "linear", h, h, a.qkv_bias, b)
-            add(f"{p}.self_attn.k_proj", "linear", h, a.kv_dim, a.qkv_bias, b)
-            add(f"{p}.self_attn.v_proj", "linear", h, a.kv_dim, a.qkv_bias, b)
-            add(f"{p}.self_attn.o_proj", "linear", h, h, a.bias, b)
-            add(f"{p}.mlp.gate_proj", "linear", h, f, a.bias, b)
-            add(f"{p}.mlp.up_proj", "linear", h, f, a.bias, b)
-            add(f"{p}.mlp.down_proj", "linear", f, h, a.bias, b)
-            add(f"{p}.input_layernorm", "norm", h, h, norm_bias, b)
-            add(f"{p}.post_attention_layernorm", "norm", h, h, norm_bias, b)
-        add("model.norm", "norm", h, h, norm_bias, L)
-    elif a.family == "gpt2":
-        add("transformer.wte", "embedding", a.vocab, h, False, -1)
-        add("transformer.wpe", "embedding", a.max_positions, h, False, -1)
-        for b in range(L):
-            p = f"transformer.h.{b}"
-            add(f"{p}.ln_1", "norm", h, h, norm_bias, b)
-            add(f"{p}.attn.c_attn", "conv1d", h, qkv_out, a.bias, b)
-            add(f"{p}.attn.c_proj", "conv1d", h, h, a.bias, b)
-            add(f"{p}.ln_2", "norm", h, h, norm_bias, b)
-            add(f"{p}.mlp.c_fc", "conv1d", h, f, a.bias, b)
-            add(f"{p}.mlp.c_proj", "conv1d", f, h, a.bias, b)
-        add("transformer.ln_f", "norm", h, h, norm_bias, L)
-    else:  # mpt
-        add("transformer.wte", "embedding", a.vocab, h, False, -1)
-        if a.positions == "learned":
-            add("transformer.wpe", "embedding", a.max_positions, h, False, -1)
-        for b in range(L):
-            p = f"transformer.blocks.{b}"
-            add(f"{p}.norm_1", "norm", h, h, norm_bias, b)
-            add(f"{p}.attn.Wqkv", "linear", h, qkv_out, a.qkv_bias, b)
-            add(f"{p}.attn.out_proj", "linear", h, h, a.bias, b)
-            add(f"{p}.norm_2", "norm", h, h, norm_bias, b)
-            add(f"{p}.ffn.up_proj", "linear", h, f, a.bias, b)
-            add(f"{p}.ffn.down_proj", "linear", f, h, a.bias, b)
-        add("transformer.norm_f", "norm", h, h, norm_bias, L)
-    if not a.tied:
-        add("lm_head", "linear", h, a.vocab, False, L)
-    return mods
-
-
-def bert_modules(a: Arch) -> list[Module]:
-    """BertForQuestionAnswering: embeddings (three tables, LayerNorm), post-LN encoder layers
-    with biases everywhere, the QA head; block -1 embeddings, 0..L-1 layers, L the head."""
-    h, f, L = a.hidden, a.ffn_hidden, a.layers
-    mods = [Module("bert.embeddings.word_embeddings", "embedding", a.vocab, h, False, -1),
-            Module("bert.embeddings.position_embeddings", "embedding", a.max_positions, h,
-                   False, -1),
-            Module("bert.embeddings.token_type_embeddings", "embedding", BERT_TYPE_VOCAB, h,
-                   False, -1),
-            Module("bert.embeddings.LayerNorm", "norm", h, h, True, -1)]
-    for b in range(L):
-        p = f"bert.encoder.layer.{b}"
-        mods += [Module(f"{p}.attention.self.{x}", "linear", h, h, a.qkv_bias, b)
-                 for x in ("query", "key", "value")]
-        mods += [Module(f"{p}.attention.output.dense", "linear", h, h, a.bias, b),
-                 Module(f"{p}.attention.output.LayerNorm", "norm", h, h, True, b),
-                 Module(f"{p}.intermediate.dense", "linear", h, f, a.bias, b),
-                 Module(f"{p}.output.dense", "linear", f, h, a.bias, b),
-                 Module(f"{p}.output.LayerNorm", "norm", h, h, True, b)]
-    mods.append(Module("qa_outputs", "linear", h, QA_LABELS, True, L))
-    return mods
-
-
-def generic_modules(layers: list[GenericLayer]) -> list[Module]:
-    return [Module(layer.name, "generic", layer.params, layer.tensors, False, i,
-                   sizes=tuple(layer.tensor_numels or ()))
-            for i, layer in enumerate(layers)]
-
-
-def module_params(mod: Module, *, peft: bool, finetune: str, lora_rank: int) -> list[ParamTensor]:
-    """The parameters one module registers, in order (PEFT-wrapped when mod.lora)."""
-    if mod.kind == "generic":  # the given sizes, or the parameters split evenly, remainder first
-        n, k = mod.in_features, mod.out_features
-        sizes = list(mod.sizes) or [n // k + (1 if i < n % k else 0) for i in range(k)]
-        return [ParamTensor(f"{mod.path}.param{i}", (s,), True, mod.block)
-                for i, s in enumerate(sizes)]
-    prefix = PEFT_PREFIX if peft else ""
-    frozen_base = finetune != "full"
-    shapes: list[tuple[str, tuple[int, ...]]]
-    if mod.kind == "linear":
-        shapes = [("weight", (mod.out_features, mod.in_features))]
-    elif mod.kind in ("conv1d", "embedding"):  # Conv1D weight is (nx, nf) (pytorch_utils.py)
-        shapes = [("weight", (mod.in_features, mod.out_features))]
-    else:
-        shapes = [("weight", (mod.out_features,))]
-    if mod.bias:
-        shapes.append(("bias", (mod.out_features,)))
-    # bitsandbytes quantizes the nn.Linear weights of the blocks, not lm_head (transformers
-    # get_keys_to_not_convert keeps the output embedding in 16 bit), norms or embeddings.
-    quantize = finetune == "qlora" and mod.kind in ("linear", "conv1d") and mod.path != "lm_head"
-    base = f"{prefix}{mod.path}.base_layer" if mod.lora else f"{prefix}{mod.path}"
-    out = [ParamTensor(f"{base}.{suffix}", shape, not frozen_base, mod.block,
-                       quantized=quantize and suffix == "weight")
-           for suffix, shape in shapes]
-    if mod.lora:
-        out.append(ParamTensor(f"{prefix}{mod.path}.lora_A.default.weight",
-                               (lora_rank, mod.in_features), True, mod.block))
-        out.append(ParamTensor(f"{prefix}{mod.path}.lora_B.default.weight",
-                               (mod.out_features, lora_rank), True, mod.block))
-    return out
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simulator.engine.program import Comm, Program
-from simulator.job.workload import Job, ParamTensor
+from simulator.job.parameters import ParamTensor
+from simulator.job.workload import Job
 from simulator.strategies import paging
 from simulator.strategies.buckets import (
     Bucket,
