@@ -111,8 +111,8 @@ def test_the_residual_table_is_what_validate_gives_now() -> None:
     sys.modules["validate"] = validate
     spec.loader.exec_module(validate)
     fresh = validate.residual_table(validate.all_rows())
-    stored = yaml.safe_load((ROOT / "validation" / "residuals.yaml").read_text())["mechanisms"]
-    assert fresh == stored, ("validation/residuals.yaml is stale: run "
+    stored = json.loads((ROOT / "validation" / "residuals.json").read_text())["mechanisms"]
+    assert fresh == stored, ("validation/residuals.json is stale: run "
                              "`python scripts/validate.py --write-residuals`")
 
 

@@ -1,7 +1,7 @@
 """A low-high range on every headline number, from how far the mechanisms a run rests on have
 been off on real machines.
 
-The residual table (validation/residuals.yaml, written by ``scripts/validate.py
+The residual table (validation/residuals.json, written by ``scripts/validate.py
 --write-residuals``) holds, per mechanism (simulator/scales.py), the factor by which measured
 rates differ from simulated ones: over every box (an uncalibrated machine) and within each box.
 For a run we take the mechanisms it uses (the GPU's compute; the transports its collectives'
@@ -20,14 +20,13 @@ spread over all boxes. Every spread includes 1 (the model as it is) and at least
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import yaml
 
 from simulator.scales import MECHANISMS, RateScales, hop_mechanism
 
@@ -46,8 +45,8 @@ COST_RANGED = ("usd_per_step", "usd_per_million_tokens", "time_to_train_s", "usd
 NOISE_FLOOR = 0.02
 
 _PACKAGE = Path(__file__).resolve().parent.parent
-_TABLE_PATHS = (_PACKAGE / "_presets" / "validation" / "residuals.yaml",  # wheel
-                _PACKAGE.parent / "validation" / "residuals.yaml")  # source tree
+_TABLE_PATHS = (_PACKAGE / "_presets" / "validation" / "residuals.json",  # wheel
+                _PACKAGE.parent / "validation" / "residuals.json")  # source tree
 
 WORDS = {"shm": "collectives through host memory (SHM)",
          "pcie_p2p": "PCIe peer-to-peer collectives",
@@ -69,10 +68,8 @@ class Spread:
 def residual_table() -> dict[str, Any]:
     for path in _TABLE_PATHS:
         if path.is_file():
-            with open(path, encoding="utf-8") as f:
-                # the table is written by validate.py, not by users: libyaml's parser, no marks
-                loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-                return dict(yaml.load(f, Loader=loader)["mechanisms"])
+            with open(path, encoding="utf-8") as f:  # written by validate.py, not by users
+                return dict(json.load(f)["mechanisms"])
     return {}
 
 

@@ -80,34 +80,25 @@ def _stall_message(now: float, delay: float) -> str:
             "(micro-batch, sequence length, model size) or a rate is too small")
 
 
-class _After(simpy.Event):
-    """Fires once ``count`` of ``events`` have happened, scheduled at the very moment SimPy's
-    AnyOf (count 1) or AllOf (count all) would schedule itself, so everything after it runs in
-    the same order; without the condition's value (a dict of every event's value), which a
-    step would build for each of its thousands of tasks and never read."""
+class _AllDone(simpy.Event):
+    """Fires once every one of ``events`` has happened, scheduled at the very moment SimPy's
+    AllOf would schedule itself, so everything after it runs in the same order; without the
+    condition's value (a dict of every event's value), which a step would build for each of
+    its thousands of tasks and never read."""
 
-    def __init__(self, env: simpy.Environment, events: Sequence[simpy.Event], count: int
-                 ) -> None:
+    def __init__(self, env: simpy.Environment, events: Sequence[simpy.Event]) -> None:
         super().__init__(env)
-        self.events = events
-        self.left = count
-        self.hook = self._happened
+        self.left = len(events)
         for event in events:
             if event.callbacks is None:  # already happened
                 self._happened(event)
             else:
-                event.callbacks.append(self.hook)
+                event.callbacks.append(self._happened)
 
     def _happened(self, _: simpy.Event) -> None:
         self.left -= 1
         if self.left == 0:
             self.succeed()
-
-    def forget(self) -> None:
-        """Stop listening to the events that have not happened (as a fired condition does)."""
-        for event in self.events:
-            if event.callbacks is not None and self.hook in event.callbacks:
-                event.callbacks.remove(self.hook)
 
 
 class _Sms:
@@ -244,7 +235,7 @@ class _Run:
             if len(deps) == 1:
                 yield deps[0]
             elif deps:
-                yield _After(env, deps, len(deps))
+                yield _AllDone(env, deps)
             if task.id in self.unit_first[p]:
                 self._unit_starts(self.meets[self.unit_first[p][task.id]])
             start = self.env.now
