@@ -238,9 +238,10 @@ def clear_caches() -> None:
     specs.forget_jobs()
     _single_gpu.cache_clear()
     steps.forget_op_times()
-    from simulator.strategies import tensor
+    from simulator.strategies import ddp, tensor
 
     tensor.forget_shards()
+    ddp.forget_plans()
 
 
 def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None = None,

@@ -44,7 +44,7 @@ def add_parser(subparsers: Any) -> None:
                         help="add the upgrades a buyer can choose for the winner: P2P driver, "
                         "PCIe switch or two sockets, next PCIe generation, NVLink bridge, "
                         "twice the GPUs, a card with more memory")
-    script_output.add_arguments(parser, points="the candidates")
+    script_output.add_arguments(parser, row="candidate")
     parser.set_defaults(handler=run)
 
 

@@ -28,7 +28,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--png", metavar="FILE.png",
                         help="draw the runs side by side: compute, exposed communication and "
                         "idle per step, and tokens/s, with their ranges")
-    script_output.add_arguments(parser, points="the runs")
+    script_output.add_arguments(parser, row="run")
     parser.set_defaults(handler=run)
 
 

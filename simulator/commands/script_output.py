@@ -17,16 +17,16 @@ from simulator.errors import InputError
 from simulator.outputs import csvdoc, jsondoc
 
 
-def add_arguments(parser: argparse.ArgumentParser, *, points: str) -> None:
-    """--json, --csv and --fail-if-no-fit; ``points`` says what a row is, for --help."""
+def add_arguments(parser: argparse.ArgumentParser, *, row: str) -> None:
+    """--json, --csv and --fail-if-no-fit; ``row`` names what one row is ("point"), for --help."""
     parser.add_argument("--json", action="store_true",
-                        help=f"print {points} as JSON (each with schema_version)")
+                        help=f"print the {row}s as JSON (each with schema_version)")
     parser.add_argument("--csv", action="store_true",
-                        help=f"print CSV on stdout: a header, then a row per {points.rstrip('s')} "
+                        help=f"print CSV on stdout: a header, then a row per {row} "
                         "(nested keys dotted, ranges as _low/_high)")
     parser.add_argument("--fail-if-no-fit", action="store_true",
-                        help=f"exit {NO_FIT_EXIT} (after the usual output) when no "
-                        f"{points.rstrip('s')} fits in GPU and host memory")
+                        help=f"exit {NO_FIT_EXIT} (after the usual output) when no {row} fits "
+                        "in GPU and host memory")
 
 
 def check(args: argparse.Namespace) -> None:

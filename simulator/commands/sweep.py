@@ -44,7 +44,7 @@ def add_parser(subparsers: Any) -> None:
         "--bucket-mb, --gpus, --tp, --micro-batch, --grad-accum, --seq-len take comma lists.")
     add_job_arguments(parser)
     parser.add_argument("--png", metavar="FILE.png", help="chart of the sweep")
-    script_output.add_arguments(parser, points="the points")
+    script_output.add_arguments(parser, row="point")
     parser.add_argument("--jobs", type=whole(1, 256), default=None,
                         help="parallel worker processes (default 1: a point is faster than a "
                         "process start)")

@@ -228,17 +228,16 @@ class _Run:
 
     def stream(self, p: int, tasks: list[Task]) -> Generator[simpy.Event, Any, None]:
         gpu = self.programs[p].members[0]
-        done = self.done[p]
-        env = self.env
+        done, unit_first, spans, env = self.done[p], self.unit_first[p], self.spans[p], self.env
         for task in tasks:
             deps = [self._waiting(done, d) for d in task.deps if done.get(d) is not True]
             if len(deps) == 1:
                 yield deps[0]
             elif deps:
                 yield _AllDone(env, deps)
-            if task.id in self.unit_first[p]:
-                self._unit_starts(self.meets[self.unit_first[p][task.id]])
-            start = self.env.now
+            if task.id in unit_first:
+                self._unit_starts(self.meets[unit_first[task.id]])
+            start = env.now
             work = task.work
             if isinstance(work, Compute):
                 yield from self.compute(p, work)
@@ -261,8 +260,8 @@ class _Run:
                 continue
             args["task"] = task.id
             start += args.get("wait_s", 0.0)  # a span shows the data moving, not the wait
-            self.spans[p].append(((task.id, 0, 0), Span(gpu, task.stream, work.name, kind,
-                                                        start, self.env.now, args)))
+            spans.append(((task.id, 0, 0), Span(gpu, task.stream, work.name, kind, start,
+                                                env.now, args)))
             self._finish(done, task.id)
 
     def _waiting(self, done: dict[int, simpy.Event | bool], task_id: int) -> simpy.Event:
@@ -282,22 +281,25 @@ class _Run:
             event.succeed()
 
     def compute(self, p: int, work: Compute) -> Generator[simpy.Event, Any, None]:
-        sms = self.sms[p]
-        stream = self.env.active_process
+        sms, env = self.sms[p], self.env
+        stream = env.active_process
         assert stream is not None  # compute runs inside a stream's process
         remaining = work.duration
-        while remaining > _EPS * max(1.0, self.env.now):  # what is left is below the clock's
+        began = env.now
+        while remaining > _EPS * max(1.0, began):  # what is left is below the clock's
             # resolution: done (waiting for it would not move the clock)
-            rate, began = sms.rate(), self.env.now
+            rate = sms.rate() if sms.running else 1.0
             sms.computing[stream] = None
             try:
                 # at a rate of zero only a change of rate (an interrupt) wakes it
-                yield self.env.timeout(remaining / rate) if rate > 0 else self.env.event()
+                yield env.timeout(remaining / rate) if rate > 0 else env.event()
                 del sms.computing[stream]
                 return
             except simpy.Interrupt:
                 pass
-            remaining -= (self.env.now - began) * rate
+            now = env.now
+            remaining -= (now - began) * rate
+            began = now
 
     def _join(self, meet: _Meet, start: Any) -> None:
         """Count one arrival; the last one starts the communication (``start()``)."""
