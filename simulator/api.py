@@ -42,6 +42,7 @@ from simulator.machine.collective_run import CollectiveSpec, collective
 from simulator.machine.nccl_env import transport_effects
 from simulator.machine.topology import Machine
 from simulator.outputs import report
+from simulator.scales import RateScales
 from simulator.spec import (
     MAX_SIMULATED_OPS,
     TRAINING_OVERRIDES,
@@ -185,12 +186,13 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
 
     Simulated once per distinct one-GPU step, however many points of a sweep, comparison or
     advice share it: of the spec only what one GPU runs is kept (the machine, the job, its
-    batch and recipe, the rate scales); the parallelism flags (strategy, GPUs, TP, pipeline,
-    buckets, overlap, comm hook, FSDP/ZeRO options) are dropped, as on one GPU nothing is
-    communicated.
+    batch and recipe, the compute rate scale); the parallelism flags (strategy, GPUs, TP,
+    pipeline, buckets, overlap, comm hook, FSDP/ZeRO options) and the transports' rate scales
+    are dropped, as on one GPU nothing is communicated.
     """
     spec = configured(spec)  # its batch and precision; nothing else of it runs on one GPU
     return _single_gpu(replace(spec, strategy="ddp", gpus=1, tp=None, bucket_mb=None,
+                               scales=RateScales(compute=spec.scales.compute),
                                overlap=True, grad_compression="none",
                                gradient_as_bucket_view=False, sequence_parallel=False,
                                reshard_after_forward=True, zero_overlap_comm=None, pp=1,

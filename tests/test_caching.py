@@ -63,6 +63,18 @@ def test_a_sweep_simulates_one_gpu_once() -> None:
     assert (info.misses, info.hits) == (1, 8)
 
 
+def test_one_gpu_ignores_the_transports_rate_scales() -> None:
+    """A range's ends on a box whose collectives cross SHM differ in the SHM scale too; the
+    one-GPU step they are measured against does not (nothing is communicated): one run."""
+    base = api.RunSpec("8x5090-dual-socket", "gpt2-medium", "ddp")
+    plain = api.single_gpu_tokens_per_s(replace(base, scales=RateScales(compute=0.8)))
+    shm = api.single_gpu_tokens_per_s(replace(base, scales=RateScales(compute=0.8, shm=0.3)))
+    assert shm == plain
+    info = api._single_gpu.cache_info()
+    assert (info.misses, info.hits) == (1, 1)
+    assert api.single_gpu_tokens_per_s(base) != plain  # the compute scale does count
+
+
 @pytest.mark.parametrize("change", [{"rate_scale": 0.5}, {"power_limit_w": 300.0},
                                     {"achieved_fraction": 0.8}])
 def test_an_ops_time_is_remembered_per_card_and_each_input_of_it(change: dict[str, float]
