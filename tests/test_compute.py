@@ -6,7 +6,8 @@ import pytest
 
 from simulator.inputs.config import load_workload
 from simulator.job import compute
-from simulator.job.ops import Kernel, Op, gemm, memory
+from simulator.job.kernels import gemm, memory
+from simulator.job.ops import Kernel, Op
 from simulator.job.workload import Job
 from simulator.machine.hardware import GPU, gpu
 

@@ -12,7 +12,7 @@ from simulator.errors import InputError
 from simulator.inputs.config import load_topology
 from simulator.inputs.schema import GpuSpec
 from simulator.job import compute
-from simulator.job.ops import gemm, memory
+from simulator.job.kernels import gemm, memory
 from simulator.machine import hardware, power
 from simulator.machine.topology import Machine
 from simulator.units import GB, GiB

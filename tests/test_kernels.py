@@ -11,7 +11,7 @@ from simulator.inputs.config import load_workload
 from simulator.inputs.schema import WorkloadConfig
 from simulator.job import checkpointing, compute
 from simulator.job.activations import activations_per_token
-from simulator.job.ops import builder
+from simulator.job.transformer_ops import builder
 from simulator.job.workload import Job
 from simulator.machine.hardware import gpu
 

@@ -73,7 +73,7 @@ def saved_tensors(job: Job, *, flash: bool | None = None) -> dict[str, tuple[flo
     """One block's saved tensors with no checkpointing: name -> (bytes per token, split over a
     tensor-parallel group). Residual-stream tensors (norm inputs and outputs, dropout masks)
     are replicated across TP ranks; the rest are split."""
-    from simulator.job.ops import builder
+    from simulator.job.transformer_ops import builder
 
     bld = builder(job)
     A, e = job.arch, job.activation_bytes
@@ -118,7 +118,7 @@ def scores_per_token(job: Job, flash: bool) -> float:
 def op_saved_per_token(job: Job) -> float:
     """``op`` mode: the block input, the outputs of the saved GEMMs, the attention output and
     its log-sum-exp."""
-    from simulator.job.ops import builder
+    from simulator.job.transformer_ops import builder
 
     bld = builder(job)
     A, e = job.arch, job.activation_bytes

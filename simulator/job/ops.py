@@ -1,55 +1,40 @@
 """The ops of one micro-batch of a Job: kernels, FLOPs, HBM bytes and the gradients each completes.
 
 An `Op` is a few kernels of one block (the attention projections, the attention core, the MLP,
-a norm). Its GEMMs are built here; its memory-bound work comes from the job's kernel regime
-(``training.kernels``: simulator/job/eager.py, compiled.py, fused.py), the attention core from
-attention.py, the loss from loss.py and the optimizer step from optimizer.py.
+a norm). ``build`` lists a phase's ops in the order they run: a transformer's come from the
+kernels simulator/job/transformer_ops.py gives each op of a block, a generic workload's from
+its layers' own numbers, the optimizer step from optimizer.py. Also here: model FLOPs for MFU.
 simulator/job/compute.py times each kernel by a roofline.
 
 Conventions (each with its source or reason):
-- FLOPs per GEMM 2*m*n*k; forward per layer 24*b*s*h^2 + 4*b*s^2*h for a standard GPT
-  (Narayanan et al. 2021, arXiv:2104.04473, appendix).
-- Backward of a linear layer = input-gradient GEMM + weight-gradient GEMM (2x forward); a frozen
-  weight (LoRA, QLoRA) skips the weight-gradient GEMM; QLoRA dequantises the NF4 weight to 16 bit
-  before every use, forward and backward (bitsandbytes MatMul4Bit), reading 0.5 and writing
-  2 bytes per weight. PEFT's LoRA branch scales and adds its output (forward) and adds its input
-  gradient into the base layer's (backward).
-- A tensor read by several linear layers (the norm output before q, k and v; before gate and
-  up) gets one input gradient from each: eager autograd adds them pairwise, Inductor folds the
-  sum into the next kernel, fused stacks run one wide GEMM (Megatron's linear_qkv, linear_fc1).
-- Weight gradients are written in the gradient dtype (fp32 under AMP, whose weights are fp32;
-  bf16 under pure-bf16 training).
+- Forward FLOPs per layer 24*b*s*h^2 + 4*b*s^2*h for a standard GPT (Narayanan et al. 2021,
+  arXiv:2104.04473, appendix); a generic layer's backward is twice its forward.
 - Gradient order (`Op.grads`): backward ops run in reverse forward order; an op's gradients are
-  complete when it ends, listed in reverse registration order (autograd runs later-created nodes
-  first). Llama block: down_proj; up_proj, gate_proj; post_attention_layernorm; o_proj; v, k, q;
-  input_layernorm. A tied embedding's gradient completes at the embedding's backward (last).
+  complete when it ends (transformer_ops.py lists them). A tied embedding's gradient completes
+  at the embedding's backward (last).
 - Activation checkpointing per block (simulator/job/checkpointing.py says what each mode keeps):
   `full` recomputes the block's forward before its backward (HF gradient_checkpointing,
   torchtitan ``mode = 'full'``); `selective` recomputes the attention core (Korthikanti et al.
   2022); `op` recomputes all but the saved GEMMs and the attention kernel (torchtitan's
-  op-level policy).
+  op-level policy). A generic layer is the unit: every mode acts as `full`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from types import ModuleType
 from typing import TYPE_CHECKING, Literal
 
-from simulator.job import attention, checkpointing, compiled, eager, fused, loss, optimizer
-from simulator.job.kernels import NONE, Kernel, Shape, Stage, gemm, memory, pointwise
-from simulator.job.parameters import QA_LABELS
+from simulator.job import checkpointing, optimizer
+from simulator.job.kernels import Kernel, memory
+from simulator.job.transformer_ops import BLOCK_OPS, Builder
 
 if TYPE_CHECKING:
     from simulator.inputs.schema import GenericLayer
-    from simulator.job.parameters import Module
     from simulator.job.workload import Job
 
-__all__ = ["Kernel", "Op", "build", "gemm", "memory", "model_flops_per_micro_batch"]
+__all__ = ["Kernel", "Op", "build", "model_flops_per_micro_batch"]
 
 Phase = Literal["forward", "backward", "recompute", "optimizer"]
-REGIMES: dict[str, ModuleType] = {"eager": eager, "compiled": compiled, "fused": fused}
-NF4_BYTES = 0.5  # QLoRA base weight: 4 bits per weight (Dettmers et al. 2023)
 
 
 @dataclass(frozen=True)
@@ -69,309 +54,6 @@ class Op:
                   sum(k.bytes for k in kernels), grads, tuple(kernels))
 
 
-# Which op of a block each module's weights belong to (leaf name; GPT-2's c_proj by parent).
-_ROLE = {
-    "input_layernorm": "attn_norm", "ln_1": "attn_norm", "norm_1": "attn_norm",
-    "q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "c_attn": "qkv", "Wqkv": "qkv",
-    "o_proj": "attn_out", "out_proj": "attn_out",
-    "post_attention_layernorm": "mlp_norm", "ln_2": "mlp_norm", "norm_2": "mlp_norm",
-    "gate_proj": "mlp_in", "up_proj": "mlp_in", "c_fc": "mlp_in",
-    "down_proj": "mlp_out",
-}
-BLOCK_OPS = ("attn_norm", "qkv", "attention", "attn_out", "mlp_norm", "mlp_in", "mlp_act",
-             "mlp_out")
-# BERT is post-LN: each sub-layer's LayerNorm follows its residual add (modeling_bert.py
-# BertSelfOutput / BertOutput: LayerNorm(dropout(dense(x)) + input)).
-_POST_LN_BLOCK_OPS = ("qkv", "attention", "attn_out", "attn_norm", "mlp_in", "mlp_act",
-                      "mlp_out", "mlp_norm")
-# BERT module paths inside a layer -> op (checked in order: "attention.output.dense" before
-# "output.dense").
-_BERT_ROLE = (("attention.self.", "qkv"), ("attention.output.dense", "attn_out"),
-              ("attention.output.LayerNorm", "attn_norm"), ("intermediate.dense", "mlp_in"),
-              ("output.dense", "mlp_out"), ("output.LayerNorm", "mlp_norm"))
-# GPT-2's MLP activation is transformers' NewGELUActivation, written op by op
-_GELU = {"gpt2": "python"}
-
-
-def _role(mod: Module, n_layers: int) -> str:
-    if mod.kind == "embedding":
-        return "embedding"
-    if mod.path == "lm_head":
-        return "lm_head"
-    if mod.path == "qa_outputs":
-        return "qa_head"
-    if mod.kind == "norm" and mod.block == -1:  # BERT's embedding LayerNorm
-        return "embedding_norm"
-    if mod.block == n_layers:
-        return "final_norm"
-    if ".encoder.layer." in mod.path:
-        return next(role for part, role in _BERT_ROLE if part in mod.path)
-    if mod.leaf == "c_proj":
-        return "attn_out" if ".attn." in mod.path else "mlp_out"
-    return _ROLE[mod.leaf]
-
-
-class _Builder:
-    """Builds the ops of one micro-batch of a transformer Job."""
-
-    def __init__(self, job: Job, *, autocast: bool = False) -> None:
-        assert job.arch is not None
-        self.job, self.arch = job, job.arch
-        self.autocast = autocast
-        self.a = job.activation_bytes
-        self.T = job.tokens_per_micro_batch
-        A = self.arch
-        self.shape = Shape(self.T, A.hidden, A.kv_dim, A.ffn_hidden, A.heads, self.a)
-        self.kernels = job.recipe.kernels
-        self.regime = REGIMES[self.kernels]
-        # module -> indices of its params (params follow modules in order)
-        self.mod_params: dict[str, list[int]] = {}
-        i = 0
-        prefix = "base_model.model." if job.finetune != "full" else ""
-        for mod in job.modules:
-            head = f"{prefix}{mod.path}."
-            idx = []
-            while i < len(job.params) and job.params[i].name.startswith(head):
-                idx.append(i)
-                i += 1
-            self.mod_params[mod.path] = idx
-        self.by_op: dict[tuple[int, str], list[Module]] = {}
-        for mod in job.modules:
-            key = (mod.block, _role(mod, A.layers))
-            self.by_op.setdefault(key, []).append(mod)
-        if A.tied and not A.encoder:  # the head GEMM uses the embedding's weight
-            self.by_op.setdefault((A.layers, "lm_head"), [])
-        self.block_ops = _POST_LN_BLOCK_OPS if A.encoder else BLOCK_OPS
-        self.loss = loss.cross_entropy(job.recipe.cross_entropy,
-                                       self.T * (QA_LABELS if A.encoder else A.vocab), self.a,
-                                       compiled=job.recipe.loss_compiled)
-        self._stages: dict[tuple[int, str], Stage] = {}
-        self._kernels: dict[tuple[str, int, str], list[Kernel]] = {}
-
-    # --- the regime's memory-bound stages -----------------------------------------------------
-    def _key(self, block: int, op: str) -> tuple[int, str]:
-        """Blocks are alike but for the first one (no residual stream before it): cache key."""
-        return (min(block, 1) if 0 <= block < self.arch.layers else block, op)
-
-    def stage(self, block: int, op: str) -> Stage:
-        """The memory-bound work of one block op under the job's kernel regime."""
-        key = self._key(block, op)
-        if key not in self._stages:
-            self._stages[key] = self._stage(block, op)
-        return self._stages[key]
-
-    def _stage(self, block: int, op: str) -> Stage:
-        A, s, r, k = self.arch, self.shape, self.regime, self.kernels
-        dropout = self.job.hidden_dropout
-        post_ln = A.encoder
-        # where the residual add before a norm is folded into it (see compiled.py, fused.py)
-        if op == "attn_norm":
-            fold = k != "eager" if post_ln else (k == "fused" and block > 0)
-            return r.norm(s, A.norm, residual=fold)  # type: ignore[no-any-return]
-        if op == "mlp_norm":
-            return r.norm(s, A.norm, residual=k != "eager")  # type: ignore[no-any-return]
-        if op == "final_norm":  # compiled runs compile each block: the final norm stays eager
-            regime = eager if k == "compiled" else r
-            return regime.norm(s, A.norm, residual=k == "fused")  # type: ignore[no-any-return]
-        if op == "embedding_norm":  # BertEmbeddings: LayerNorm, then dropout
-            drop = Stage.of([pointwise("native_dropout", s.n_h, reads=s.e, writes=s.e + 1)],
-                            [pointwise("native_dropout_backward", s.n_h, reads=s.e + 1,
-                                       writes=s.e)], saved_per_token=s.hidden) \
-                if dropout else NONE
-            return r.norm(s, A.norm) + drop  # type: ignore[no-any-return]
-        if op == "qkv":
-            rope = r.rotary(s, self.job.recipe.rotary) if A.positions == "rotary" else NONE
-            fused_qkv = A.family in ("gpt2", "mpt")
-            return rope + r.attention_layout(s, qkv_fused=fused_qkv)  # type: ignore[no-any-return]
-        if op in ("attn_out", "mlp_out"):
-            into = k == "fused" or (k == "compiled" and (op == "attn_out" or post_ln))
-            return r.residual(s, dropout=dropout, into_norm=into)  # type: ignore[no-any-return]
-        if op == "mlp_act":
-            return r.activation(s, A.mlp, gelu=_GELU.get(A.family, "native"))  # type: ignore[no-any-return]
-        return NONE
-
-    def _accumulate(self, n: float, consumers: int) -> list[Kernel]:
-        """Input gradients of one tensor from ``consumers`` linear layers, summed."""
-        if consumers < 2 or self.kernels == "fused":
-            return []
-        if self.kernels == "compiled":  # folded into the next kernel: one more read each
-            return [pointwise("sum_input_grads", n, reads=(consumers - 1) * self.a, writes=0)]
-        return [pointwise("accumulate_input_grad", n, reads=2 * self.a, writes=self.a)
-                for _ in range(consumers - 1)]
-
-    # --- linear layers ----------------------------------------------------------------------
-    def _linear_fwd(self, mod: Module) -> list[Kernel]:
-        T, a, i, o = self.T, self.a, mod.in_features, mod.out_features
-        out: list[Kernel] = []
-        if self._quantized(mod):
-            out.append(memory(i * o * (NF4_BYTES + 2), name="dequantize_nf4"))
-        if self.autocast and self.job.finetune == "full":  # the autocast cache: once a forward
-            out.append(memory(i * o * (4 + a), name="autocast_to_16bit"))
-        out.append(gemm(T, o, i, a))
-        if mod.lora:
-            r = self.job.lora_rank
-            out += [gemm(T, r, i, a), gemm(T, o, r, a), memory(5 * T * o * a, name="lora_add")]
-        return out
-
-    def _linear_bwd(self, mod: Module) -> list[Kernel]:
-        T, a, i, o = self.T, self.a, mod.in_features, mod.out_features
-        out: list[Kernel] = []
-        if self._quantized(mod):
-            out.append(memory(i * o * (NF4_BYTES + 2), name="dequantize_nf4"))
-        out.append(gemm(T, i, o, a))  # dX = dY @ W
-        if self.job.finetune == "full":  # dW = dY^T @ X; a bias grad is a column sum of dY
-            extra = o * i * self._grad_write_extra() + (T * o * a if mod.bias else 0)
-            out.append(replace(gemm(o, i, T, a, extra_bytes=extra), weight_grad=True))
-            if self.autocast:  # ToCopyBackward: the 16-bit gradient to the fp32 weight's dtype
-                out.append(memory(i * o * (a + 4), name="autocast_grad_to_fp32"))
-        if mod.lora:
-            r = self.job.lora_rank
-            out += [memory(2 * T * o * a, name="lora_scale_backward"),
-                    gemm(o, r, T, a), gemm(T, r, o, a),  # dB, dH
-                    gemm(r, i, T, a), gemm(T, i, r, a),  # dA, dX (LoRA branch)
-                    memory(3 * T * i * a, name="lora_add_input_grad")]
-        return out
-
-    def _grad_write_extra(self) -> float:
-        """Bytes per weight the gradient GEMM writes beyond its 16-bit output: Megatron fuses
-        the fp32 accumulation into it (gradient_accumulation_fusion: reads and writes
-        main_grad); elsewhere the GEMM writes the compute dtype and a cast follows (autocast's
-        backward, FSDP's reduce-scatter copy-in)."""
-        if self.job.recipe.framework == "megatron":
-            return 2 * self.job.grad_bytes - self.a
-        return 0.0
-
-    def _quantized(self, mod: Module) -> bool:
-        return self.job.finetune == "qlora" and mod.kind in ("linear", "conv1d") \
-            and mod.path != "lm_head"
-
-    def _linears_fwd(self, mods: list[Module]) -> list[Kernel]:
-        return [k for mod in mods if mod.kind in ("linear", "conv1d")
-                for k in self._linear_fwd(mod)]
-
-    def _head_fwd(self, mods: list[Module]) -> list[Kernel]:
-        """The LM head, in as many GEMMs as the loss has chunks."""
-        A, c = self.arch, self.loss.chunks
-        if not mods:  # tied: the embedding's weight
-            cast = [memory(A.vocab * A.hidden * (4 + self.a), name="autocast_to_16bit")] \
-                if self.autocast and self.job.finetune == "full" else []
-            return cast + [gemm(self.T // c, A.vocab, A.hidden, self.a) for _ in range(c)]
-        if c == 1:
-            return self._linears_fwd(mods)
-        return [replace(k, flops=k.flops / c, bytes=k.bytes / c,
-                        shape=(k.shape[0] // c, *k.shape[1:]) if k.shape else None)
-                for k in self._linears_fwd(mods) for _ in range(c)]
-
-    # --- forward and backward kernels of each op ----------------------------------------------
-    def forward(self, block: int, op: str) -> list[Kernel]:
-        key = ("forward", *self._key(block, op))
-        if key not in self._kernels:
-            self._kernels[key] = self._forward(block, op)
-        return self._kernels[key]
-
-    def backward(self, block: int, op: str) -> list[Kernel]:
-        key = ("backward", *self._key(block, op))
-        if key not in self._kernels:
-            self._kernels[key] = self._backward(block, op)
-        return self._kernels[key]
-
-    def _forward(self, block: int, op: str) -> list[Kernel]:
-        A, T, a, j = self.arch, self.T, self.a, self.job
-        mods = self.by_op.get((block, op), [])
-        stage = self.stage(block, op).forward
-        if op == "attention":
-            return self._attention(backward=False)
-        if op == "embedding":  # gather rows of each table (read + write), add position rows
-            n_tables = len(mods)
-            gather = memory((2 * n_tables + 3 * (n_tables - 1)) * T * A.hidden * a,
-                            name="embedding")
-            return [gather] + ([memory(T * A.hidden * (2 * a + 1), name="native_dropout")]
-                               if j.hidden_dropout else [])
-        if op == "embedding_norm":
-            return list(stage)
-        if op == "loss":
-            return list(self.loss.forward)
-        if op == "lm_head":
-            return self._head_fwd(mods)
-        return self._linears_fwd(mods) + list(stage)
-
-    def _attention(self, *, backward: bool) -> list[Kernel]:
-        """The attention core's kernels: eager matmul-softmax-matmul or one FlashAttention."""
-        A, j = self.arch, self.job
-        b, s = j.micro_batch, j.seq_len
-        if j.training.attention == "eager":
-            return attention.eager(b, s, A.heads, A.head_dim, self.a, dropout=j.training.dropout,
-                                   unfused_mask=A.encoder, backward=backward,
-                                   matmul_copies=self.kernels != "fused")
-        return [attention.flash(b, s, A.hidden, self.kv_in, self.a, causal=not A.encoder,
-                                backward=backward, version=self.flash_version)]
-
-    @property
-    def flash_version(self) -> int | str:
-        attention = self.job.training.attention
-        return 3 if attention == "flash3" else "triton" if attention == "triton" else 2
-
-    @property
-    def kv_in(self) -> int:
-        """The K/V width the attention kernel is given (repeated per query head or not)."""
-        A = self.arch
-        return A.hidden if self.shape.repeats_kv and self.kernels != "fused" else A.kv_dim
-
-    def _backward(self, block: int, op: str) -> list[Kernel]:
-        A, T, a, j = self.arch, self.T, self.a, self.job
-        mods = self.by_op.get((block, op), [])
-        stage = list(self.stage(block, op).backward)
-        if op == "attention":
-            return self._attention(backward=True)
-        if op == "loss":
-            return list(self.loss.backward)
-        full = j.finetune == "full"
-        if op == "lm_head":
-            c = self.loss.chunks
-            dx = [gemm(T // c, A.hidden, A.vocab, a) for _ in range(c)]
-            if not full:
-                return dx
-            g = j.grad_bytes
-            dw = replace(gemm(A.vocab, A.hidden, T // c, a,
-                              extra_bytes=A.vocab * A.hidden * self._grad_write_extra()),
-                         weight_grad=True)
-            # each chunk's weight gradient is added to the previous ones (autograd input buffer)
-            adds = [pointwise("accumulate_head_grad", A.vocab * A.hidden, reads=2 * a, writes=a)
-                    for _ in range(c - 1)]
-            cast = [memory(A.vocab * A.hidden * (a + g), name="autocast_grad_to_fp32")] \
-                if self.autocast and mods == [] else []
-            return dx + [dw] * c + adds + cast
-        if op == "embedding":  # dense grad of the table(s), scatter-add of dY
-            drop = [memory(T * A.hidden * (2 * a + 1), name="native_dropout_backward")] \
-                if j.hidden_dropout else []
-            if not full:  # frozen embeddings: nothing to compute
-                return drop
-            tables = sum(m.in_features * m.out_features for m in mods)
-            g = j.grad_bytes
-            return drop + [memory(tables * g + len(mods) * T * A.hidden * (a + g),
-                                  name="embedding_dense_backward")]
-        if mods and all(m.kind in ("linear", "conv1d") for m in mods):
-            kernels = [k for mod in reversed(mods) for k in self._linear_bwd(mod)]
-            kernels += self._accumulate(T * mods[0].in_features, len(mods))
-            if op in ("attn_out", "mlp_out"):  # the residual's backward runs first
-                return stage + kernels
-            return kernels + stage  # qkv: the repeat/rotary backward ran before the GEMMs
-        return stage
-
-    def grads(self, block: int, op: str) -> tuple[int, ...]:
-        idx = [i for mod in self.by_op.get((block, op), []) for i in self.mod_params[mod.path]]
-        return tuple(i for i in reversed(idx) if self.job.params[i].trainable)
-
-    def sequence(self) -> list[tuple[int, str]]:
-        L = self.arch.layers
-        if self.arch.encoder:  # post-LN: no final norm; the QA head replaces the LM head
-            head = [(-1, "embedding"), (-1, "embedding_norm")]
-            tail = [(L, "qa_head"), (L, "loss")]
-        else:
-            head, tail = [(-1, "embedding")], [(L, "final_norm"), (L, "lm_head"), (L, "loss")]
-        return head + [(b, op) for b in range(L) for op in self.block_ops] + tail
-
-
 def _label(block: int, op: str) -> str:
     return f"layers.{block}.{op}" if op in BLOCK_OPS else op
 
@@ -381,7 +63,7 @@ def build(job: Job, phase: Phase, *, autocast: bool = False) -> list[Op]:
         return _build_generic(job, phase)
     if phase == "optimizer":
         return optimizer_ops(job)
-    bld = _Builder(job, autocast=autocast)
+    bld = Builder(job, autocast=autocast)
     seq = bld.sequence()
     if phase == "forward":
         return [Op.of(_label(b, op), b, "forward", bld.forward(b, op)) for b, op in seq]
@@ -406,11 +88,6 @@ def build(job: Job, phase: Phase, *, autocast: bool = False) -> list[Op]:
         if phase == "backward":
             out.append(Op.of(_label(b, op), b, "backward", bld.backward(b, op), bld.grads(b, op)))
     return out
-
-
-def builder(job: Job) -> _Builder:
-    """The op builder of a transformer job (checkpointing.py reads its stages and shapes)."""
-    return _Builder(job)
 
 
 def optimizer_ops(job: Job) -> list[Op]:
