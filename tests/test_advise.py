@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from simulator import api
-from simulator.advice import advise, bound, candidates, explain
+from simulator.advice import advise, bound, candidates, explain, spec_text
 from simulator.advice.cost import Prices
 from simulator.cli import main
 from simulator.scales import NEUTRAL
@@ -56,7 +56,7 @@ def test_the_simulated_count_is_the_distinct_configurations_simulated(answer: di
 
 def test_no_simulated_run_beats_its_compute_bound(answer: dict) -> None:
     for r in answer["candidates"]:  # the bound is what pruning trusts: it must hold
-        spec = candidates.spec_of(r["options"])
+        spec = spec_text.spec_of(r["options"])
         assert r["tokens_per_s"] <= bound.tokens_per_s_bound(spec) * (1 + 1e-9), r["label"]
 
 
@@ -169,7 +169,7 @@ def test_pipelines_are_candidates_with_enough_micro_batches() -> None:
     assert all(r.grad_accum is not None and r.grad_accum >= 2 * r.pp for r in pipes)
     spec = next(s for s in candidates.enumerate_machine(
         api.RunSpec("8x5090-dual-socket", "llama2-7b")).first if s.pp > 1)
-    assert "--pp" in candidates.run_command(spec) and "pipeline" in candidates.label(spec)
+    assert "--pp" in spec_text.run_command(spec) and "pipeline" in spec_text.label(spec)
 
 
 def test_offload_is_tried_where_the_gpus_cannot_hold_the_states_alone() -> None:
@@ -177,7 +177,7 @@ def test_offload_is_tried_where_the_gpus_cannot_hold_the_states_alone() -> None:
     offloaded = [s for s in choices.first if s.offload != "none"]
     assert offloaded and all(s.strategy in ("zero1", "zero2", "zero3", "fsdp")
                              for s in offloaded)
-    assert "--offload" in candidates.run_command(offloaded[0])
+    assert "--offload" in spec_text.run_command(offloaded[0])
 
 
 def test_variants_keep_the_batch_and_try_the_frameworks_switches() -> None:

@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any
 
 from simulator import api
-from simulator.advice import bound, explain, fallback
+from simulator.advice import bound, explain, fallback, spec_text
 from simulator.advice import candidates as cand
 from simulator.advice.cost import Prices
 from simulator.api import RunSpec
@@ -59,8 +59,8 @@ def _simulate(point: Point) -> tuple[str, dict[str, Any] | None]:
     except InputError:
         return "refused", None
     report.pop("buckets", None)  # per-bucket detail: in `stepsim run`, not in a ranking
-    report["options"] = cand.options(spec)
-    report["label"] = cand.label(spec)
+    report["options"] = spec_text.options(spec)
+    report["label"] = spec_text.label(spec)
     return "simulated", report
 
 
@@ -273,17 +273,17 @@ def advise(machines: Sequence[Machine], workload: str, *, objective: str = "thro
 
 def _ranged(report: dict[str, Any], prices: dict[str, Prices]) -> dict[str, Any]:
     """The candidate again, with its ranges (and its DDP buckets)."""
-    spec = cand.spec_of(report["options"])
+    spec = spec_text.spec_of(report["options"])
     ranged = api.simulate(spec, baseline=False, prices=prices[spec.topology],
                           ranges=True).report
     ranged["options"] = report["options"]
     ranged["label"] = report["label"]
-    ranged["command"] = cand.run_command(spec)
+    ranged["command"] = spec_text.run_command(spec)
     return ranged
 
 
 def runner_up(reports: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The best candidate of another strategy (or TP degree, or machine) than the winner's."""
     def kind(r: dict[str, Any]) -> tuple[Any, ...]:
-        return cand.kind(cand.spec_of(r["options"]))
+        return cand.kind(spec_text.spec_of(r["options"]))
     return next((r for r in reports[1:] if kind(r) != kind(reports[0])), None)

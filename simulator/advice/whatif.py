@@ -27,6 +27,7 @@ import yaml
 
 from simulator import api
 from simulator.advice import candidates as cand
+from simulator.advice import spec_text
 from simulator.advice.cost import Prices
 from simulator.api import RunSpec
 from simulator.errors import InputError
@@ -221,7 +222,7 @@ def upgrades(best: dict[str, Any], prices: Prices) -> list[dict[str, Any]]:
 
 
 def _spec(best: dict[str, Any]) -> RunSpec:
-    return cand.spec_of(best["options"])
+    return spec_text.spec_of(best["options"])
 
 
 def _simulate(name: str, note: str, spec: RunSpec, prices: Prices, best: dict[str, Any],
