@@ -13,7 +13,7 @@ from simulator.engine import core as engine_core
 from simulator.engine.program import Compute, Program, SendRecv, Transfer
 from simulator.engine.timeline import union_length
 from simulator.machine import collectives
-from simulator.strategies import pipeline, schedules
+from simulator.strategies import pipeline_layout, schedules
 from simulator.strategies.schedules import Call, Work
 from tests.test_engine import FakeCollectives, FakePlan
 
@@ -115,30 +115,30 @@ def test_the_interleaved_bubble_is_the_1f1b_bubble_divided_by_v() -> None:
 
 
 def test_stages_are_contiguous_rank_blocks_in_megatrons_order() -> None:
-    lay = pipeline.layout(8, pp=2, tp=2)
+    lay = pipeline_layout.layout(8, pp=2, tp=2)
     assert lay.stages == ((0, 1, 2, 3), (4, 5, 6, 7))
     assert lay.tp_groups(1) == ((4, 5), (6, 7)) and lay.dp_groups(1) == ((4, 6), (5, 7))
     with pytest.raises(Exception, match="does not divide"):
-        pipeline.layout(8, pp=3, tp=1)
+        pipeline_layout.layout(8, pp=3, tp=1)
 
 
 def test_stages_balance_op_time_with_embedding_first_and_head_last() -> None:
     machine = api.load_machine("8x5090-dual-socket")
     job = api.load_job("llama2-7b", None, None, None, "full")
-    four = pipeline.split_blocks(job, machine.gpu, 4)
+    four = pipeline_layout.split_blocks(job, machine.gpu, 4)
     assert [len([b for b in c if 0 <= b < 32]) for c in four] == [8, 8, 8, 8]
     assert four[0][0] == -1 and four[-1][-1] == 32  # embedding first, final norm + head last
-    three = pipeline.split_blocks(job, machine.gpu, 3)
+    three = pipeline_layout.split_blocks(job, machine.gpu, 3)
     layers = [len([b for b in c if 0 <= b < 32]) for c in three]
     assert sum(layers) == 32 and layers[-1] == min(layers)  # the head's stage gets fewer layers
 
 
 def test_the_first_stage_holds_the_most_layer_activations_under_1f1b() -> None:
     p, m = 4, 8
-    one = [pipeline.in_flight(s, [8], 0 if r == p - 1 else None)
+    one = [pipeline_layout.in_flight(s, [8], 0 if r == p - 1 else None)
            for r, s in enumerate(schedules.stage_steps("1f1b", p, m))]
     assert [layers for layers, _ in one] == [8 * (p - r) for r in range(p)]  # p - r in flight
-    gpipe = [pipeline.in_flight(s, [8], 0 if r == p - 1 else None)
+    gpipe = [pipeline_layout.in_flight(s, [8], 0 if r == p - 1 else None)
              for r, s in enumerate(schedules.stage_steps("gpipe", p, m))]
     assert [layers for layers, _ in gpipe] == [8 * m] * p  # every micro-batch in flight
     assert gpipe[-1][1] == m and one[-1][1] == 1  # the head's logits: m against one

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class StageShare:
-    """What one pipeline stage holds (strategies/pipeline.py): its blocks, and the activations
-    alive at once under its schedule (the first stage of 1F1B holds p micro-batches')."""
+    """What one pipeline stage holds (strategies/pipeline_layout.py): its blocks, and the
+    activations alive at once under its schedule (the first stage of 1F1B holds p
+    micro-batches')."""
 
     pp: int
     blocks: frozenset[int]

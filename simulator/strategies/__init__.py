@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from simulator.engine.program import Program
     from simulator.job.workload import Job
     from simulator.machine.topology import Machine
-    from simulator.strategies import pipeline as pipeline_module
+    from simulator.strategies.pipeline_layout import Shape
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "tp", "tp+ddp", "tp+fsdp")
 
@@ -98,12 +98,12 @@ def _pipeline_options(name: str, machine: Machine, opts: StrategyOptions) -> Str
 
 
 def pipeline_shape(name: str, job: Job, machine: Machine, options: StrategyOptions
-                   ) -> pipeline_module.Shape:
+                   ) -> Shape:
     """A pipeline's shape without its programs (what the memory verdict needs)."""
-    from simulator.strategies import pipeline
+    from simulator.strategies import pipeline_layout
 
     _inner(name)
-    return pipeline.describe(job, machine, _pipeline_options(name, machine, options))
+    return pipeline_layout.describe(job, machine, _pipeline_options(name, machine, options))
 
 
 def _build_one(name: str, job: Job, machine: Machine, opts: StrategyOptions) -> Program:
