@@ -87,3 +87,20 @@ def test_an_edited_preset_is_a_different_entry(folder: Path) -> None:
     config.load_workload("llama2-7b")
     assert preset_cache.get(text + b"\n# edited\n", WorkloadConfig) is None
     assert preset_cache.get(text, WorkloadConfig) is not None
+
+
+def test_without_a_home_folder_nothing_is_kept(monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    for name in ("STEPSIM_CACHE_DIR", "XDG_CACHE_HOME", "HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(preset_cache.os.path, "expanduser", lambda path: path)  # "~" stays
+    monkeypatch.chdir(tmp_path)
+    assert preset_cache.folder() is None
+    assert config.load_topology("8x5090-switch").name == "8x5090-switch"
+    assert list(tmp_path.iterdir()) == []  # no "~" folder made where the command ran
+
+
+def test_the_folder_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("STEPSIM_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert preset_cache.folder() == tmp_path / "stepsim"

@@ -4,14 +4,15 @@ A preset is the same file on every run, yet checking it builds pydantic's valida
 models (the larger part of loading one). So the first load of each preset stores the model it
 validated, and later loads read that back, without parsing or validating.
 
-What it assumes: an entry is keyed by the preset's bytes, the model's class and the source of
-``schema.py`` (which holds every rule a preset is checked by), and the stepsim, pydantic and
-Python versions; so an edited preset, a changed rule or an upgrade reads as a miss, never as a
-stale model. The folder is ``$STEPSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/stepsim``, else
-``~/.cache/stepsim``. An entry is written whole or not at all (a temporary file renamed into
-place); a folder that cannot be written, or an entry that cannot be read, only means the
-preset is validated as if there were no cache. Only bundled presets are kept: a user's own
-file is checked every time, so its errors and warnings are always shown.
+What it assumes: an entry is keyed by the preset's bytes, the model's class, the source of
+every module of ``simulator/inputs/`` (the models and every rule that shapes them live there),
+and the stepsim, pydantic and Python versions; so an edited preset, a changed rule or an
+upgrade reads as a miss, never as a stale model. The folder is ``$STEPSIM_CACHE_DIR``, else
+``$XDG_CACHE_HOME/stepsim``, else ``~/.cache/stepsim`` (none without a home folder). An entry
+is written whole or not at all (a temporary file renamed into place); a folder that cannot be
+written, or an entry that cannot be read, only means the preset is validated as if there were
+no cache. Only bundled presets are kept: a user's own file is checked every time, so its
+errors and warnings are always shown.
 """
 
 from __future__ import annotations
@@ -33,32 +34,43 @@ from simulator.inputs import schema
 M = TypeVar("M", bound=BaseModel)
 
 
-def folder() -> Path:
-    """Where the entries live (see the module docstring)."""
+def folder() -> Path | None:
+    """Where the entries live (see the module docstring); None: nowhere to keep them."""
     own = os.environ.get("STEPSIM_CACHE_DIR")
     if own:
         return Path(own)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "stepsim"
+    if xdg:
+        return Path(xdg) / "stepsim"
+    home = Path(os.path.expanduser("~"))
+    return home / ".cache" / "stepsim" if home.is_absolute() else None  # "~": no home
 
 
 @cache
 def _salt() -> bytes:
     """What every entry's key shares: the rules and the versions that read the models."""
-    rules = Path(schema.__file__).read_bytes()
-    versions = f"{simulator.__version__}|{PYDANTIC_VERSION}|{sys.version}"
-    return hashlib.sha256(rules + versions.encode()).digest()
+    digest = hashlib.sha256(
+        f"{simulator.__version__}|{PYDANTIC_VERSION}|{sys.version}".encode())
+    for source in sorted(Path(schema.__file__).parent.glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.digest()
 
 
-def _entry(text: bytes, model: type[BaseModel]) -> Path:
+def _entry(text: bytes, model: type[BaseModel]) -> Path | None:
+    where = folder()
+    if where is None:
+        return None
     key = hashlib.sha256(_salt() + model.__qualname__.encode() + b"\0" + text).hexdigest()
-    return folder() / "presets" / f"{key[:32]}.pickle"
+    return where / "presets" / f"{key[:32]}.pickle"
 
 
 def get(text: bytes, model: type[M]) -> M | None:
     """The model validated from ``text`` before, or None."""
+    path = _entry(text, model)
+    if path is None:
+        return None
     try:
-        with _entry(text, model).open("rb") as f:
+        with path.open("rb") as f:
             value = pickle.load(f)
     except Exception:  # noqa: BLE001 - absent, unreadable or truncated: validate afresh
         return None
@@ -70,6 +82,8 @@ def put(text: bytes, model: type[M], value: M) -> None:
     import tempfile  # only a miss writes
 
     path = _entry(text, model)
+    if path is None:
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
