@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from simulator import api
 from simulator.api import RunSpec
-from simulator.job.compute import op_time
+from simulator.strategies.steps import op_seconds
 from simulator.strategies.tensor import shard_ops
 
 # the strategies whose GPUs each run the whole ops of their micro-batch (or, in a pipeline,
@@ -44,9 +44,10 @@ def tokens_per_s_bound(spec: RunSpec) -> float:
     if key not in _BOUNDS:
         job = api.job_of(key)
         machine = api.load_machine(spec.topology, spec.gpus).for_job(job.name)
-        ops = job.forward_ops() + job.backward_ops()
-        if tp > 1:
-            ops = shard_ops(ops, tp, spec.sequence_parallel)
-        work = min(sum(op_time(op, card) for op in ops) for card in machine.cards())
+        fwd, bwd = job.forward_ops(), job.backward_ops()
+        if tp > 1:  # sharded as the TP build shards them, so both share the shards' times
+            fwd, bwd = (shard_ops(fwd, tp, spec.sequence_parallel),
+                        shard_ops(bwd, tp, spec.sequence_parallel))
+        work = min(sum(op_seconds(op, card) for op in fwd + bwd) for card in machine.cards())
         _BOUNDS[key] = n_gpus / tp * job.tokens_per_micro_batch / work
     return _BOUNDS[key]

@@ -24,7 +24,7 @@ _KIND: dict[str, ComputeKind] = {"forward": "forward", "backward": "backward",
 def as_compute(op: Op, gpu: GPU, *, scale: float = 1.0, prefix: str = "") -> Compute:
     """One op as compute work; ``scale`` shrinks it (e.g. an optimizer over a 1/N shard)."""
     return Compute(prefix + op.name, _KIND.get(op.phase, "other"),
-                   _op_time(op, gpu, _works(gpu)) * scale, op.flops * scale, op.block)
+                   op_seconds(op, gpu) * scale, op.flops * scale, op.block)
 
 
 def memory_pass(name: str, nbytes: float, gpu: GPU, block: int | None = None,
@@ -77,6 +77,11 @@ def _op_time(op: Op, gpu: GPU, works: dict[int, tuple[Op, tuple[float, ...]]]) -
         hit = works[id(op)] = (op, tuple(compute.kernel_work_time(k, gpu) for k in op.kernels))
     factor = compute.achieved(gpu)
     return sum(w / factor for w in hit[1])
+
+
+def op_seconds(op: Op, gpu: GPU) -> float:
+    """``compute.op_time`` (the same float), from the kernel times kept per card."""
+    return _op_time(op, gpu, _works(gpu))
 
 
 def compute_only(gpu: GPU) -> Emit:
