@@ -104,3 +104,22 @@ def test_the_folder_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     monkeypatch.delenv("STEPSIM_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert preset_cache.folder() == tmp_path / "stepsim"
+
+
+def test_a_changed_rule_or_catalog_is_a_different_entry(folder: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (preset_dir("topologies") / "8x5090-switch.yaml").read_bytes()
+    config.load_topology("8x5090-switch")
+    assert preset_cache.get(text, TopologyConfig) is not None
+    real = Path.read_bytes
+
+    def edited(path: Path) -> bytes:
+        return real(path) + (b"\n# edited\n" if path.name == "hardware.py" else b"")
+
+    monkeypatch.setattr(Path, "read_bytes", edited)
+    preset_cache._salt.cache_clear()
+    try:
+        assert preset_cache.get(text, TopologyConfig) is None
+    finally:
+        monkeypatch.undo()
+        preset_cache._salt.cache_clear()

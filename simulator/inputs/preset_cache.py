@@ -5,14 +5,17 @@ models (the larger part of loading one). So the first load of each preset stores
 validated, and later loads read that back, without parsing or validating.
 
 What it assumes: an entry is keyed by the preset's bytes, the model's class, the source of
-every module of ``simulator/inputs/`` (the models and every rule that shapes them live there),
-and the stepsim, pydantic and Python versions; so an edited preset, a changed rule or an
+every module of ``simulator/inputs/`` (the models and every rule that shapes them live there)
+and of the catalogs the checks consult (``machine/hardware.py``, ``machine/wire.py``), and the
+stepsim, pydantic and Python versions; so an edited preset, a changed rule or catalog, or an
 upgrade reads as a miss, never as a stale model. The folder is ``$STEPSIM_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/stepsim``, else ``~/.cache/stepsim`` (none without a home folder). An entry
 is written whole or not at all (a temporary file renamed into place); a folder that cannot be
 written, or an entry that cannot be read, only means the preset is validated as if there were
 no cache. Only bundled presets are kept: a user's own file is checked every time, so its
-errors and warnings are always shown.
+errors and warnings are always shown. An entry is a pickle, trusted as Python trusts its own
+``__pycache__``: the folder is the user's, and whoever can write there can already run code
+as them.
 """
 
 from __future__ import annotations
@@ -51,7 +54,9 @@ def _salt() -> bytes:
     """What every entry's key shares: the rules and the versions that read the models."""
     digest = hashlib.sha256(
         f"{simulator.__version__}|{PYDANTIC_VERSION}|{sys.version}".encode())
-    for source in sorted(Path(schema.__file__).parent.glob("*.py")):
+    inputs = Path(schema.__file__).parent
+    machine = inputs.parent / "machine"
+    for source in [*sorted(inputs.glob("*.py")), machine / "hardware.py", machine / "wire.py"]:
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     return digest.digest()
 
