@@ -77,7 +77,7 @@ def grad_tensors(job: Job, tp: int = 1) -> list[GradTensor]:
 # entry, so no id is reused while it lives): a sweep's GPU counts and a range's re-runs plan
 # the same buckets for the same job and cap.
 _PLANS: dict[tuple[object, ...], tuple[tuple[object, ...], list[Bucket]]] = {}
-_MAX_PLANS = 256
+_MAX_PLANS = 32  # each keeps its job and the job's backward ops alive
 
 
 def forget_plans() -> None:

@@ -92,7 +92,9 @@ def _role(op: Op) -> str:
 # ops, and the same Op objects keep their kernel times cached (steps.py) across builds.
 _SHARDS: dict[tuple[tuple[int, ...], int, bool], tuple[tuple[Op, ...], list[Op]]] = {}
 _GRAD_SPLITS: dict[int, tuple[Op, tuple[Op, Op] | None]] = {}
-_MAX_KEPT = 4096
+# bounds, so a long search stays small: a shard entry keeps two whole op lists of a job alive
+_MAX_SHARDS = 32
+_MAX_GRAD_SPLITS = 16_384
 
 
 def forget_shards() -> None:
@@ -112,7 +114,7 @@ def shard_ops(ops: list[Op], t: int, sequence_parallel: bool) -> list[Op]:
         keep = _role(op) in REPLICATED and not sequence_parallel
         kernels = list(op.kernels) if keep else [_split(k, t) for k in op.kernels]
         out.append(Op.of(op.name, op.block, op.phase, kernels, op.grads))
-    if len(_SHARDS) >= _MAX_KEPT:
+    if len(_SHARDS) >= _MAX_SHARDS:
         _SHARDS.clear()
     _SHARDS[key] = (tuple(ops), out)
     return list(out)
@@ -127,7 +129,7 @@ def _split_weight_grad(op: Op) -> tuple[Op, Op] | None:
     rest = [k for k in op.kernels if not k.weight_grad]
     split = (Op.of(f"{op.name}.input_grad", op.block, op.phase, rest),
              Op.of(f"{op.name}.weight_grad", op.block, op.phase, dw, op.grads)) if dw else None
-    if len(_GRAD_SPLITS) >= _MAX_KEPT:
+    if len(_GRAD_SPLITS) >= _MAX_GRAD_SPLITS:
         _GRAD_SPLITS.clear()
     _GRAD_SPLITS[id(op)] = (op, split)
     return split
