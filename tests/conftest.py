@@ -1,7 +1,11 @@
-"""Text tables are as wide as the terminal (rich reads COLUMNS): the tests fix it at 120 so
-their output is the same in a terminal and under CI."""
+"""What every test shares: text tables as wide as a fixed terminal (rich reads COLUMNS: 120,
+so output is the same in a terminal and under CI), and a cache folder of the run's own."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -11,10 +15,12 @@ def _terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "120")
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _own_cache_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Validated presets are kept in a folder of the test session's own (preset_cache.py),
-    not the user's ~/.cache; commands the tests start as processes inherit it."""
-    import os
+def pytest_configure(config: pytest.Config) -> None:
+    """Validated presets are kept in a folder of the test run's own (preset_cache.py), not the
+    user's ~/.cache: set before collection, which already loads presets, and inherited by the
+    commands the tests start as processes."""
+    os.environ["STEPSIM_CACHE_DIR"] = tempfile.mkdtemp(prefix="stepsim-test-cache-")
 
-    os.environ["STEPSIM_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(os.environ.pop("STEPSIM_CACHE_DIR", ""), ignore_errors=True)
