@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from simulator import engine, strategies, verdict
+from simulator import engine, memo, strategies, verdict
 from simulator import spec as specs
 from simulator.advice import cost, energy
 from simulator.engine.program import Program
@@ -240,10 +240,7 @@ def clear_caches() -> None:
     specs.forget_jobs()
     _single_gpu.cache_clear()
     steps.forget_op_times()
-    from simulator.strategies import ddp, tensor
-
-    tensor.forget_shards()
-    ddp.forget_plans()
+    memo.forget_all()
 
 
 def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None = None,

@@ -130,3 +130,22 @@ def test_a_sweeps_one_gpu_points_over_bucket_sizes_are_one_run(monkeypatch: pyte
     api.clear_caches()
     alone = api.simulate(replace(base, bucket_mb=400), ranges=True).report
     assert alone == reports[0].report
+
+
+def test_an_identity_memo_keeps_a_result_for_the_very_objects_it_was_made_from() -> None:
+    from simulator.memo import IdentityMemo, forget_all
+
+    memo: IdentityMemo[list[int]] = IdentityMemo(limit=2)
+    made: list[int] = []
+
+    def make() -> list[int]:
+        made.append(1)
+        return [len(made)]
+
+    a, twin = [1, 2], [1, 2]  # equal, but other objects
+    assert memo.get((a,), "x", make) is memo.get((a,), "x", make)
+    assert memo.get((twin,), "x", make) == [2]  # a new result: identity, not equality
+    assert memo.get((a,), "y", make) == [3]  # the third entry starts the memo afresh
+    assert memo.get((a,), "x", make) == [4]
+    forget_all()
+    assert memo.get((a,), "x", make) == [5]

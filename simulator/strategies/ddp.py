@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from simulator.engine.program import Comm, Program
 from simulator.job.parameters import ParamTensor
 from simulator.job.workload import Job
+from simulator.memo import IdentityMemo
 from simulator.strategies import paging
 from simulator.strategies.buckets import (
     Bucket,
@@ -73,29 +74,17 @@ def grad_tensors(job: Job, tp: int = 1) -> list[GradTensor]:
             for i in trainable_indices(job)]
 
 
-# Plans made before, by the identity of the job and its backward ops (kept alive with the
-# entry, so no id is reused while it lives): a sweep's GPU counts and a range's re-runs plan
-# the same buckets for the same job and cap.
-_PLANS: dict[tuple[object, ...], tuple[tuple[object, ...], list[Bucket]]] = {}
-_MAX_PLANS = 32  # each keeps its job and the job's backward ops alive
-
-
-def forget_plans() -> None:
-    """Drop every bucket plan made so far (api.clear_caches)."""
-    _PLANS.clear()
+# A sweep's GPU counts and a range's re-runs plan the same buckets for the same job and cap;
+# each entry keeps its job and the job's backward ops alive: few are kept.
+_PLANS: IdentityMemo[list[Bucket]] = IdentityMemo(32)
 
 
 def plan_buckets(job: Job, backward: list[Op], options: StrategyOptions,
                  tp: int = 1) -> list[Bucket]:
     """Steady-state buckets (DDP numbering: index into the trainable parameters)."""
-    key = (id(job), tuple(map(id, backward)), options.bucket_mb, options.legacy_reducer,
-           options.overlapped, tp)
-    hit = _PLANS.get(key)
-    if hit is None:
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        hit = _PLANS[key] = ((job, *backward), _plan(job, backward, options, tp))
-    return list(hit[1])
+    settings = (options.bucket_mb, options.legacy_reducer, options.overlapped, tp)
+    return list(_PLANS.get((job, *backward), settings,
+                           lambda: _plan(job, backward, options, tp)))
 
 
 def _plan(job: Job, backward: list[Op], options: StrategyOptions, tp: int) -> list[Bucket]:

@@ -37,6 +37,7 @@ from simulator.engine.program import Comm, Program
 from simulator.errors import InputError
 from simulator.job.ops import Kernel, Op
 from simulator.job.workload import Job
+from simulator.memo import IdentityMemo
 from simulator.strategies import ddp, fsdp
 from simulator.strategies.steps import Emit, as_compute
 
@@ -87,52 +88,35 @@ def _role(op: Op) -> str:
     return op.name.rsplit(".", 1)[-1]
 
 
-# Shards made before, by the identity of what they were made from (kept, so an id is never
-# reused while its entry lives): a range's re-runs and a sweep's points shard the same job's
-# ops, and the same Op objects keep their kernel times cached (steps.py) across builds.
-_SHARDS: dict[tuple[tuple[int, ...], int, bool], tuple[tuple[Op, ...], list[Op]]] = {}
-_GRAD_SPLITS: dict[int, tuple[Op, tuple[Op, Op] | None]] = {}
-# bounds, so a long search stays small: a shard entry keeps two whole op lists of a job alive
-_MAX_SHARDS = 32
-_MAX_GRAD_SPLITS = 16_384
-
-
-def forget_shards() -> None:
-    """Drop every shard made so far (api.clear_caches)."""
-    _SHARDS.clear()
-    _GRAD_SPLITS.clear()
+# A range's re-runs and a sweep's points shard the same job's ops: made once, the shards are
+# the same Op objects, so their kernel times stay cached (steps.py) across builds. A shard
+# entry keeps two whole op lists of a job alive: few are kept.
+_SHARDS: IdentityMemo[list[Op]] = IdentityMemo(32)
+_GRAD_SPLITS: IdentityMemo[tuple[Op, Op] | None] = IdentityMemo(16_384)
 
 
 def shard_ops(ops: list[Op], t: int, sequence_parallel: bool) -> list[Op]:
     """One TP rank's share of ``ops`` (the same Op objects for the same ops)."""
-    key = (tuple(map(id, ops)), t, sequence_parallel)  # a job's ops: new lists, same Ops
-    hit = _SHARDS.get(key)
-    if hit is not None:
-        return list(hit[1])
-    out = []
-    for op in ops:
-        keep = _role(op) in REPLICATED and not sequence_parallel
-        kernels = list(op.kernels) if keep else [_split(k, t) for k in op.kernels]
-        out.append(Op.of(op.name, op.block, op.phase, kernels, op.grads))
-    if len(_SHARDS) >= _MAX_SHARDS:
-        _SHARDS.clear()
-    _SHARDS[key] = (tuple(ops), out)
-    return list(out)
+    def make() -> list[Op]:
+        out = []
+        for op in ops:
+            keep = _role(op) in REPLICATED and not sequence_parallel
+            kernels = list(op.kernels) if keep else [_split(k, t) for k in op.kernels]
+            out.append(Op.of(op.name, op.block, op.phase, kernels, op.grads))
+        return out
+    return list(_SHARDS.get(tuple(ops), (t, sequence_parallel), make))
 
 
 def _split_weight_grad(op: Op) -> tuple[Op, Op] | None:
     """(input-gradient part, weight-gradient GEMMs) of a backward op; None without dW."""
-    hit = _GRAD_SPLITS.get(id(op))
-    if hit is not None and hit[0] is op:
-        return hit[1]
-    dw = [k for k in op.kernels if k.weight_grad]
-    rest = [k for k in op.kernels if not k.weight_grad]
-    split = (Op.of(f"{op.name}.input_grad", op.block, op.phase, rest),
-             Op.of(f"{op.name}.weight_grad", op.block, op.phase, dw, op.grads)) if dw else None
-    if len(_GRAD_SPLITS) >= _MAX_GRAD_SPLITS:
-        _GRAD_SPLITS.clear()
-    _GRAD_SPLITS[id(op)] = (op, split)
-    return split
+    def make() -> tuple[Op, Op] | None:
+        dw = [k for k in op.kernels if k.weight_grad]
+        if not dw:
+            return None
+        rest = [k for k in op.kernels if not k.weight_grad]
+        return (Op.of(f"{op.name}.input_grad", op.block, op.phase, rest),
+                Op.of(f"{op.name}.weight_grad", op.block, op.phase, dw, op.grads))
+    return _GRAD_SPLITS.get((op,), None, make)
 
 
 def tp_emitter(job: Job, machine: Machine, groups: tuple[tuple[int, ...], ...],
