@@ -210,3 +210,49 @@ def test_a_flow_elsewhere_leaves_a_groups_rates_as_they_were():
     fabric.transfer({"m": 1.0}, 100.0)  # shares no link: the l group is not refilled
     assert filled == [1, 2, 1]
     assert [f.rate for f in fabric._flows] == [3.0, 7.0, 10.0]
+
+
+class _Forgetful(dict):  # type: ignore[type-arg]
+    def __setitem__(self, key, value):  # noqa: ANN001, ANN204
+        pass
+
+
+class FreshFabric(Fabric):
+    """The reference: every group is filled afresh, nothing remembered."""
+
+    def __init__(self, env, capacities):  # noqa: ANN001, ANN204
+        super().__init__(env, capacities)
+        self._fills = _Forgetful()
+
+
+# few distinct usages, so that the same groups meet again
+alike_flows = st.lists(st.tuples(st.sampled_from([{"a": 1.0}, {"a": 2.0, "b": 1.0},
+                                                  {"b": 1.0, "c": 0.5}, {"c": 1.0},
+                                                  (("d", 1.0), ("a", 0.5))]),
+                                 st.sampled_from([10.0, 25.0, 40.0]),
+                                 st.sampled_from([math.inf, 2.0, 7.5]),
+                                 st.sampled_from([0.0, 0.5, 1.0, 1.5])), min_size=1, max_size=14)
+
+
+@settings(max_examples=80, deadline=None)
+@given(alike_flows)
+def test_a_remembered_fill_is_the_fill_itself(flows):
+    remembered, fabric = run_on(Fabric, caps, flows)
+    fresh, reference = run_on(FreshFabric, caps, flows)
+    assert remembered == fresh  # float for float
+    assert fabric.link_bytes == reference.link_bytes
+    assert [s.time for s in fabric.history] == [s.time for s in reference.history]
+    assert all((s.rates == r.rates).all() for s, r in zip(fabric.history, reference.history,
+                                                          strict=True))
+
+
+def test_alike_usages_share_one_route_and_a_group_is_filled_once():
+    env = simpy.Environment()
+    fabric = Fabric(env, {"l": 10.0, "m": 10.0})
+    for start in (0.0, 100.0):  # the same pair of flows twice, far apart
+        fabric.transfer({"l": 1.0, "m": 2.0}, 10.0, latency=start)
+        fabric.transfer((("l", 1.0), ("m", 2.0)), 10.0, latency=start)
+    env.run()
+    assert len(fabric._routes) == 1
+    assert len(fabric._fills) == 1
+    assert env.now == pytest.approx(100.0 + 4.0)  # both weigh 2 on m: 2.5 B/s each

@@ -9,8 +9,12 @@ all unfrozen flows grow at the same pace until a link fills or a flow reaches it
 flow starts or ends, and only for the flows connected to it through shared links: max-min
 fairness splits over the connected groups of flows (a flow's rate depends only on flows it
 is linked to, directly or through others), so each group is filled on its own, and a group the
-change does not touch keeps its rates. One SimPy timeout waits for the next completion (a
-generation counter makes older timeouts no-ops). No packets, no queues: a link is a capacity.
+change does not touch keeps its rates. A group's fill depends only on its flows' routes and
+caps, so it is remembered: the same groups meet again layer after layer. Routes (a usage's
+links and weights) are made once per distinct usage and carry their links as an integer bit
+mask, so finding whether flows share a link is one AND. One SimPy timeout waits for the next
+completion (a generation counter makes older timeouts no-ops). No packets, no queues: a link
+is a capacity.
 
 Assumes capacities in bytes/s, times in seconds; the fabric knows nothing about NCCL.
 
@@ -32,12 +36,25 @@ import numpy as np
 import simpy
 
 _EPS = 1e-9  # relative tolerance for "link full" and "flow finished"
+_MAX_FILLS = 1 << 14  # remembered group fills (a step meets far fewer distinct groups)
+
+
+@dataclass(eq=False)  # a route is itself: flows and fills recognise it by identity
+class _Route:
+    """A usage turned into what the filling needs, once per distinct usage."""
+
+    links: np.ndarray  # link indices, in link order
+    weights: np.ndarray  # bytes on each link per byte of progress
+    mask: int  # bit i set where the route uses link i: two routes share a link iff AND != 0
+    widest: float  # the rate its thinnest link lets it reach alone (inf without links)
 
 
 @dataclass(eq=False)  # a flow is itself: equal only to itself
 class _Flow:
-    links: np.ndarray  # link indices
-    weights: np.ndarray  # bytes on each link per byte of progress
+    route: _Route
+    links: np.ndarray  # the route's, kept here for the per-event loops
+    weights: np.ndarray
+    mask: int
     remaining: float
     max_rate: float
     event: simpy.Event
@@ -72,9 +89,14 @@ class Fabric:
             raise ValueError("every link capacity must be positive")
         self._bytes = np.zeros(len(self.link_ids))
         self._flows: list[_Flow] = []  # active, in the order they started moving
-        # usage tuples already turned into (link indices, weights), by identity: collectives
-        # start the same cached plan many times per step
-        self._compiled: dict[int, tuple[object, np.ndarray, np.ndarray]] = {}
+        # usage tuples already turned into routes, by identity: collectives start the same
+        # cached plan many times per step; and every route by its content, so that alike
+        # usages are one route and fills of alike groups are recognised
+        self._compiled: dict[int, tuple[object, _Route]] = {}
+        self._routes: dict[tuple[tuple[int, float], ...], _Route] = {}
+        # fair rates of groups already filled, by their flows' (route, cap) in order: a fill
+        # depends on nothing else, and the same groups meet again layer after layer
+        self._fills: dict[tuple[tuple[_Route, float], ...], list[float]] = {}
         self._last_update = env.now
         self._generation = 0
         self.record_history = record_history
@@ -93,8 +115,9 @@ class Fabric:
         """
         if nbytes < 0 or latency < 0 or max_rate <= 0:
             raise ValueError("nbytes and latency must be >= 0, max_rate > 0")
-        links, weights = self._compile(usage)
-        flow = _Flow(links, weights, float(nbytes), float(max_rate), self.env.event(), tag)
+        route = self._compile(usage)
+        flow = _Flow(route, route.links, route.weights, route.mask, float(nbytes),
+                     float(max_rate), self.env.event(), tag)
         self.flows_started += 1
         if latency > 0:
             self.env.timeout(latency).callbacks.append(lambda _ev: self._add(flow))
@@ -102,23 +125,29 @@ class Fabric:
             self._add(flow)
         return flow.event
 
-    def _compile(self, usage: Mapping[str, float] | Sequence[tuple[str, float]]
-                 ) -> tuple[np.ndarray, np.ndarray]:
-        """(link indices, weights) of a usage; a tuple's is kept, by identity."""
+    def _compile(self, usage: Mapping[str, float] | Sequence[tuple[str, float]]) -> _Route:
+        """The route of a usage: a tuple's is kept by identity, every route by content."""
         if isinstance(usage, tuple):
             known = self._compiled.get(id(usage))
             if known is not None and known[0] is usage:
-                return known[1], known[2]
+                return known[1]
         pairs = list(usage.items()) if isinstance(usage, Mapping) else list(usage)
         unknown = [k for k, _ in pairs if k not in self._index]
         if unknown:
             raise KeyError(f"unknown link(s) {unknown}")
-        used = [(self._index[k], float(w)) for k, w in pairs if w > 0]
-        links = np.array([i for i, _ in used], dtype=np.intp)
-        weights = np.array([w for _, w in used])
+        used = tuple((self._index[k], float(w)) for k, w in pairs if w > 0)
+        route = self._routes.get(used)
+        if route is None:
+            links = np.array([i for i, _ in used], dtype=np.intp)
+            weights = np.array([w for _, w in used])
+            on = np.zeros(len(self.link_ids), dtype=bool)
+            on[links] = True
+            mask = int.from_bytes(np.packbits(on, bitorder="little").tobytes(), "little")
+            widest = float(np.min(self.capacity[links] / weights)) if used else math.inf
+            route = self._routes[used] = _Route(links, weights, mask, widest)
         if isinstance(usage, tuple):
-            self._compiled[id(usage)] = (usage, links, weights)
-        return links, weights
+            self._compiled[id(usage)] = (usage, route)
+        return route
 
     def capacity_of(self, link: str) -> float:
         """A link's capacity, B/s."""
@@ -202,14 +231,13 @@ class Fabric:
         seeds = [] if started is None else [started]
         if done:
             self._flows = [f for f in self._flows if f.remaining > _EPS * max(1.0, f.rate)]
+            freed = 0  # the finished flows' links, as a mask
             for f in done:
                 f.event.succeed()
+                freed |= f.mask
             # the flows whose rates can change: the new one, those that shared a link with a
             # finished one, and everything linked to them
-            freed = np.zeros(len(self.link_ids), dtype=bool)
-            for f in done:
-                freed[f.links] = True
-            seeds += [f for f in self._flows if freed[f.links].any()]
+            seeds += [f for f in self._flows if f.mask & freed]
         for group in self._groups(seeds):
             self._assign_rates(group)
         if self.record_history:
@@ -240,17 +268,21 @@ class Fabric:
         for seed in seeds:
             if id(seed) in placed:
                 continue
-            links = np.zeros(len(self.link_ids), dtype=bool)  # the group's links so far
-            links[seed.links] = True
+            links = seed.mask  # the group's links so far
             members = {id(seed)}
+            rest = [f for f in self._flows if id(f) not in placed and f is not seed]
             grew = True
             while grew:
                 grew = False
-                for f in self._flows:
-                    if id(f) not in members and links[f.links].any():
+                outside = []
+                for f in rest:
+                    if f.mask & links:
                         members.add(id(f))
-                        links[f.links] = True
+                        links |= f.mask
                         grew = True
+                    else:
+                        outside.append(f)
+                rest = outside
             placed |= members
             groups.append([f for f in self._flows if id(f) in members])
         return groups
@@ -260,9 +292,20 @@ class Fabric:
         filling (vectorised over the group's flows and links)."""
         if len(flows) == 1 and flows[0].links.size:  # filling ends at its first step
             f = flows[0]
-            widest = float(np.min(self.capacity[f.links] / f.weights))
-            f.rate = max(min(widest, f.max_rate - 0.0), 0.0)
+            f.rate = max(min(f.route.widest, f.max_rate - 0.0), 0.0)
             return
+        key = tuple((f.route, f.max_rate) for f in flows)
+        known = self._fills.get(key)
+        if known is None:
+            known = self._fill(flows)
+            if len(self._fills) >= _MAX_FILLS:
+                self._fills.clear()
+            self._fills[key] = known
+        for f, r in zip(flows, known, strict=True):
+            f.rate = r
+
+    def _fill(self, flows: list[_Flow]) -> list[float]:
+        """Progressive filling of the group, its rates in the group's order."""
         used = np.zeros(len(self.link_ids), dtype=bool)
         for f in flows:
             used[f.links] = True
@@ -290,5 +333,4 @@ class Fabric:
             full = loaded & (residual <= _EPS * capacity)
             frozen = (weights[:, full] > 0).any(axis=1) | (rate >= max_rate * (1 - _EPS))
             active &= ~frozen
-        for f, r in zip(flows, rate.tolist(), strict=True):
-            f.rate = r
+        return rate.tolist()
