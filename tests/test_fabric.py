@@ -2,12 +2,13 @@
 
 import math
 
+import numpy as np
 import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.engine.fabric import Fabric
+from simulator.engine.fabric import Fabric, UsageSample
 
 
 def run_flows(capacities, flows):
@@ -256,3 +257,42 @@ def test_alike_usages_share_one_route_and_a_group_is_filled_once():
     assert len(fabric._routes) == 1
     assert len(fabric._fills) == 1
     assert env.now == pytest.approx(100.0 + 4.0)  # both weigh 2 on m: 2.5 B/s each
+
+
+class ScratchCheckedFabric(Fabric):
+    """Checks each recorded sample against every flow's share summed from scratch."""
+
+    def _sample(self, done, groups):  # noqa: ANN001, ANN202
+        super()._sample(done, groups)
+        scratch = np.zeros(len(self.link_ids))
+        for f in self._flows:
+            scratch[f.links] += f.weights * f.rate
+        assert self.history[-1].rates.tobytes() == scratch.tobytes()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.dictionaries(st.sampled_from("abcdefgh"), st.floats(0.5, 3.0),
+                                          min_size=1, max_size=3),
+                          st.floats(1.0, 1e4), st.sampled_from([math.inf, 2.0, 7.5]),
+                          st.floats(0.0, 2.0)), min_size=1, max_size=12))
+def test_link_rates_updated_where_they_change_equal_a_sum_from_scratch(flows):
+    links = dict(zip("abcdefgh", (10.0, 20.0, 5.0, 40.0, 8.0, 12.0, 3.0, 30.0), strict=True))
+    run_on(ScratchCheckedFabric, links, flows)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.dictionaries(st.integers(0, 99), st.floats(0.5, 3.0), min_size=1,
+                                          max_size=4), st.floats(1.0, 1e3)), max_size=8),
+       st.integers(1, 100))
+def test_busy_links_are_the_nonzero_rates_in_link_order(flows, links):
+    ids = [f"l{i}" for i in range(links)]
+    env = simpy.Environment()
+    fabric = Fabric(env, dict.fromkeys(ids, 10.0))
+    for usage, nbytes in flows:
+        fabric.transfer({ids[i % links]: w for i, w in usage.items()}, nbytes)
+    env.run()
+    for sample in fabric.history:
+        expected = {k: r for k, r in zip(ids, sample.rates.tolist(), strict=True) if r > 0}
+        assert sample.busy(fabric.link_ids) == expected
+        assert list(sample.busy(fabric.link_ids)) == list(expected)
+        assert list(UsageSample(sample.time, sample.rates).busy(ids)) == list(expected)

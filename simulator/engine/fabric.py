@@ -36,6 +36,7 @@ import numpy as np
 import simpy
 
 _EPS = 1e-9  # relative tolerance for "link full" and "flow finished"
+_FEW_LINKS = 64  # up to this many links, usage samples are read with plain Python
 _MAX_FILLS = 1 << 14  # remembered group fills (a step meets far fewer distinct groups)
 
 
@@ -68,12 +69,20 @@ class UsageSample:
 
     time: float
     rates: np.ndarray = field(repr=False)
+    # the fabric's link ids, and the same as an array that picks the busy ones in one step
+    names: tuple[list[str], np.ndarray] | None = field(default=None, repr=False,
+                                                       compare=False)
 
     def busy(self, link_ids: list[str]) -> dict[str, float]:
         """The links carrying something, by id, with their rates (in link order)."""
+        if len(link_ids) <= _FEW_LINKS:  # a few links: plain floats beat numpy's overhead
+            return {k: r for k, r in zip(link_ids, self.rates.tolist(), strict=True) if r > 0}
         nonzero = np.flatnonzero(self.rates > 0)
-        return dict(zip([link_ids[i] for i in nonzero.tolist()],
-                        self.rates[nonzero].tolist(), strict=True))
+        if self.names is not None and self.names[0] is link_ids:
+            ids = self.names[1][nonzero].tolist()
+        else:
+            ids = [link_ids[i] for i in nonzero.tolist()]
+        return dict(zip(ids, self.rates[nonzero].tolist(), strict=True))
 
 
 class Fabric:
@@ -101,6 +110,8 @@ class Fabric:
         self._generation = 0
         self.record_history = record_history
         self.history: list[UsageSample] = []
+        self._names = (self.link_ids, np.array(self.link_ids, dtype=object))
+        self._rates = np.zeros(len(self.link_ids))  # every link's rate since the last change
         self.flows_started = 0
 
     # --- public -------------------------------------------------------------------------
@@ -200,11 +211,26 @@ class Fabric:
                 total += sample.rates * (t1 - t0)
         return total
 
-    def _current_link_rates(self) -> np.ndarray:
-        rates = np.zeros(len(self.link_ids))
-        for f in self._flows:
-            rates[f.links] += f.weights * f.rate  # a flow names each link once
-        return rates
+    def _sample(self, done: list[_Flow], groups: list[list[_Flow]]) -> None:
+        """Record every link's rate from now on. Only the links of finished flows and of
+        refilled groups change; all the flows on a link are in one group, so each is summed
+        again over its group in the order the flows started, as a sum over all flows is."""
+        rates = self._rates
+        if done or groups:
+            rates = rates.copy()
+            for f in done:
+                rates[f.links] = 0.0
+            for group in groups:
+                for f in group:
+                    rates[f.links] = 0.0
+                for f in group:
+                    rates[f.links] += f.weights * f.rate  # a flow names each link once
+            self._rates = rates
+        sample = UsageSample(self.env.now, rates, self._names)
+        if self.history and self.history[-1].time == self.env.now:
+            self.history[-1] = sample
+        else:
+            self.history.append(sample)
 
     def _advance(self) -> None:
         """Account progress and link bytes since the last rate change."""
@@ -238,14 +264,11 @@ class Fabric:
             # the flows whose rates can change: the new one, those that shared a link with a
             # finished one, and everything linked to them
             seeds += [f for f in self._flows if f.mask & freed]
-        for group in self._groups(seeds):
+        groups = self._groups(seeds)
+        for group in groups:
             self._assign_rates(group)
         if self.record_history:
-            rates = self._current_link_rates()
-            if self.history and self.history[-1].time == self.env.now:
-                self.history[-1] = UsageSample(self.env.now, rates)
-            else:
-                self.history.append(UsageSample(self.env.now, rates))
+            self._sample(done, groups)
         self._generation += 1
         if not self._flows:
             return
