@@ -149,3 +149,85 @@ def test_an_identity_memo_keeps_a_result_for_the_very_objects_it_was_made_from()
     assert memo.get((a,), "x", make) == [4]
     forget_all()
     assert memo.get((a,), "x", make) == [5]
+
+
+def test_a_value_memo_keeps_a_result_per_equal_key_and_is_bounded() -> None:
+    from simulator.memo import Memo
+
+    memo: Memo[list[int]] = Memo(limit=2)
+    made: list[int] = []
+
+    def make() -> list[int]:
+        made.append(1)
+        return [len(made)]
+
+    assert memo.get(("a", 1), make) is memo.get(("a", 1), make)  # equal keys share a result
+    assert memo.get(("b", 1), make) == [2] and len(memo) == 2
+    assert memo.get(("c", 1), make) == [3] and len(memo) == 1  # past the limit: afresh
+    api.clear_caches()
+    assert len(memo) == 0 and memo.get(("c", 1), make) == [4]
+
+
+def _per_token_uncached(job: Job, mode: str) -> tuple[float, float]:
+    from simulator.job import checkpointing
+
+    checkpointing._SAVED.clear()
+    checkpointing._OP_SAVED.clear()
+    return checkpointing.per_token(job, tp=2, sequence_parallel=True, mode=mode)
+
+
+@pytest.mark.parametrize("workload", ["llama2-7b", "llama2-7b-lora", "gpt2-medium"])
+def test_per_token_activations_are_built_once_per_job_shape_for_every_micro_batch(
+        workload: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memory search tries many micro-batches of one job: its per-token figures (the op
+    builder's saved tensors) are worked out once, and are what a fresh build gives."""
+    from simulator.job import checkpointing, transformer_ops
+
+    builds: list[int] = []
+    builder = transformer_ops.builder
+    monkeypatch.setattr(transformer_ops, "builder",
+                        lambda job: builds.append(job.micro_batch) or builder(job))
+    jobs = [api.load_job(workload, b, None, None, "op") for b in (1, 3, 8)]
+    figures = [checkpointing.per_token(j, tp=2, sequence_parallel=True) for j in jobs]
+    assert builds == [1, 1]  # the saved tensors, and op mode's saved GEMM outputs
+    assert figures == [_per_token_uncached(j, "op") for j in jobs]
+    other = api.load_job(workload, 3, None, None, "full")  # another job shape: built anew
+    before = len(builds)
+    checkpointing.per_token(other)
+    assert len(builds) == before + 1  # full mode keeps the block input: no op-mode GEMMs
+    api.clear_caches()
+    assert len(checkpointing._SAVED) == len(checkpointing._OP_SAVED) == 0
+
+
+def test_memory_reports_across_micro_batches_match_fresh_ones() -> None:
+    """Per-shape figures (state lines, parameter counts, per-token activations) give every
+    micro-batch's report exactly as a first estimate does."""
+    from simulator.job import memory
+
+    gpu = hardware.GPUS["rtx5090"]
+    jobs = [api.load_job("llama2-7b", b, None, 4, "selective") for b in (1, 2, 5)]
+    warm = [memory.estimate(j, gpu, "zero2", world=8, tp=2) for j in jobs]
+    cold = []
+    for j in jobs:
+        api.clear_caches()
+        cold.append(memory.estimate(j, gpu, "zero2", world=8, tp=2))
+    assert warm == cold
+    assert [r.micro_batch for r in warm] == [1, 2, 5]
+    assert len({r.peak_bytes for r in warm}) == 3
+
+
+def test_the_advise_bound_is_remembered_bounded_and_forgotten_by_clear_caches() -> None:
+    from simulator.advice import bound
+    from simulator.memo import Memo
+
+    spec = api.RunSpec("8x5090-switch", "gpt2-medium", "zero2", micro_batch=2)
+    first = bound.tokens_per_s_bound(spec)
+    assert len(bound._BOUNDS) == 1
+    # every data-parallel flavour, accumulation and bucket size shares one micro-batch's work
+    assert bound.tokens_per_s_bound(replace(spec, strategy="fsdp", grad_accum=4,
+                                            bucket_mb=5)) == first
+    assert len(bound._BOUNDS) == 1
+    api.clear_caches()
+    assert len(bound._BOUNDS) == 0
+    assert bound.tokens_per_s_bound(spec) == first  # the same figure, worked out again
+    assert isinstance(bound._BOUNDS, Memo)  # bounded (its limit) and registered

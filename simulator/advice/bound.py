@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from simulator import api
 from simulator.api import RunSpec
+from simulator.memo import Memo
 from simulator.strategies.steps import op_seconds
 from simulator.strategies.tensor import shard_ops
 
@@ -22,7 +23,9 @@ from simulator.strategies.tensor import shard_ops
 # their stage's share of them), or with tensor parallelism each TP rank its shard of them
 _WHOLE_OPS = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 _SHARDED_OPS = ("tp", "tp+ddp", "tp+fsdp")
-_BOUNDS: dict[RunSpec, float] = {}
+# one micro-batch's bound per job and TP shard; an advice of three machines asks for about
+# 230 of them, so 512 keep every one of a search while a long-lived process stays bounded
+_BOUNDS: Memo[float] = Memo(limit=512)
 
 
 def tokens_per_s_bound(spec: RunSpec) -> float:
@@ -41,13 +44,15 @@ def tokens_per_s_bound(spec: RunSpec) -> float:
     key = replace(spec, strategy="ddp", tp=tp, pp=1, schedule="1f1b", virtual_stages=1,
                   grad_accum=None, offload="none", pin_memory=None, bucket_mb=None,
                   zero_overlap_comm=None, reshard_after_forward=True)
-    if key not in _BOUNDS:
-        job = api.job_of(key)
-        machine = api.load_machine(spec.topology, spec.gpus).for_job(job.name)
-        fwd, bwd = job.forward_ops(), job.backward_ops()
-        if tp > 1:  # sharded as the TP build shards them, so both share the shards' times
-            fwd, bwd = (shard_ops(fwd, tp, spec.sequence_parallel),
-                        shard_ops(bwd, tp, spec.sequence_parallel))
-        work = min(sum(op_seconds(op, card) for op in fwd + bwd) for card in machine.cards())
-        _BOUNDS[key] = n_gpus / tp * job.tokens_per_micro_batch / work
-    return _BOUNDS[key]
+    return _BOUNDS.get(key, lambda: _bound(key, n_gpus, tp))
+
+
+def _bound(key: RunSpec, n_gpus: int, tp: int) -> float:
+    job = api.job_of(key)
+    machine = api.load_machine(key.topology, key.gpus).for_job(job.name)
+    fwd, bwd = job.forward_ops(), job.backward_ops()
+    if tp > 1:  # sharded as the TP build shards them, so both share the shards' times
+        fwd, bwd = (shard_ops(fwd, tp, key.sequence_parallel),
+                    shard_ops(bwd, tp, key.sequence_parallel))
+    work = min(sum(op_seconds(op, card) for op in fwd + bwd) for card in machine.cards())
+    return n_gpus / tp * job.tokens_per_micro_batch / work

@@ -59,8 +59,9 @@ def sockets(machine: Machine) -> int:
 def gpu_joules(timeline: Timeline, gpu: int, limit: float, sms: int) -> float:
     """Joules one GPU draws over the step, from its own spans (its rank group's)."""
     idle_w = IDLE_SHARE * limit
-    compute = merge((s.start, s.end) for s in timeline.compute_spans(gpu))
-    comm = timeline.comm_spans(gpu)
+    spans = timeline.spans_of(gpu)  # once: Timeline.compute_spans and comm_spans of them
+    compute = merge([(s.start, s.end) for s in spans if s.is_compute])
+    comm = [s for s in spans if s.is_comm]
     busy = union_length(compute)
     comm_only = 0.0
     exposed_parts = uncovered_lengths([(s.start, s.end) for s in comm], compute)

@@ -20,16 +20,30 @@ Modes (``training.activation_checkpointing``), each per transformer block:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from simulator.job import attention
 from simulator.job.kernels import FP32, Kernel
+from simulator.memo import Memo
 
 if TYPE_CHECKING:
     from simulator.job.workload import Job
 
 MODES = ("none", "selective", "op", "full")
+
+# A block's saved bytes per token by job shape: the stages' saved bytes and the GEMM widths are
+# per token, so every micro-batch of a memory search shares them (one op builder per shape)
+_SAVED: Memo[dict[str, tuple[float, bool]]] = Memo(limit=256)
+_OP_SAVED: Memo[float] = Memo(limit=256)
+
+
+def job_shape(job: Job) -> Hashable:
+    """Everything the per-token figures read of a job but its micro-batch: its modules and
+    parameters follow from the architecture and the training block (Job.from_config), whose
+    repr stands for it (its lists keep it from hashing), and the sequence length."""
+    return (job.arch, repr(job.training), job.recipe, job.seq_len)
 
 
 def op_policy_saves(kernels: Sequence[Kernel]) -> list[bool]:
@@ -73,13 +87,17 @@ def saved_tensors(job: Job, *, flash: bool | None = None) -> dict[str, tuple[flo
     """One block's saved tensors with no checkpointing: name -> (bytes per token, split over a
     tensor-parallel group). Residual-stream tensors (norm inputs and outputs, dropout masks)
     are replicated across TP ranks; the rest are split."""
+    if flash is None:
+        flash = job.training.attention != "eager"
+    return dict(_SAVED.get((job_shape(job), flash), partial(_saved_tensors, job, flash)))
+
+
+def _saved_tensors(job: Job, flash: bool) -> dict[str, tuple[float, bool]]:
     from simulator.job.transformer_ops import builder
 
     bld = builder(job)
     A, e = job.arch, job.activation_bytes
     assert A is not None
-    if flash is None:
-        flash = job.training.attention != "eager"
     out: dict[str, tuple[float, bool]] = {}
     for op in bld.block_ops:
         saved = bld.stage(0, op).saved_per_token
@@ -118,6 +136,10 @@ def scores_per_token(job: Job, flash: bool) -> float:
 def op_saved_per_token(job: Job) -> float:
     """``op`` mode: the block input, the outputs of the saved GEMMs, the attention output and
     its log-sum-exp."""
+    return _OP_SAVED.get(job_shape(job), partial(_op_saved_per_token, job))
+
+
+def _op_saved_per_token(job: Job) -> float:
     from simulator.job.transformer_ops import builder
 
     bld = builder(job)

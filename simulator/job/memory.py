@@ -29,13 +29,16 @@ resident (the ZeRO-style sum); the optimizer step is checked as a second phase. 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from simulator.errors import InputError
 from simulator.job import optimizer as optim
 from simulator.job.activations import StageShare, activation_lines, activations_per_token
+from simulator.job.checkpointing import job_shape
 from simulator.job.memory_report import CATEGORIES, MOMENTS, Line, MemoryReport, alive
 from simulator.job.workload import Job
 from simulator.machine.hardware import GPU
+from simulator.memo import Memo
 from simulator.units import MiB
 
 __all__ = ["CATEGORIES", "MOMENTS", "Line", "MemoryReport", "StageShare", "activations_per_token",
@@ -122,10 +125,28 @@ def _check(job: Job, strategy: str, world: int, tp: int) -> None:
                              f"and {job.kv_heads} KV heads")
 
 
+# The state lines and parameter counts by job shape (and recipe, degrees, stage): they do not
+# depend on the micro-batch, and a memory search asks for them at every micro-batch it tries
+_STATES: Memo[tuple[tuple[Line, ...], dict[str, float]]] = Memo(limit=256)
+_COUNTS: Memo[tuple[int, int]] = Memo(limit=256)
+
+
+def _parameter_counts(job: Job) -> tuple[int, int]:
+    """(parameters, trainable parameters)."""
+    return _COUNTS.get(job_shape(job), lambda: (job.n_params, job.n_trainable))
+
+
 def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
                  stage: StageShare | None = None) -> tuple[list[Line], dict[str, float]]:
     """Weights, gradients, optimizer per rank (of its stage's blocks under pipeline
     parallelism), plus sizes the buffer lines need."""
+    key = (job_shape(job), job.grad_accum, r, strategy, dp, tp, stage)
+    lines, sizes = _STATES.get(key, partial(_make_state_lines, job, r, strategy, dp, tp, stage))
+    return list(lines), dict(sizes)
+
+
+def _make_state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
+                      stage: StageShare | None) -> tuple[tuple[Line, ...], dict[str, float]]:
     frozen_bytes = job.activation_bytes  # frozen LoRA base kept in the compute dtype
     w = g = o = paged = frozen = quant = largest = 0.0
     unit: dict[int, float] = {}  # unsharded compute-dtype bytes per block (FSDP units)
@@ -205,7 +226,7 @@ def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
              "all_units": sum(unit.values()),
              "largest_quantized": max((p.numel for p in job.params if p.quantized), default=0),
              "largest_trainable": largest}
-    return lines, sizes
+    return tuple(lines), sizes
 
 
 def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: dict[str, float],
@@ -370,8 +391,9 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
         notes.append("paged optimizer: states in CUDA managed memory are not in the verdict; "
                      "what the peak leaves free holds some, the rest lives in host RAM and "
                      "pages over the host link each step")
+    parameters, trainable = _parameter_counts(job)
     return MemoryReport(strategy=strategy, world=world, tp=tp, dp=dp, micro_batch=b,
                         seq_len=job.seq_len, checkpointing=job.checkpointing,
-                        parameters=job.n_params, trainable_parameters=job.n_trainable,
+                        parameters=parameters, trainable_parameters=trainable,
                         capacity_bytes=gpu.memory_bytes, lines=tuple(lines), notes=tuple(notes),
                         host_capacity_bytes=host_capacity_bytes, offload=offload)

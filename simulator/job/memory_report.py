@@ -9,6 +9,7 @@ peak; the managed ones take what the peak leaves, the rest is paged to host RAM.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from simulator.units import GiB
 
@@ -102,8 +103,9 @@ class MemoryReport:
     def phase_total(self, moment: str) -> float:
         return sum(x.bytes for x in self.lines if alive(x, moment))
 
-    @property
+    @cached_property
     def peak_phase(self) -> str:
+        """The moment of the peak (worked out once: every figure of the peak reads it)."""
         return max(MOMENTS, key=self.phase_total)
 
     @property
@@ -117,14 +119,16 @@ class MemoryReport:
         ``total`` (what the card must hold, the verdict's)."""
         pools = {"allocated": ("tensor",), "reserved": ("tensor", "cache"),
                  "total": ("tensor", "cache", "driver")}[counter]
+        moment = self.peak_phase
         return int(sum(x.bytes for x in self.lines
-                       if x.pool in pools and not x.host and alive(x, self.peak_phase)))
+                       if x.pool in pools and not x.host and alive(x, moment)))
 
     @property
     def breakdown_bytes(self) -> dict[str, int]:
         out = dict.fromkeys(CATEGORIES, 0.0)
+        moment = self.peak_phase
         for x in self.lines:
-            if alive(x, self.peak_phase):
+            if alive(x, moment):
                 out[x.category] += x.bytes
         return {k: int(v) for k, v in out.items()}
 
