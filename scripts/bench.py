@@ -22,6 +22,7 @@ import argparse
 import importlib.util
 import json
 import math
+import os
 import resource
 import statistics
 import subprocess
@@ -51,20 +52,28 @@ def program() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "simulator"]
 
 
+# not stepsim: the interpreter importing the three libraries every simulation needs (as the
+# `stepsim` program starts them, OpenBLAS on one thread), the floor under any `run`
+FOUNDATIONS = [sys.executable, "-c", "import numpy, simpy, pydantic.main"]
+
+
 def wall_times(argv: list[str], repeat: int) -> tuple[list[float], list[float], str]:
     """Wall seconds and CPU seconds (user + system, the process and its workers) of
     ``repeat`` whole `stepsim ARGV` processes (each must exit 0), and what the last printed.
-    On a busy machine the wall time waits for other work; the CPU time hardly does."""
+    ``argv`` that is FOUNDATIONS runs as it is. On a busy machine the wall time waits for
+    other work; the CPU time hardly does."""
+    command = argv if argv is FOUNDATIONS else [*program(), *argv]
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
     walls, cpus, printed = [], [], ""
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        done = subprocess.run([*program(), *argv], capture_output=True, text=True, cwd=ROOT)
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
         walls.append(time.perf_counter() - t0)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         if done.returncode != 0:
-            raise SystemExit(f"stepsim {' '.join(argv)} exited {done.returncode}: "
+            raise SystemExit(f"{' '.join(command)} exited {done.returncode}: "
                              f"{done.stderr.strip()}")
         printed = done.stdout
     return walls, cpus, printed
@@ -95,8 +104,12 @@ def cases(folder: Path) -> list[tuple[str, list[str], float | None]]:
         ("stepsim --version", ["--version"], 0.06),
         ("stepsim presets", ["presets"], 0.06),
         ("collective 8 B..8 GiB, 31 sizes (8x5090-dual-socket)", COLLECTIVE, 0.25),
+        ("floor: python importing numpy, simpy and pydantic (no stepsim)", FOUNDATIONS, None),
         ("run llama2-7b fsdp --json (8x5090-switch)",
          ["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp", "--json"], 0.3),
+        ("run as above, --no-ranges (the step alone: one simulation, not five)",
+         ["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp", "--no-ranges",
+          "--json"], None),
         ("run llama2-7b ddp --bucket-mb 25 --json (8x5090-switch)",
          ["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "ddp", "--bucket-mb", "25",
           "--json"], None),
