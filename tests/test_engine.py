@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import engine
+from simulator.engine import clock
 from simulator.engine import core as engine_core
 from simulator.engine.program import Comm, Compute, Program
 from simulator.machine.links import Link
@@ -219,7 +220,7 @@ def _resumptions(waits: list[tuple[list[float], str]], ours: bool) -> list[tuple
         if how == "first":  # a plain event, no condition: ties with the others' conditions
             yield events[0]
         elif ours:
-            yield engine_core._AllDone(env, events)
+            yield clock.AllDone(env, events)
         else:
             yield env.all_of(events)
         order.append((env.now, i))

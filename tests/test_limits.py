@@ -19,7 +19,7 @@ import pytest
 from simulator import engine, strategies
 from simulator.cli import main
 from simulator.engine import core as engine_core
-from simulator.engine.core import StalledClock
+from simulator.engine.clock import StalledClock
 from simulator.engine.program import Comm, Compute, Program
 from simulator.inputs.config import preset_dir
 from simulator.machine.links import Link

@@ -30,7 +30,6 @@ Assumptions, stated:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -38,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
+from simulator.engine.clock import AllDone, Clock
 from simulator.engine.fabric import Fabric, UsageSample
 from simulator.engine.program import Comm, Compute, Move, Program, Repeat, SendRecv, Task
 from simulator.engine.timeline import LinkSample, Span, Timeline
-from simulator.errors import InputError
 from simulator.machine import collectives
 
 if TYPE_CHECKING:
@@ -49,56 +48,6 @@ if TYPE_CHECKING:
 
 _EPS = 1e-15  # remaining work treated as done, relative to the clock (float round-off)
 MAX_REPLAYED_SPANS = 100_000  # a repeat copies at most this many spans; beyond, one span
-
-
-class StalledClock(InputError):
-    """A wait the simulated clock cannot represent: the step would never end."""
-
-
-class _Clock(simpy.Environment):
-    """SimPy's environment, refusing a wait that would not move the clock forward.
-
-    Once ``now + wait == now`` (a step so long that a wait is below the clock's float
-    resolution) or the wait is not finite (a rate of zero or close to it), SimPy would spin
-    on the same instant for ever; this turns it into one clear error instead.
-    """
-
-    def schedule(self, event: simpy.Event, priority: int = 1, delay: float = 0) -> None:
-        if delay != 0:
-            at = self._now + delay
-            if not (math.isfinite(at) and at > self._now):
-                raise StalledClock(_stall_message(self._now, delay))
-        super().schedule(event, priority, delay)  # type: ignore[arg-type]
-
-
-def _stall_message(now: float, delay: float) -> str:
-    if not math.isfinite(delay) or not math.isfinite(now + delay):
-        return (f"a transfer or kernel would never end (a wait of {delay:g} s at t = {now:g} s):"
-                " a bandwidth or compute rate is too small for the work")
-    return (f"the step is too long to simulate: at t = {now:.3g} s the clock cannot advance by "
-            f"{delay:.3g} s (float resolution); the job asks for too much work per step "
-            "(micro-batch, sequence length, model size) or a rate is too small")
-
-
-class _AllDone(simpy.Event):
-    """Fires once every one of ``events`` has happened, scheduled at the very moment SimPy's
-    AllOf would schedule itself, so everything after it runs in the same order; without the
-    condition's value (a dict of every event's value), which a step would build for each of
-    its thousands of tasks and never read."""
-
-    def __init__(self, env: simpy.Environment, events: Sequence[simpy.Event]) -> None:
-        super().__init__(env)
-        self.left = len(events)
-        for event in events:
-            if event.callbacks is None:  # already happened
-                self._happened(event)
-            else:
-                event.callbacks.append(self._happened)
-
-    def _happened(self, _: simpy.Event) -> None:
-        self.left -= 1
-        if self.left == 0:
-            self.succeed()
 
 
 class _Sms:
@@ -164,7 +113,7 @@ class _Run:
                  slowdown: float | None) -> None:
         self.programs = programs
         self.machine = machine
-        self.env = _Clock()
+        self.env = Clock()
         self.capacity = {lid: link.capacity for lid, link in machine.links.items()}
         self.fabric = Fabric(self.env, self.capacity)
         self.sms = [_Sms(self.env, machine.gpu_of(p.members[0]).sms, slowdown)
@@ -234,7 +183,7 @@ class _Run:
             if len(deps) == 1:
                 yield deps[0]
             elif deps:
-                yield _AllDone(env, deps)
+                yield AllDone(env, deps)
             if task.id in unit_first:
                 self._unit_starts(self.meets[unit_first[task.id]])
             start = env.now

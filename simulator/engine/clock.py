@@ -1,0 +1,61 @@
+"""The SimPy primitives the event loop (core.py) runs on: a clock that refuses a wait it cannot
+represent, and a cheap "all of these events" for a task's dependencies."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import simpy
+
+from simulator.errors import InputError
+
+
+class StalledClock(InputError):
+    """A wait the simulated clock cannot represent: the step would never end."""
+
+
+class Clock(simpy.Environment):
+    """SimPy's environment, refusing a wait that would not move the clock forward.
+
+    Once ``now + wait == now`` (a step so long that a wait is below the clock's float
+    resolution) or the wait is not finite (a rate of zero or close to it), SimPy would spin
+    on the same instant for ever; this turns it into one clear error instead.
+    """
+
+    def schedule(self, event: simpy.Event, priority: int = 1, delay: float = 0) -> None:
+        if delay != 0:
+            at = self._now + delay
+            if not (math.isfinite(at) and at > self._now):
+                raise StalledClock(_stall_message(self._now, delay))
+        super().schedule(event, priority, delay)  # type: ignore[arg-type]
+
+
+def _stall_message(now: float, delay: float) -> str:
+    if not math.isfinite(delay) or not math.isfinite(now + delay):
+        return (f"a transfer or kernel would never end (a wait of {delay:g} s at t = {now:g} s):"
+                " a bandwidth or compute rate is too small for the work")
+    return (f"the step is too long to simulate: at t = {now:.3g} s the clock cannot advance by "
+            f"{delay:.3g} s (float resolution); the job asks for too much work per step "
+            "(micro-batch, sequence length, model size) or a rate is too small")
+
+
+class AllDone(simpy.Event):
+    """Fires once every one of ``events`` has happened, scheduled at the very moment SimPy's
+    AllOf would schedule itself, so everything after it runs in the same order; without the
+    condition's value (a dict of every event's value), which a step would build for each of
+    its thousands of tasks and never read."""
+
+    def __init__(self, env: simpy.Environment, events: Sequence[simpy.Event]) -> None:
+        super().__init__(env)
+        self.left = len(events)
+        for event in events:
+            if event.callbacks is None:  # already happened
+                self._happened(event)
+            else:
+                event.callbacks.append(self._happened)
+
+    def _happened(self, _: simpy.Event) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.succeed()
