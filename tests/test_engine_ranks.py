@@ -86,6 +86,19 @@ def test_a_program_stands_for_every_rank_of_its_group() -> None:
                                   "exposed_comm_s": 0.0}
 
 
+def test_spans_of_a_gpu_are_its_groups_in_task_order_relabelled() -> None:
+    a, b = Program(world=4, ranks=(0, 1)), Program(world=4, ranks=(2, 3))
+    for name, seconds in (("f0", 1.0), ("f1", 2.0)):
+        a.add("compute", Compute(name, "forward", seconds))
+        b.add("compute", Compute(name, "forward", 2 * seconds))
+    t = engine.simulate([a, b], machine(4))
+    for gpu in range(4):
+        rep = t.representative(gpu)
+        expected = [(gpu, s.name, s.start, s.end) for s in t.spans if s.gpu == rep]
+        assert [(s.gpu, s.name, s.start, s.end) for s in t.spans_of(gpu)] == expected
+    assert [s.name for s in t.spans_of(3)] == ["f0", "f1"]
+
+
 def test_programs_must_cover_every_rank_once_and_join_every_collective() -> None:
     with pytest.raises(ValueError, match="every rank exactly once"):
         engine.simulate([rank(0)], machine())

@@ -15,6 +15,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 COLLECTIVE_KINDS = ("allreduce", "allgather", "reducescatter", "broadcast")
@@ -80,10 +81,21 @@ class Timeline:
                 return group[0]
         raise ValueError(f"GPU {gpu} is not in the job ({self.world} GPUs)")
 
+    @cached_property
+    def _by_gpu(self) -> dict[int, list[Span]]:
+        """The spans of each representative, in order: indexed once (a pipeline step has
+        ~100,000 spans and every report asks per rank group); the engine's spans never change
+        after it made them."""
+        out: dict[int, list[Span]] = {}
+        for s in self.spans:
+            out.setdefault(s.gpu, []).append(s)
+        return out
+
     def spans_of(self, gpu: int) -> list[Span]:
         """The spans of one GPU (its representative's, relabelled)."""
         rep = self.representative(gpu)
-        return [s if s.gpu == gpu else replace(s, gpu=gpu) for s in self.spans if s.gpu == rep]
+        own = self._by_gpu.get(rep, [])
+        return list(own) if gpu == rep else [replace(s, gpu=gpu) for s in own]
 
     def spans_per_gpu(self) -> Iterator[Span]:
         """Every span for every GPU of the world, GPU by GPU."""

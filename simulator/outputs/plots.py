@@ -43,7 +43,7 @@ def _gpus(group: Sequence[int]) -> str:
 
 def _streams(timeline: Timeline, rep: int) -> list[str]:
     """The streams one representative uses, in the timeline's order (compute first)."""
-    used = {s.stream for s in timeline.spans if s.gpu == rep}
+    used = {s.stream for s in timeline.spans_of(rep)}
     return [s for s in timeline.streams() if s in used]
 
 
@@ -110,8 +110,8 @@ def gantt(timeline: Timeline, path: str | Path, *, title: str = "",
                            linewidth=0.6)
             continue
         by_kind: dict[str, list[tuple[float, float]]] = {}
-        for span in timeline.spans:
-            if span.stream == stream and span.gpu == rep:
+        for span in timeline.spans_of(rep):
+            if span.stream == stream:
                 by_kind.setdefault(span.kind, []).append(
                     (span.start * _MS, max(span.duration * _MS, 1e-6)))
         # thin white edges keep neighbouring layers apart, unless they are so many that the

@@ -25,7 +25,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from simulator.engine.timeline import REPEAT_KIND, Span, Timeline, subtract_length, union_length
+from simulator.engine.timeline import (
+    REPEAT_KIND,
+    Span,
+    Timeline,
+    merge,
+    subtract_length,
+    union_length,
+)
 
 CONTRACT_KEYS = (
     "step_time_s", "compute_time_s", "comm_time_s", "exposed_comm_s", "tokens_per_s",
@@ -37,9 +44,11 @@ BREAKDOWN_KEYS = ("weights", "gradients", "optimizer", "activations", "other")
 
 
 def _split(spans: list[Span]) -> dict[str, float]:
-    compute = [(s.start, s.end) for s in spans if s.is_compute]
-    comm = [(s.start, s.end) for s in spans if s.is_comm]
-    return {"compute_time_s": union_length(compute), "comm_time_s": union_length(comm),
+    # each set of intervals merged once (union_length and subtract_length would each merge it)
+    compute = merge([(s.start, s.end) for s in spans if s.is_compute])
+    comm = merge([(s.start, s.end) for s in spans if s.is_comm])
+    return {"compute_time_s": sum(end - start for start, end in compute),
+            "comm_time_s": sum(end - start for start, end in comm),
             "exposed_comm_s": subtract_length(comm, compute)}
 
 
@@ -78,8 +87,8 @@ def pipeline_report(timeline: Timeline) -> dict[str, Any]:
     end = max((s.end for s in work), default=0.0)
     busy = []
     for rep in reps:
-        busy.append(union_length((max(s.start, start), min(s.end, end)) for s in timeline.spans
-                                 if s.gpu == rep and s.is_compute))
+        busy.append(union_length((max(s.start, start), min(s.end, end))
+                                 for s in timeline.spans_of(rep) if s.is_compute))
     length = end - start
     idle = [1.0 - b / length if length > 0 else 0.0 for b in busy]
     pacing = max(range(len(busy)), key=busy.__getitem__)

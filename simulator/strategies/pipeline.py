@@ -36,9 +36,11 @@ if TYPE_CHECKING:
 
 DATA_PARALLEL = ("ddp", "zero1", "fsdp")
 # A schedule interleaves its micro-batches, so each one is simulated (they cannot be replayed
-# like no_sync micro-steps): at about 0.05 ms per op on the reference machine and about six
-# simulations per run (baseline, range ends), 40,000 op executions keep a run near 10 s.
-MAX_OP_EXECUTIONS = 40_000
+# like no_sync micro-steps). Measured on the 2-core reference machine (Llama 2 70B, 8 stages,
+# 77 micro-batches: 99,176 op executions): 3.0 s with --no-ranges, 10.9 s with the range
+# re-runs; so 100,000 op executions keep a run near 10 s (that 70B model on 8 stages fits up
+# to 77 micro-batches, about ten per stage).
+MAX_OP_EXECUTIONS = 100_000
 
 
 class _Stage:
