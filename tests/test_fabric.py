@@ -262,8 +262,8 @@ def test_alike_usages_share_one_route_and_a_group_is_filled_once():
 class ScratchCheckedFabric(Fabric):
     """Checks each recorded sample against every flow's share summed from scratch."""
 
-    def _sample(self, done, groups):  # noqa: ANN001, ANN202
-        super()._sample(done, groups)
+    def _sample(self, done, refilled):  # noqa: ANN001, ANN202
+        super()._sample(done, refilled)
         scratch = np.zeros(len(self.link_ids))
         for f in self._flows:
             scratch[f.links] += f.weights * f.rate
@@ -296,3 +296,12 @@ def test_busy_links_are_the_nonzero_rates_in_link_order(flows, links):
         assert sample.busy(fabric.link_ids) == expected
         assert list(sample.busy(fabric.link_ids)) == list(expected)
         assert list(UsageSample(sample.time, sample.rates).busy(ids)) == list(expected)
+
+
+def test_a_flow_too_small_to_move_ends_when_it_starts():
+    env = simpy.Environment()
+    fabric = Fabric(env, {"l": 10.0})
+    done = [fabric.transfer({}, 1e-12, max_rate=1.0), fabric.transfer({"l": 1.0}, 1e-12)]
+    env.run()
+    assert all(event.processed for event in done) and env.now == 0.0
+    assert fabric.active_flows == 0

@@ -40,6 +40,10 @@ _FEW_LINKS = 64  # up to this many links, usage samples are read with plain Pyth
 _MAX_FILLS = 1 << 14  # remembered group fills (a step meets far fewer distinct groups)
 
 
+# a group's fill: its flows' rates in order, its links in link order, what each carries
+_Filled = tuple[list[float], np.ndarray, np.ndarray]
+
+
 @dataclass(eq=False)  # a route is itself: flows and fills recognise it by identity
 class _Route:
     """A usage turned into what the filling needs, once per distinct usage."""
@@ -105,7 +109,7 @@ class Fabric:
         self._routes: dict[tuple[tuple[int, float], ...], _Route] = {}
         # fair rates of groups already filled, by their flows' (route, cap) in order: a fill
         # depends on nothing else, and the same groups meet again layer after layer
-        self._fills: dict[tuple[tuple[_Route, float], ...], list[float]] = {}
+        self._fills: dict[tuple[tuple[_Route, float], ...], _Filled] = {}
         self._last_update = env.now
         self._generation = 0
         self.record_history = record_history
@@ -211,20 +215,18 @@ class Fabric:
                 total += sample.rates * (t1 - t0)
         return total
 
-    def _sample(self, done: list[_Flow], groups: list[list[_Flow]]) -> None:
+    def _sample(self, done: list[_Flow], refilled: list[tuple[np.ndarray, np.ndarray]]
+                ) -> None:
         """Record every link's rate from now on. Only the links of finished flows and of
-        refilled groups change; all the flows on a link are in one group, so each is summed
-        again over its group in the order the flows started, as a sum over all flows is."""
+        refilled groups change: the others keep theirs, and a refilled group's links take
+        the rates its fill summed (all the flows on a link are in one group)."""
         rates = self._rates
-        if done or groups:
+        if done or refilled:
             rates = rates.copy()
             for f in done:
                 rates[f.links] = 0.0
-            for group in groups:
-                for f in group:
-                    rates[f.links] = 0.0
-                for f in group:
-                    rates[f.links] += f.weights * f.rate  # a flow names each link once
+            for links, link_rates in refilled:
+                rates[links] = link_rates
             self._rates = rates
         sample = UsageSample(self.env.now, rates, self._names)
         if self.history and self.history[-1].time == self.env.now:
@@ -264,11 +266,10 @@ class Fabric:
             # the flows whose rates can change: the new one, those that shared a link with a
             # finished one, and everything linked to them
             seeds += [f for f in self._flows if f.mask & freed]
-        groups = self._groups(seeds)
-        for group in groups:
-            self._assign_rates(group)
+        # (a new flow that is done at once leaves its group empty)
+        refilled = [self._assign_rates(group) for group in self._groups(seeds) if group]
         if self.record_history:
-            self._sample(done, groups)
+            self._sample(done, refilled)
         self._generation += 1
         if not self._flows:
             return
@@ -310,13 +311,14 @@ class Fabric:
             groups.append([f for f in self._flows if id(f) in members])
         return groups
 
-    def _assign_rates(self, flows: list[_Flow]) -> None:
+    def _assign_rates(self, flows: list[_Flow]) -> tuple[np.ndarray, np.ndarray]:
         """Weighted max-min fair rates of one connected group of flows by progressive
-        filling (vectorised over the group's flows and links)."""
+        filling (vectorised over the group's flows and links); returns the group's links
+        and the rate each then carries."""
         if len(flows) == 1 and flows[0].links.size:  # filling ends at its first step
             f = flows[0]
             f.rate = max(min(f.route.widest, f.max_rate - 0.0), 0.0)
-            return
+            return f.links, f.weights * f.rate
         key = tuple((f.route, f.max_rate) for f in flows)
         known = self._fills.get(key)
         if known is None:
@@ -324,18 +326,18 @@ class Fabric:
             if len(self._fills) >= _MAX_FILLS:
                 self._fills.clear()
             self._fills[key] = known
-        for f, r in zip(flows, known, strict=True):
+        rates, links, link_rates = known
+        for f, r in zip(flows, rates, strict=True):
             f.rate = r
+        return links, link_rates
 
-    def _fill(self, flows: list[_Flow]) -> list[float]:
-        """Progressive filling of the group, its rates in the group's order."""
-        used = np.zeros(len(self.link_ids), dtype=bool)
-        for f in flows:
-            used[f.links] = True
-        cols = np.flatnonzero(used)  # the group's links, in link order
+    def _fill(self, flows: list[_Flow]) -> _Filled:
+        """Progressive filling of the group: its rates in the group's order, its links in
+        link order and what each carries (summed over the flows in order, as from zero)."""
+        cols, at = np.unique(np.concatenate([f.links for f in flows]), return_inverse=True)
         weights = np.zeros((len(flows), len(cols)))
-        for row, f in enumerate(flows):
-            weights[row, np.searchsorted(cols, f.links)] = f.weights
+        rows = np.repeat(np.arange(len(flows)), [f.links.size for f in flows])
+        weights[rows, at] = np.concatenate([f.weights for f in flows])  # a link once a flow
         max_rate = np.array([f.max_rate for f in flows])
         rate = np.zeros(len(flows))
         capacity = self.capacity[cols]
@@ -356,4 +358,7 @@ class Fabric:
             full = loaded & (residual <= _EPS * capacity)
             frozen = (weights[:, full] > 0).any(axis=1) | (rate >= max_rate * (1 - _EPS))
             active &= ~frozen
-        return rate.tolist()
+        carried = np.zeros(len(cols))
+        for row in range(len(flows)):
+            carried += weights[row] * rate[row]  # 0 where the flow is not: adds nothing
+        return rate.tolist(), cols, carried
