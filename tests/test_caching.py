@@ -231,3 +231,25 @@ def test_the_advise_bound_is_remembered_bounded_and_forgotten_by_clear_caches() 
     assert len(bound._BOUNDS) == 0
     assert bound.tokens_per_s_bound(spec) == first  # the same figure, worked out again
     assert isinstance(bound._BOUNDS, Memo)  # bounded (its limit) and registered
+
+
+def test_a_jobs_blocks_time_each_shared_kernel_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every block but the first reuses the first's kernels (and a TP shard splits each once),
+    so a card times each distinct kernel once, however many blocks run it."""
+    from simulator.strategies.tensor import shard_ops
+
+    job = api.load_job("llama2-7b", 2, None, None)
+    gpu = hardware.GPUS["rtx5090"]
+    timed: list[int] = []
+    work = compute.kernel_work_time
+    monkeypatch.setattr(compute, "kernel_work_time",
+                        lambda k, g: timed.append(id(k)) or work(k, g))
+    for ops_ in (job.forward_ops() + job.backward_ops(),
+                 shard_ops(job.forward_ops() + job.backward_ops(), 2, False)):
+        steps.forget_op_times()  # (a shard keeps the kernels of the ops it replicates)
+        timed.clear()
+        seconds = [steps.op_seconds(op, gpu) for op in ops_]
+        kernels = {id(k) for op in ops_ for k in op.kernels}
+        assert sorted(timed) == sorted(kernels)  # each distinct kernel once
+        assert len(kernels) < sum(len(op.kernels) for op in ops_) / 10
+        assert seconds == [compute.op_time(op, gpu) for op in ops_]  # the same floats

@@ -22,9 +22,9 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from simulator.errors import InputError
-from simulator.job import compute
 from simulator.job.ops import Op
 from simulator.strategies import schedules
+from simulator.strategies.steps import op_seconds
 
 if TYPE_CHECKING:
     from simulator.job.workload import Job
@@ -67,7 +67,8 @@ def split_blocks(job: Job, gpu: GPU, chunks: int, ops: list[Op] | None = None
                          f"model has {layers} layers")
     cost: dict[int, float] = {}
     for op in ops if ops is not None else job.forward_ops() + job.backward_ops():
-        cost[op.block] = cost.get(op.block, 0.0) + compute.op_time(op, gpu)
+        # compute.op_time's float, from the kernel times kept per card (steps.py)
+        cost[op.block] = cost.get(op.block, 0.0) + op_seconds(op, gpu)
     prefix = [0.0, *accumulate(cost.get(b, 0.0) for b in range(layers))]
     head, embed = cost.get(layers, 0.0), cost.get(-1, 0.0)
 

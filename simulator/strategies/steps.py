@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from simulator.engine.program import Compute, ComputeKind, Program, Repeat
 from simulator.job import compute
+from simulator.job.kernels import Kernel
 from simulator.job.ops import Op
 from simulator.job.workload import Job
 from simulator.machine.hardware import GPU
@@ -51,6 +52,11 @@ _TIMED: dict[GPU, dict[int, tuple[Op, float]]] = {}
 # factor, kernel by kernel as compute.op_time does, so the seconds are the same floats
 _WORK: dict[GPU, dict[int, tuple[Op, tuple[float, ...]]]] = {}
 _WORK_OF: dict[GPU, dict[int, tuple[Op, tuple[float, ...]]]] = {}  # any card -> its _WORK
+# card at neutral rates -> kernel id -> (the kernel; its work time): a job's blocks share their
+# kernels (transformer_ops.Builder builds each block op once, a TP shard splits each once), so
+# the ops of every block time each kernel once
+_KERNEL_WORK: dict[GPU, dict[int, tuple[Kernel, float]]] = {}
+_KERNEL_WORK_OF: dict[GPU, dict[int, tuple[Kernel, float]]] = {}  # any card -> its own
 _MAX_TIMED = 50_000
 
 
@@ -59,6 +65,8 @@ def forget_op_times() -> None:
     _TIMED.clear()
     _WORK.clear()
     _WORK_OF.clear()
+    _KERNEL_WORK.clear()
+    _KERNEL_WORK_OF.clear()
 
 
 def _works(gpu: GPU) -> dict[int, tuple[Op, tuple[float, ...]]]:
@@ -70,11 +78,28 @@ def _works(gpu: GPU) -> dict[int, tuple[Op, tuple[float, ...]]]:
     return works
 
 
+def _kernel_works(gpu: GPU) -> dict[int, tuple[Kernel, float]]:
+    """The kernel work times of ``gpu`` at neutral rates (_KERNEL_WORK)."""
+    kernels = _KERNEL_WORK_OF.get(gpu)
+    if kernels is None:
+        neutral = replace(gpu, rate_scale=1.0, achieved_fraction=1.0)
+        kernels = _KERNEL_WORK_OF[gpu] = _KERNEL_WORK.setdefault(neutral, {})
+    return kernels
+
+
+def _kernel_work(k: Kernel, gpu: GPU, kernels: dict[int, tuple[Kernel, float]]) -> float:
+    hit = kernels.get(id(k))
+    if hit is None or hit[0] is not k:
+        hit = kernels[id(k)] = (k, compute.kernel_work_time(k, gpu))
+    return hit[1]
+
+
 def _op_time(op: Op, gpu: GPU, works: dict[int, tuple[Op, tuple[float, ...]]]) -> float:
     """``compute.op_time``, from the kernels' work times ``works`` holds for the card."""
     hit = works.get(id(op))
     if hit is None or hit[0] is not op:
-        hit = works[id(op)] = (op, tuple(compute.kernel_work_time(k, gpu) for k in op.kernels))
+        kernels = _kernel_works(gpu)
+        hit = works[id(op)] = (op, tuple(_kernel_work(k, gpu, kernels) for k in op.kernels))
     factor = compute.achieved(gpu)
     return sum(w / factor for w in hit[1])
 

@@ -99,9 +99,15 @@ def shard_ops(ops: list[Op], t: int, sequence_parallel: bool) -> list[Op]:
     """One TP rank's share of ``ops`` (the same Op objects for the same ops)."""
     def make() -> list[Op]:
         out = []
+        shares: dict[int, Kernel] = {}  # the blocks share kernels: each is split once
+
+        def share(k: Kernel) -> Kernel:
+            if id(k) not in shares:
+                shares[id(k)] = _split(k, t)
+            return shares[id(k)]
         for op in ops:
             keep = _role(op) in REPLICATED and not sequence_parallel
-            kernels = list(op.kernels) if keep else [_split(k, t) for k in op.kernels]
+            kernels = list(op.kernels) if keep else [share(k) for k in op.kernels]
             out.append(Op.of(op.name, op.block, op.phase, kernels, op.grads))
         return out
     return list(_SHARDS.get(tuple(ops), (t, sequence_parallel), make))
