@@ -305,3 +305,17 @@ def test_a_flow_too_small_to_move_ends_when_it_starts():
     env.run()
     assert all(event.processed for event in done) and env.now == 0.0
     assert fabric.active_flows == 0
+
+
+def test_a_repeated_link_load_is_read_the_same_and_each_reader_gets_its_own():
+    env = simpy.Environment()
+    fabric = Fabric(env, {"l": 10.0, "m": 10.0, "n": 10.0})
+    for start in (0.0, 5.0):  # the same load twice: two samples with equal rates
+        fabric.transfer({"l": 1.0, "n": 0.5}, 10.0, latency=start)
+    env.run()
+    first, second = (s for s in fabric.history if s.rates.any())
+    assert first.rates is not second.rates
+    seen = first.busy(fabric.link_ids)
+    assert seen == {"l": 10.0, "n": 5.0}
+    seen["l"] = 0.0  # a reader changing its copy changes nothing for the next
+    assert second.busy(fabric.link_ids) == first.busy(fabric.link_ids) == {"l": 10.0, "n": 5.0}

@@ -13,8 +13,9 @@ change does not touch keeps its rates. A group's fill depends only on its flows'
 caps, so it is remembered: the same groups meet again layer after layer. Routes (a usage's
 links and weights) are made once per distinct usage and carry their links as an integer bit
 mask, so finding whether flows share a link is one AND. One SimPy timeout waits for the next
-completion (a generation counter makes older timeouts no-ops). No packets, no queues: a link
-is a capacity.
+completion (a generation counter makes older timeouts no-ops). Each event records every
+link's rate (the usage history); only the links of the flows that changed are summed again.
+No packets, no queues: a link is a capacity.
 
 Assumes capacities in bytes/s, times in seconds; the fabric knows nothing about NCCL.
 
@@ -36,7 +37,7 @@ import numpy as np
 import simpy
 
 _EPS = 1e-9  # relative tolerance for "link full" and "flow finished"
-_FEW_LINKS = 64  # up to this many links, usage samples are read with plain Python
+_MAX_KEPT_RATES = 1 << 21  # link rates kept by _Readout, over all its vectors (16 MB)
 _MAX_FILLS = 1 << 14  # remembered group fills (a step meets far fewer distinct groups)
 
 
@@ -73,20 +74,42 @@ class UsageSample:
 
     time: float
     rates: np.ndarray = field(repr=False)
-    # the fabric's link ids, and the same as an array that picks the busy ones in one step
-    names: tuple[list[str], np.ndarray] | None = field(default=None, repr=False,
-                                                       compare=False)
+    readout: _Readout | None = field(default=None, repr=False, compare=False)  # its fabric's
 
     def busy(self, link_ids: list[str]) -> dict[str, float]:
         """The links carrying something, by id, with their rates (in link order)."""
-        if len(link_ids) <= _FEW_LINKS:  # a few links: plain floats beat numpy's overhead
-            return {k: r for k, r in zip(link_ids, self.rates.tolist(), strict=True) if r > 0}
-        nonzero = np.flatnonzero(self.rates > 0)
-        if self.names is not None and self.names[0] is link_ids:
-            ids = self.names[1][nonzero].tolist()
-        else:
-            ids = [link_ids[i] for i in nonzero.tolist()]
-        return dict(zip(ids, self.rates[nonzero].tolist(), strict=True))
+        if self.readout is not None and self.readout.link_ids is link_ids:
+            return self.readout.busy(self.rates)
+        return _busy(link_ids, self.rates)
+
+
+def _busy(link_ids: list[str] | np.ndarray, rates: np.ndarray) -> dict[str, float]:
+    """The nonzero rates by link id, in link order."""
+    nonzero = np.flatnonzero(rates > 0)
+    ids = link_ids[nonzero].tolist() if isinstance(link_ids, np.ndarray) else [
+        link_ids[i] for i in nonzero.tolist()]
+    return dict(zip(ids, rates[nonzero].tolist(), strict=True))
+
+
+class _Readout:
+    """Reads a fabric's samples by link id. A step puts the same few link loads on the
+    fabric again and again (every layer's all-gather), so the busy links of each distinct
+    rate vector are kept, by its bytes (equal bytes, equal floats)."""
+
+    def __init__(self, link_ids: list[str]) -> None:
+        self.link_ids = link_ids
+        self._names = np.array(link_ids, dtype=object)  # picks the busy ids in one step
+        self._known: dict[bytes, dict[str, float]] = {}
+        self._limit = max(64, _MAX_KEPT_RATES // max(1, len(link_ids)))
+
+    def busy(self, rates: np.ndarray) -> dict[str, float]:
+        key = rates.tobytes()
+        known = self._known.get(key)
+        if known is None:
+            if len(self._known) >= self._limit:
+                self._known.clear()
+            known = self._known[key] = _busy(self._names, rates)
+        return dict(known)  # the caller's own
 
 
 class Fabric:
@@ -114,7 +137,7 @@ class Fabric:
         self._generation = 0
         self.record_history = record_history
         self.history: list[UsageSample] = []
-        self._names = (self.link_ids, np.array(self.link_ids, dtype=object))
+        self._readout = _Readout(self.link_ids)
         self._rates = np.zeros(len(self.link_ids))  # every link's rate since the last change
         self.flows_started = 0
 
@@ -228,7 +251,7 @@ class Fabric:
             for links, link_rates in refilled:
                 rates[links] = link_rates
             self._rates = rates
-        sample = UsageSample(self.env.now, rates, self._names)
+        sample = UsageSample(self.env.now, rates, self._readout)
         if self.history and self.history[-1].time == self.env.now:
             self.history[-1] = sample
         else:
