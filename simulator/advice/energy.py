@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from simulator.engine.timeline import (
+    Span,
     Timeline,
     merge,
     subtract_length,
@@ -59,9 +60,18 @@ def sockets(machine: Machine) -> int:
 def gpu_joules(timeline: Timeline, gpu: int, limit: float, sms: int) -> float:
     """Joules one GPU draws over the step, from its own spans (its rank group's)."""
     idle_w = IDLE_SHARE * limit
-    spans = timeline.spans_of(gpu)  # once: Timeline.compute_spans and comm_spans of them
-    compute = merge([(s.start, s.end) for s in spans if s.is_compute])
-    comm = [s for s in spans if s.is_comm]
+    intervals: list[tuple[float, float]] = []
+    comm: list[Span] = []
+    roles: dict[str, str] = {}  # Span.is_compute and is_comm read the kind alone
+    for s in timeline.spans_of(gpu):  # Timeline.compute_spans and comm_spans, in one pass
+        role = roles.get(s.kind)
+        if role is None:
+            role = roles[s.kind] = "compute" if s.is_compute else "comm" if s.is_comm else ""
+        if role == "compute":
+            intervals.append((s.start, s.end))
+        elif role:
+            comm.append(s)
+    compute = merge(intervals)
     busy = union_length(compute)
     comm_only = 0.0
     exposed_parts = uncovered_lengths([(s.start, s.end) for s in comm], compute)
