@@ -37,6 +37,7 @@ import numpy as np
 import simpy
 
 _EPS = 1e-9  # relative tolerance for "link full" and "flow finished"
+_FEW_LINKS = 64  # up to this many links, a usage sample is read with plain Python
 _MAX_KEPT_RATES = 1 << 21  # link rates kept by _Readout, over all its vectors (16 MB)
 _MAX_FILLS = 1 << 14  # remembered group fills (a step meets far fewer distinct groups)
 
@@ -55,7 +56,7 @@ class _Route:
     widest: float  # the rate its thinnest link lets it reach alone (inf without links)
 
 
-@dataclass(eq=False)  # a flow is itself: equal only to itself
+@dataclass(eq=False, slots=True)  # a flow is itself: equal only to itself
 class _Flow:
     route: _Route
     links: np.ndarray  # the route's, kept here for the per-event loops
@@ -83,11 +84,14 @@ class UsageSample:
         return _busy(link_ids, self.rates)
 
 
-def _busy(link_ids: list[str] | np.ndarray, rates: np.ndarray) -> dict[str, float]:
-    """The nonzero rates by link id, in link order."""
+def _busy(link_ids: list[str], rates: np.ndarray, names: np.ndarray | None = None
+          ) -> dict[str, float]:
+    """The nonzero rates by link id, in link order (``names``: the ids as an array)."""
+    if len(link_ids) <= _FEW_LINKS:  # a few links: plain floats beat numpy's overhead
+        return {k: r for k, r in zip(link_ids, rates.tolist(), strict=True) if r > 0}
     nonzero = np.flatnonzero(rates > 0)
-    ids = link_ids[nonzero].tolist() if isinstance(link_ids, np.ndarray) else [
-        link_ids[i] for i in nonzero.tolist()]
+    ids = [link_ids[i] for i in nonzero.tolist()] if names is None else names[
+        nonzero].tolist()
     return dict(zip(ids, rates[nonzero].tolist(), strict=True))
 
 
@@ -108,7 +112,7 @@ class _Readout:
         if known is None:
             if len(self._known) >= self._limit:
                 self._known.clear()
-            known = self._known[key] = _busy(self._names, rates)
+            known = self._known[key] = _busy(self.link_ids, rates, self._names)
         return dict(known)  # the caller's own
 
 
@@ -371,8 +375,8 @@ class Fabric:
             loaded = load > 0
             step = math.inf
             if loaded.any():
-                step = float(np.min(residual[loaded] / load[loaded]))
-            step = min(step, float(np.min(max_rate[active] - rate[active])))
+                step = float((residual[loaded] / load[loaded]).min())
+            step = min(step, float((max_rate[active] - rate[active]).min()))
             if math.isinf(step):
                 raise ValueError("a flow with no links needs a finite max_rate")
             step = max(step, 0.0)
