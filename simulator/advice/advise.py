@@ -105,6 +105,14 @@ def _locality(spec: RunSpec) -> tuple[Any, ...]:
             spec.grad_accum or 0, spec.strategy, spec.pp)
 
 
+def _bounds(mapper: Callable[[Callable[[Any], Any], list[Any]], Iterable[Any]],
+            specs: list[RunSpec]) -> dict[RunSpec, float]:
+    """Each spec's compute bound, worked out in the workers with the specs that share one
+    micro-batch's work side by side: one worker times that work once."""
+    order = sorted(specs, key=lambda spec: repr(bound.work_key(spec)))
+    return dict(zip(order, mapper(bound.tokens_per_s_bound, order), strict=True))
+
+
 def _simulate_all(pool: ProcessPoolExecutor | None, workers: int, points: list[Point],
                   counter: _Counter, tally: explain.Tally) -> list[tuple[RunSpec, dict[str, Any]]]:
     """Simulate ``points``; the ranked (spec, report) pairs, with ``tally`` counting."""
@@ -200,7 +208,7 @@ def advise(machines: Sequence[Machine], workload: str, *, objective: str = "thro
         # kinds (the runner-up)
         heads: dict[tuple[Any, ...], RunSpec] = {}
         bounds: dict[RunSpec, float] = {}  # computed in the workers (a job each)
-        bounds.update(zip(first, mapper(bound.tokens_per_s_bound, first), strict=True))
+        bounds.update(_bounds(mapper, first))
         for spec in sorted(first, key=bounds.__getitem__, reverse=True):
             heads.setdefault(cand.kind(spec), spec)
         wave(list(heads.values()), False, lambda spec: 0.0)
@@ -230,7 +238,7 @@ def advise(machines: Sequence[Machine], workload: str, *, objective: str = "thro
         more = list(dict.fromkeys(v for spec in first for v in variants(spec)
                                   if v not in set(first)))
         tally.variants = len(more)
-        bounds.update(zip(more, mapper(bound.tokens_per_s_bound, more), strict=True))
+        bounds.update(_bounds(mapper, more))
         tally.bounded_variants = wave(more, True, could_change_the_answer)
         ranked = _ranked(ranked, objective)
         reports = [r for _, r in ranked]

@@ -37,17 +37,23 @@ def tokens_per_s_bound(spec: RunSpec) -> float:
     know."""
     if spec.strategy not in _WHOLE_OPS + _SHARDED_OPS:
         return math.inf
-    # one micro-batch's work is the same under every data-parallel flavour, accumulation
-    # and pipeline: only the job and the TP shard set it
+    key = work_key(spec)
+    return _BOUNDS.get(key, lambda: _bound(key))
+
+
+def work_key(spec: RunSpec) -> RunSpec:
+    """The spec of one micro-batch's work: the same under every data-parallel flavour,
+    accumulation and pipeline, only the job and the TP shard set it (specs with one key
+    share a bound)."""
     n_gpus = api.load_machine(spec.topology, spec.gpus).n_gpus
     tp = api.tp_degree(spec.strategy, spec.tp, n_gpus, spec.pp)
-    key = replace(spec, strategy="ddp", tp=tp, pp=1, schedule="1f1b", virtual_stages=1,
-                  grad_accum=None, offload="none", pin_memory=None, bucket_mb=None,
-                  zero_overlap_comm=None, reshard_after_forward=True)
-    return _BOUNDS.get(key, lambda: _bound(key, n_gpus, tp))
+    return replace(spec, strategy="ddp", tp=tp, pp=1, schedule="1f1b", virtual_stages=1,
+                   grad_accum=None, offload="none", pin_memory=None, bucket_mb=None,
+                   zero_overlap_comm=None, reshard_after_forward=True)
 
 
-def _bound(key: RunSpec, n_gpus: int, tp: int) -> float:
+def _bound(key: RunSpec) -> float:
+    n_gpus, tp = api.load_machine(key.topology, key.gpus).n_gpus, key.tp or 1
     job = api.job_of(key)
     machine = api.load_machine(key.topology, key.gpus).for_job(job.name)
     fwd, bwd = job.forward_ops(), job.backward_ops()

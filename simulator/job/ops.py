@@ -65,8 +65,19 @@ def build(job: Job, phase: Phase, *, autocast: bool = False) -> list[Op]:
         return optimizer_ops(job)
     bld = Builder(job, autocast=autocast)
     seq = bld.sequence()
+    # kernel list -> (the list, kept so its id stays its own; an op of it): blocks share lists
+    sums: dict[int, tuple[list[Kernel], Op]] = {}
+
+    def of(name: str, block: int, kind: Phase, kernels: list[Kernel],
+           grads: tuple[int, ...] = ()) -> Op:
+        """``Op.of``, with its sums and kernel tuple made once per kernel list."""
+        hit = sums.get(id(kernels))
+        if hit is None or hit[0] is not kernels:
+            hit = sums[id(kernels)] = (kernels, Op.of(name, block, kind, kernels))
+        like = hit[1]
+        return Op(name, block, kind, like.flops, like.bytes, grads, like.kernels)
     if phase == "forward":
-        return [Op.of(_label(b, op), b, "forward", bld.forward(b, op)) for b, op in seq]
+        return [of(_label(b, op), b, "forward", bld.forward(b, op)) for b, op in seq]
     cache: dict[int, list[tuple[str, list[Kernel]]]] = {}
 
     def recompute(b: int) -> list[tuple[str, list[Kernel]]]:
@@ -84,9 +95,9 @@ def build(job: Job, phase: Phase, *, autocast: bool = False) -> list[Op]:
         if b != current and 0 <= b < job.n_blocks:  # entering a block's backward
             current = b
             for rop, kernels in recompute(b):
-                out.append(Op.of(_label(b, rop), b, "recompute", kernels))
+                out.append(of(_label(b, rop), b, "recompute", kernels))
         if phase == "backward":
-            out.append(Op.of(_label(b, op), b, "backward", bld.backward(b, op), bld.grads(b, op)))
+            out.append(of(_label(b, op), b, "backward", bld.backward(b, op), bld.grads(b, op)))
     return out
 
 

@@ -105,10 +105,16 @@ def shard_ops(ops: list[Op], t: int, sequence_parallel: bool) -> list[Op]:
             if id(k) not in shares:
                 shares[id(k)] = _split(k, t)
             return shares[id(k)]
+        # an op's kernel tuple -> the shard of an op of it (the blocks share their tuples)
+        shards: dict[tuple[int, bool], Op] = {}
         for op in ops:
             keep = _role(op) in REPLICATED and not sequence_parallel
-            kernels = list(op.kernels) if keep else [share(k) for k in op.kernels]
-            out.append(Op.of(op.name, op.block, op.phase, kernels, op.grads))
+            like = shards.get((id(op.kernels), keep))
+            if like is None:
+                kernels = list(op.kernels) if keep else [share(k) for k in op.kernels]
+                like = shards[id(op.kernels), keep] = Op.of(op.name, op.block, op.phase, kernels)
+            out.append(Op(op.name, op.block, op.phase, like.flops, like.bytes, op.grads,
+                          like.kernels))
         return out
     return list(_SHARDS.get(tuple(ops), (t, sequence_parallel), make))
 
