@@ -233,7 +233,7 @@ def test_the_advise_bound_is_remembered_bounded_and_forgotten_by_clear_caches() 
     assert isinstance(bound._BOUNDS, Memo)  # bounded (its limit) and registered
 
 
-def test_a_jobs_blocks_time_each_shared_kernel_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_jobs_blocks_time_each_shared_kernel_and_op_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every block but the first reuses the first's kernels (and a TP shard splits each once),
     so a card times each distinct kernel once, however many blocks run it."""
     from simulator.strategies.tensor import shard_ops
@@ -253,3 +253,6 @@ def test_a_jobs_blocks_time_each_shared_kernel_once(monkeypatch: pytest.MonkeyPa
         assert sorted(timed) == sorted(kernels)  # each distinct kernel once
         assert len(kernels) < sum(len(op.kernels) for op in ops_) / 10
         assert seconds == [compute.op_time(op, gpu) for op in ops_]  # the same floats
+        # and each distinct kernel tuple (the ops of a block op, in every block) once
+        tuples = {id(op.kernels) for op in ops_}
+        assert len(tuples) < len(ops_) / 10 and len(steps._works(gpu)) == len(tuples)

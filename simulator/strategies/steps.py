@@ -41,20 +41,22 @@ def memory_pass(name: str, nbytes: float, gpu: GPU, block: int | None = None,
 Emit = Callable[[Program, Op, tuple[int, ...], str], int]
 
 
-# card -> op id -> (the op, kept alive so its id stays its own; its seconds). A job builds
-# its ops once (Job.ops) and the card holds every other input of their time (rate_scale for
-# ranges, the power limit, calibration's achieved_fraction; the kernel regime is in the op's
-# kernels), so the programs of a sweep, comparison or range time each op once per card.
+# card -> kernel tuple id -> (an op's kernels, kept alive so the id stays their own; their
+# seconds). An op's time is its kernels' and the card holds every other input of it
+# (rate_scale for ranges, the power limit, calibration's achieved_fraction; the kernel regime
+# is in the kernels); a job builds its ops once (Job.ops) and every block but the first shares
+# the first's kernel tuples (ops.build), so the programs of a sweep, comparison or range, and
+# the blocks of a step, time each op once per card.
 # Forgotten past _MAX_TIMED entries in all, so a long-lived process stays bounded.
-_TIMED: dict[GPU, dict[int, tuple[Op, float]]] = {}
-# card at neutral rates -> op id -> (the op; its kernels' times before the achieved-rate
-# factor): a card at other rates (a range's re-run, a calibrated fraction) divides them by its
-# factor, kernel by kernel as compute.op_time does, so the seconds are the same floats
-_WORK: dict[GPU, dict[int, tuple[Op, tuple[float, ...]]]] = {}
-_WORK_OF: dict[GPU, dict[int, tuple[Op, tuple[float, ...]]]] = {}  # any card -> its _WORK
-# card at neutral rates -> kernel id -> (the kernel; its work time): a job's blocks share their
-# kernels (transformer_ops.Builder builds each block op once, a TP shard splits each once), so
-# the ops of every block time each kernel once
+Kernels = tuple[Kernel, ...]
+_TIMED: dict[GPU, dict[int, tuple[Kernels, float]]] = {}
+# card at neutral rates -> kernel tuple id -> (the kernels; their times before the achieved-
+# rate factor): a card at other rates (a range's re-run, a calibrated fraction) divides them by
+# its factor, kernel by kernel as compute.op_time does, so the seconds are the same floats
+_WORK: dict[GPU, dict[int, tuple[Kernels, tuple[float, ...]]]] = {}
+_WORK_OF: dict[GPU, dict[int, tuple[Kernels, tuple[float, ...]]]] = {}  # any card -> _WORK's
+# card at neutral rates -> kernel id -> (the kernel; its work time): tuples that differ share
+# kernels too (the first block's with the others', a TP shard splits each kernel once)
 _KERNEL_WORK: dict[GPU, dict[int, tuple[Kernel, float]]] = {}
 _KERNEL_WORK_OF: dict[GPU, dict[int, tuple[Kernel, float]]] = {}  # any card -> its own
 _MAX_TIMED = 50_000
@@ -69,7 +71,7 @@ def forget_op_times() -> None:
     _KERNEL_WORK_OF.clear()
 
 
-def _works(gpu: GPU) -> dict[int, tuple[Op, tuple[float, ...]]]:
+def _works(gpu: GPU) -> dict[int, tuple[Kernels, tuple[float, ...]]]:
     """The kernel work times of ``gpu`` at neutral rates (_WORK), looked up once per card."""
     works = _WORK_OF.get(gpu)
     if works is None:
@@ -94,12 +96,13 @@ def _kernel_work(k: Kernel, gpu: GPU, kernels: dict[int, tuple[Kernel, float]]) 
     return hit[1]
 
 
-def _op_time(op: Op, gpu: GPU, works: dict[int, tuple[Op, tuple[float, ...]]]) -> float:
+def _op_time(op: Op, gpu: GPU, works: dict[int, tuple[Kernels, tuple[float, ...]]]) -> float:
     """``compute.op_time``, from the kernels' work times ``works`` holds for the card."""
-    hit = works.get(id(op))
-    if hit is None or hit[0] is not op:
+    ks = op.kernels
+    hit = works.get(id(ks))
+    if hit is None or hit[0] is not ks:
         kernels = _kernel_works(gpu)
-        hit = works[id(op)] = (op, tuple(_kernel_work(k, gpu, kernels) for k in op.kernels))
+        hit = works[id(ks)] = (ks, tuple(_kernel_work(k, gpu, kernels) for k in ks))
     factor = compute.achieved(gpu)
     return sum(w / factor for w in hit[1])
 
@@ -118,9 +121,9 @@ def compute_only(gpu: GPU) -> Emit:
     works = _works(gpu)
 
     def emit(program: Program, op: Op, deps: tuple[int, ...], prefix: str) -> int:
-        hit = timed.get(id(op))
-        if hit is None or hit[0] is not op:
-            hit = timed[id(op)] = (op, _op_time(op, gpu, works))
+        hit = timed.get(id(op.kernels))
+        if hit is None or hit[0] is not op.kernels:
+            hit = timed[id(op.kernels)] = (op.kernels, _op_time(op, gpu, works))
         work = Compute(prefix + op.name, _KIND.get(op.phase, "other"), hit[1], op.flops,
                        op.block)
         return program.add("compute", work, deps)
