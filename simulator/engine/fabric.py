@@ -361,13 +361,19 @@ class Fabric:
     def _fill(self, flows: list[_Flow]) -> _Filled:
         """Progressive filling of the group: its rates in the group's order, its links in
         link order and what each carries (summed over the flows in order, as from zero)."""
-        cols, at = np.unique(np.concatenate([f.links for f in flows]), return_inverse=True)
+        links = np.concatenate([f.links for f in flows])
+        used = np.zeros(len(self.link_ids), dtype=bool)
+        used[links] = True
+        cols = np.flatnonzero(used)  # the group's links, in link order
         weights = np.zeros((len(flows), len(cols)))
         rows = np.repeat(np.arange(len(flows)), [f.links.size for f in flows])
-        weights[rows, at] = np.concatenate([f.weights for f in flows])  # a link once a flow
+        weights[rows, np.cumsum(used)[links] - 1] = np.concatenate([f.weights for f in flows])
+        uses = weights > 0
         max_rate = np.array([f.max_rate for f in flows])
+        capped = max_rate * (1 - _EPS)  # a flow this close to its cap is frozen
         rate = np.zeros(len(flows))
         capacity = self.capacity[cols]
+        full_at = _EPS * capacity  # a link with this little left is full
         residual = capacity.copy()
         active = np.ones(len(flows), dtype=bool)
         while active.any():
@@ -382,8 +388,8 @@ class Fabric:
             step = max(step, 0.0)
             rate[active] += step
             residual -= load * step
-            full = loaded & (residual <= _EPS * capacity)
-            frozen = (weights[:, full] > 0).any(axis=1) | (rate >= max_rate * (1 - _EPS))
+            full = loaded & (residual <= full_at)
+            frozen = uses[:, full].any(axis=1) | (rate >= capped)
             active &= ~frozen
         carried = np.zeros(len(cols))
         for row in range(len(flows)):
