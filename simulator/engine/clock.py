@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import simpy
 
@@ -20,15 +21,24 @@ class Clock(simpy.Environment):
 
     Once ``now + wait == now`` (a step so long that a wait is below the clock's float
     resolution) or the wait is not finite (a rate of zero or close to it), SimPy would spin
-    on the same instant for ever; this turns it into one clear error instead.
+    on the same instant for ever; this turns it into one clear error instead. Only a
+    timeout waits (every other SimPy event is scheduled at the current instant), so the
+    check sits there rather than on every event.
     """
 
-    def schedule(self, event: simpy.Event, priority: int = 1, delay: float = 0) -> None:
-        if delay != 0:
+    def __init__(self) -> None:
+        super().__init__()
+        # SimPy binds its event constructors to the instance (BoundClass.bind_early), but only
+        # those of the instance's own class, which a subclass's are not: bind them here
+        for name in ("process", "event", "all_of", "any_of"):
+            setattr(self, name, getattr(self, name))
+
+    def timeout(self, delay: float = 0, value: Any = None) -> simpy.Timeout:
+        if delay != 0 and not delay < 0:  # a negative delay is Timeout's own error
             at = self._now + delay
             if not (math.isfinite(at) and at > self._now):
                 raise StalledClock(_stall_message(self._now, delay))
-        super().schedule(event, priority, delay)  # type: ignore[arg-type]
+        return simpy.Timeout(self, delay, value)
 
 
 def _stall_message(now: float, delay: float) -> str:

@@ -178,6 +178,9 @@ class _Run:
     def stream(self, p: int, tasks: list[Task]) -> Generator[simpy.Event, Any, None]:
         gpu = self.programs[p].members[0]
         done, unit_first, spans, env = self.done[p], self.unit_first[p], self.spans[p], self.env
+        sms = self.sms[p]
+        me = env.active_process  # this stream's process: what an SM change interrupts
+        assert me is not None
         for task in tasks:
             deps = [self._waiting(done, d) for d in task.deps if done.get(d) is not True]
             if len(deps) == 1:
@@ -188,8 +191,23 @@ class _Run:
                 self._unit_starts(self.meets[unit_first[task.id]])
             start = env.now
             work = task.work
-            if isinstance(work, Compute):
-                yield from self.compute(p, work)
+            if isinstance(work, Compute):  # inline: it is most tasks (a generator each costs)
+                remaining = work.duration
+                began = start
+                while remaining > _EPS * max(1.0, began):  # what is left is below the clock's
+                    # resolution: done (waiting for it would not move the clock)
+                    rate = sms.rate() if sms.running else 1.0
+                    sms.computing[me] = None
+                    try:
+                        # at a rate of zero only a change of rate (an interrupt) wakes it
+                        yield env.timeout(remaining / rate) if rate > 0 else env.event()
+                        del sms.computing[me]
+                        break
+                    except simpy.Interrupt:
+                        pass
+                    now = env.now
+                    remaining -= (now - began) * rate
+                    began = now
                 args: dict[str, Any] = {"flops": work.flops, "idle_s": work.duration}
                 if work.block is not None:
                     args["block"] = work.block
@@ -228,27 +246,6 @@ class _Run:
         done[task_id] = True
         if isinstance(event, simpy.Event):
             event.succeed()
-
-    def compute(self, p: int, work: Compute) -> Generator[simpy.Event, Any, None]:
-        sms, env = self.sms[p], self.env
-        stream = env.active_process
-        assert stream is not None  # compute runs inside a stream's process
-        remaining = work.duration
-        began = env.now
-        while remaining > _EPS * max(1.0, began):  # what is left is below the clock's
-            # resolution: done (waiting for it would not move the clock)
-            rate = sms.rate() if sms.running else 1.0
-            sms.computing[stream] = None
-            try:
-                # at a rate of zero only a change of rate (an interrupt) wakes it
-                yield env.timeout(remaining / rate) if rate > 0 else env.event()
-                del sms.computing[stream]
-                return
-            except simpy.Interrupt:
-                pass
-            now = env.now
-            remaining -= (now - began) * rate
-            began = now
 
     def _join(self, meet: _Meet, start: Any) -> None:
         """Count one arrival; the last one starts the communication (``start()``)."""
