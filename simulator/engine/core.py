@@ -182,13 +182,14 @@ class _Run:
         me = env.active_process  # this stream's process: what an SM change interrupts
         assert me is not None
         for task in tasks:
-            deps = [self._waiting(done, d) for d in task.deps if done.get(d) is not True]
-            if len(deps) == 1:
-                yield deps[0]
-            elif deps:
-                yield AllDone(env, deps)
-            if task.id in unit_first:
-                self._unit_starts(self.meets[unit_first[task.id]])
+            tid = task.id
+            pending = [d for d in task.deps if done.get(d) is not True]
+            if len(pending) == 1:
+                yield self._waiting(done, pending[0])
+            elif pending:
+                yield AllDone(env, [self._waiting(done, d) for d in pending])
+            if tid in unit_first:
+                self._unit_starts(self.meets[unit_first[tid]])
             start = env.now
             work = task.work
             if isinstance(work, Compute):  # inline: it is most tasks (a generator each costs)
@@ -208,28 +209,36 @@ class _Run:
                     now = env.now
                     remaining -= (now - began) * rate
                     began = now
-                args: dict[str, Any] = {"flops": work.flops, "idle_s": work.duration}
-                if work.block is not None:
-                    args["block"] = work.block
-                kind: str = work.kind
-            elif isinstance(work, Comm):
-                args = yield from self.collective(p, task.id, work)
-                kind = work.op
-            elif isinstance(work, SendRecv):
-                args = yield from self.sendrecv(p, work)
-                kind = "p2p"
-            elif isinstance(work, Move):
-                args = yield from self.move(work)
-                kind = work.kind
-            else:
-                yield from self.repeat(p, task)
-                self._finish(done, task.id)
-                continue
-            args["task"] = task.id
-            start += args.get("wait_s", 0.0)  # a span shows the data moving, not the wait
-            spans.append(((task.id, 0, 0), Span(gpu, task.stream, work.name, kind, start,
+                args: dict[str, Any] = (
+                    {"flops": work.flops, "idle_s": work.duration, "task": tid}
+                    if work.block is None else
+                    {"flops": work.flops, "idle_s": work.duration, "block": work.block,
+                     "task": tid})
+                spans.append(((tid, 0, 0), Span(gpu, task.stream, work.name, work.kind, start,
                                                 env.now, args)))
-            self._finish(done, task.id)
+            elif isinstance(work, Repeat):
+                yield from self.repeat(p, task)
+            else:
+                kind: str
+                if isinstance(work, Comm):
+                    args = yield from self.collective(p, tid, work)
+                    kind = work.op
+                elif isinstance(work, SendRecv):
+                    args = yield from self.sendrecv(p, work)
+                    kind = "p2p"
+                else:
+                    assert isinstance(work, Move)
+                    args = yield from self.move(work)
+                    kind = work.kind
+                args["task"] = tid
+                start += args.get("wait_s", 0.0)  # a span shows the data moving, not the wait
+                spans.append(((tid, 0, 0), Span(gpu, task.stream, work.name, kind, start,
+                                                env.now, args)))
+            event = done.get(tid)  # done: wake what waits for it (no event where nothing does)
+            done[tid] = True
+            if event is not None:
+                assert not isinstance(event, bool)
+                event.succeed()
 
     def _waiting(self, done: dict[int, simpy.Event | bool], task_id: int) -> simpy.Event:
         """The event that fires when a task not yet done is."""
@@ -238,14 +247,6 @@ class _Run:
             event = done[task_id] = self.env.event()
         assert isinstance(event, simpy.Event)
         return event
-
-    @staticmethod
-    def _finish(done: dict[int, simpy.Event | bool], task_id: int) -> None:
-        """Mark a task done, waking what waits for it (no event where nothing does)."""
-        event = done.get(task_id)
-        done[task_id] = True
-        if isinstance(event, simpy.Event):
-            event.succeed()
 
     def _join(self, meet: _Meet, start: Any) -> None:
         """Count one arrival; the last one starts the communication (``start()``)."""
