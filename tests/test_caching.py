@@ -256,3 +256,23 @@ def test_a_jobs_blocks_time_each_shared_kernel_and_op_once(monkeypatch: pytest.M
         # and each distinct kernel tuple (the ops of a block op, in every block) once
         tuples = {id(op.kernels) for op in ops_}
         assert len(tuples) < len(ops_) / 10 and len(steps._works(gpu)) == len(tuples)
+
+
+def test_an_fsdp_units_sizes_are_worked_out_once_per_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    from simulator.strategies import fsdp
+
+    job = Job.from_config(config.load_workload("llama2-7b"))
+    blocks = fsdp.units(job)[:3]
+    first = (fsdp._sizes(job, blocks), fsdp._stored_bytes(job, blocks, 2))
+    calls: list[int] = []
+    block_params = Job.block_params
+    monkeypatch.setattr(Job, "block_params", lambda self, b: calls.append(b)
+                        or block_params(self, b))
+    assert (fsdp._sizes(job, blocks), fsdp._stored_bytes(job, blocks, 2)) == first
+    assert calls == []  # remembered
+    fsdp._stored_bytes(job, blocks, 4)  # another byte width is another entry
+    assert calls == blocks
+    api.clear_caches()
+    calls.clear()
+    assert fsdp._sizes(job, blocks) == first[0]
+    assert calls == blocks  # forgotten, worked out again to the same sizes

@@ -312,7 +312,7 @@ class _Run:
         return args
 
     def move(self, work: Move) -> Generator[simpy.Event, Any, dict[str, Any]]:
-        yield self.env.all_of([self.fabric.transfer(dict(f.usage), f.nbytes, f.max_rate,
+        yield self.env.all_of([self.fabric.transfer(f.usage, f.nbytes, f.max_rate,
                                                     f.latency) for f in work.flows])
         return {"bytes": sum(f.nbytes for f in work.flows), **work.args}
 

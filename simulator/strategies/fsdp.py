@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from simulator.engine.program import Comm, Compute, Program
 from simulator.job.memory import NF4_BITS_PER_PARAM
 from simulator.job.workload import Job
+from simulator.memo import IdentityMemo
 from simulator.strategies.offload import Offloader
 from simulator.strategies.steps import (
     Emit,
@@ -60,24 +61,34 @@ def root_blocks(job: Job) -> list[int]:
     return [b for b in job.blocks if b not in unit_blocks]
 
 
+# a unit's sizes by (job, its blocks): a step asks for each unit's several times over (gather,
+# copy-out, reduce; forward and backward), and a range's re-runs build the same job again
+_STORED: IdentityMemo[float] = IdentityMemo(4096)
+_SIZES: IdentityMemo[tuple[int, int]] = IdentityMemo(4096)
+
+
 def _stored_bytes(job: Job, blocks: list[int], trainable_bytes: float) -> float:
     """Bytes the blocks' parameters occupy where a shard is kept: ``trainable_bytes`` per
     trainable element, NF4's 4.13 bits per quantized one (QLoRA's storage, what FSDP moves),
     the compute dtype for frozen ones."""
-    total = 0.0
-    for i in (i for b in blocks for i in job.block_params(b)):
-        p = job.params[i]
-        each = (trainable_bytes if p.trainable else
-                NF4_BITS_PER_PARAM / 8 if p.quantized else job.activation_bytes)
-        total += p.numel * each
-    return total
+    def make() -> float:
+        total = 0.0
+        for i in (i for b in blocks for i in job.block_params(b)):
+            p = job.params[i]
+            each = (trainable_bytes if p.trainable else
+                    NF4_BITS_PER_PARAM / 8 if p.quantized else job.activation_bytes)
+            total += p.numel * each
+        return total
+    return _STORED.get((job,), (tuple(blocks), trainable_bytes), make)
 
 
 def _sizes(job: Job, blocks: list[int]) -> tuple[int, int]:
     """(all parameters, trainable parameters) of the given blocks, in elements."""
-    idx = [i for b in blocks for i in job.block_params(b)]
-    return (sum(job.params[i].numel for i in idx),
-            sum(job.params[i].numel for i in idx if job.params[i].trainable))
+    def make() -> tuple[int, int]:
+        idx = [i for b in blocks for i in job.block_params(b)]
+        return (sum(job.params[i].numel for i in idx),
+                sum(job.params[i].numel for i in idx if job.params[i].trainable))
+    return _SIZES.get((job,), tuple(blocks), make)
 
 
 def build(job: Job, machine: Machine, options: StrategyOptions, *,
