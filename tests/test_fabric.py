@@ -186,16 +186,23 @@ def run_on(fabric_class, capacities, flows):  # noqa: ANN001, ANN201
     return finish, fabric
 
 
+# eight links of different capacities, and random flows over one to three of them (usage,
+# bytes, rate cap, start latency)
+LINKS = dict(zip("abcdefgh", (10.0, 20.0, 5.0, 40.0, 8.0, 12.0, 3.0, 30.0), strict=True))
+
+
+def flow_sets(most: int) -> st.SearchStrategy:
+    return st.lists(st.tuples(st.dictionaries(st.sampled_from(list(LINKS)), st.floats(0.5, 3.0),
+                                              min_size=1, max_size=3),
+                              st.floats(1.0, 1e4), st.sampled_from([math.inf, 2.0, 7.5]),
+                              st.floats(0.0, 2.0)), min_size=1, max_size=most)
+
+
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.dictionaries(st.sampled_from("abcdefgh"), st.floats(0.5, 3.0),
-                                          min_size=1, max_size=3),
-                          st.floats(1.0, 1e4), st.sampled_from([math.inf, 2.0, 7.5]),
-                          st.floats(0.0, 2.0)), min_size=1, max_size=10))
+@given(flow_sets(10))
 def test_refilling_only_the_linked_flows_gives_the_global_allocation(flows):
-    links = {k: c for k, c in zip("abcdefgh", (10.0, 20.0, 5.0, 40.0, 8.0, 12.0, 3.0, 30.0),
-                                  strict=True)}
-    local, fabric = run_on(Fabric, links, flows)
-    whole, reference = run_on(GlobalFabric, links, flows)
+    local, fabric = run_on(Fabric, LINKS, flows)
+    whole, reference = run_on(GlobalFabric, LINKS, flows)
     assert local == pytest.approx(whole, rel=1e-9)
     assert fabric.link_bytes == pytest.approx(reference.link_bytes, rel=1e-9, abs=1e-9)
 
@@ -271,13 +278,9 @@ class ScratchCheckedFabric(Fabric):
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.dictionaries(st.sampled_from("abcdefgh"), st.floats(0.5, 3.0),
-                                          min_size=1, max_size=3),
-                          st.floats(1.0, 1e4), st.sampled_from([math.inf, 2.0, 7.5]),
-                          st.floats(0.0, 2.0)), min_size=1, max_size=12))
+@given(flow_sets(12))
 def test_link_rates_updated_where_they_change_equal_a_sum_from_scratch(flows):
-    links = dict(zip("abcdefgh", (10.0, 20.0, 5.0, 40.0, 8.0, 12.0, 3.0, 30.0), strict=True))
-    run_on(ScratchCheckedFabric, links, flows)
+    run_on(ScratchCheckedFabric, LINKS, flows)
 
 
 @settings(max_examples=30, deadline=None)
