@@ -52,9 +52,9 @@ def program() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "simulator"]
 
 
-# not stepsim: the interpreter importing the three libraries every simulation needs (as the
-# `stepsim` program starts them, OpenBLAS on one thread), the floor under any `run`
-FOUNDATIONS = [sys.executable, "-c", "import numpy, simpy, pydantic.main"]
+# not stepsim: the interpreter importing the two libraries every simulation needs (as the
+# `stepsim` program starts them, OpenBLAS on one thread), the floor under any `run` of a preset
+FOUNDATIONS = [sys.executable, "-c", "import numpy, simpy"]
 
 
 def wall_times(argv: list[str], repeat: int) -> tuple[list[float], list[float], str]:
@@ -104,7 +104,7 @@ def cases(folder: Path) -> list[tuple[str, list[str], float | None]]:
         ("stepsim --version", ["--version"], 0.06),
         ("stepsim presets", ["presets"], 0.06),
         ("collective 8 B..8 GiB, 31 sizes (8x5090-dual-socket)", COLLECTIVE, 0.25),
-        ("floor: python importing numpy, simpy and pydantic (no stepsim)", FOUNDATIONS, None),
+        ("floor: python importing numpy and simpy (no stepsim)", FOUNDATIONS, None),
         ("run llama2-7b fsdp --json (8x5090-switch)",
          ["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp", "--json"], 0.3),
         ("run as above, --no-ranges (the step alone: one simulation, not five)",

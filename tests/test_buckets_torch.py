@@ -211,7 +211,7 @@ def test_ready_order_is_stable_and_reverse_ish(torch_runs: list[dict[str, Any]])
 
 def _job(tied: bool) -> Job:
     """The same model as a stepsim workload (Hugging Face layout, same shapes)."""
-    return Job.from_config(WorkloadConfig.model_validate({
+    return Job.from_config(WorkloadConfig.from_data({
         "name": "tiny-llama",
         "model": {"family": "llama", "layers": LAYERS, "hidden": HIDDEN, "heads": HEADS,
                   "ffn_hidden": FFN, "vocab": VOCAB, "tie_embeddings": tied},

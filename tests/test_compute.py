@@ -128,8 +128,7 @@ def test_fp32_kernels_run_at_the_fp32_rate_not_the_tensor_core_rate() -> None:
 
 def test_fp32_workload_builds_fp32_kernels() -> None:
     cfg = load_workload("gpt2-medium")
-    fp32_cfg = cfg.model_copy(update={"training": cfg.training.model_copy(
-        update={"precision": "fp32"})})
+    fp32_cfg = cfg.copy(training=cfg.training.copy(precision="fp32"))
     for c, size in ((cfg, 2), (fp32_cfg, 4)):
         job = Job.from_config(c)
         kernels = [k for op in job.forward_ops() + job.backward_ops() for k in op.kernels

@@ -32,7 +32,7 @@ def machine(name: str = "2x3090ti-nvlink") -> Machine:
 
 
 def tiny(**training: object) -> Job:
-    cfg = WorkloadConfig.model_validate({
+    cfg = WorkloadConfig.from_data({
         "name": "tiny-llama",
         "model": {"family": "llama", "layers": 4, "hidden": 512, "heads": 8,
                   "ffn_hidden": 1408, "vocab": 16000},

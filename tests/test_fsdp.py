@@ -29,7 +29,7 @@ def machine() -> Machine:
 
 
 def job() -> Job:
-    return Job.from_config(WorkloadConfig.model_validate({
+    return Job.from_config(WorkloadConfig.from_data({
         "name": "tiny", "model": {"family": "llama", "layers": LAYERS, "hidden": 1024,
                                   "heads": 8, "ffn_hidden": 2816, "vocab": 32000},
         "training": {"seq_len": 512, "micro_batch": 2, "precision": "bf16",

@@ -31,7 +31,7 @@ def test_every_catalog_gpu_has_a_default_power_limit() -> None:
 
 
 def test_a_name_and_a_bare_mapping_are_the_same_card() -> None:
-    assert hardware.resolve_gpu(GpuSpec.model_validate("h100-sxm")) == hardware.gpu("h100-sxm")
+    assert hardware.resolve_gpu(GpuSpec.from_data("h100-sxm")) == hardware.gpu("h100-sxm")
     assert hardware.resolve_gpu(GpuSpec(base="h100-sxm")) == hardware.gpu("h100-sxm")
     assert hardware.resolve_gpu("h100-sxm") == hardware.gpu("h100-sxm")
 

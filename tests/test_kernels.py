@@ -89,7 +89,7 @@ def test_fused_and_compiled_are_never_slower_than_eager(
         model["kv_heads"] = heads // kv
     times = []
     for kernels in ("eager", "compiled", "fused"):
-        cfg = WorkloadConfig.model_validate({"name": "x", "model": model, "training": {
+        cfg = WorkloadConfig.from_data({"name": "x", "model": model, "training": {
             "seq_len": seq, "kernels": kernels}})
         times.append(step_time(Job.from_config(cfg), name))
     # (compiled may beat fused: it compiles the loss too, the fused stacks keep their own)

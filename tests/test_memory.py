@@ -48,12 +48,10 @@ def test_model_states_follow_the_zero_formulas(strategy: str, formula, n: int) -
 
 def test_sgd_keeps_one_state_and_fp32_training_no_master_copy() -> None:
     cfg = load_workload("llama3.2-1b")
-    sgd = Job.from_config(cfg.model_copy(update={"training": cfg.training.model_copy(
-        update={"optimizer": "sgd"})}))
+    sgd = Job.from_config(cfg.copy(training=cfg.training.copy(optimizer="sgd")))
     assert states(memory.estimate(sgd, RTX5090, "zero1", world=1)) == \
         pytest.approx(12 * sgd.n_params, abs=2)  # 2 + 2 + (4 master + 4 momentum)
-    fp32 = Job.from_config(cfg.model_copy(update={"training": cfg.training.model_copy(
-        update={"precision": "fp32"})}))
+    fp32 = Job.from_config(cfg.copy(training=cfg.training.copy(precision="fp32")))
     r = memory.estimate(fp32, RTX5090, "zero2", world=4)
     assert r.breakdown_bytes["weights"] == pytest.approx(4 * fp32.n_params, abs=2)
     assert states(r) == pytest.approx(4 * fp32.n_params + 12 * fp32.n_params / 4, abs=2)
@@ -182,8 +180,7 @@ def test_verdict_strings() -> None:
 
 def test_largest_micro_batch_is_the_boundary() -> None:
     cfg = load_workload("llama2-7b")
-    j = Job.from_config(cfg.model_copy(update={"training": cfg.training.model_copy(
-        update={"activation_checkpointing": "full"})}))
+    j = Job.from_config(cfg.copy(training=cfg.training.copy(activation_checkpointing="full")))
     b = memory_search.largest_micro_batch(j, RTX5090, "fsdp", world=8)
     assert b >= 1
     assert memory.estimate(j, RTX5090, "fsdp", world=8, micro_batch=b).fits

@@ -19,10 +19,9 @@ def box(cards: tuple[str, ...] | None = None) -> Machine:
     """The 2x5090-2x4090 preset, or the same box with the given card at every rank."""
     cfg = load_topology("2x5090-2x4090")
     if cards is not None:
-        nodes = [n.model_copy(update={"gpu": None}) if n.kind == "gpu" else n
+        nodes = [n.copy(gpu=None) if n.kind == "gpu" else n
                  for n in cfg.nodes]
-        cfg = cfg.model_copy(update={"nodes": nodes, "gpu": cfg.gpu.model_copy(
-            update={"base": cards[0]})})
+        cfg = cfg.copy(nodes=nodes, gpu=cfg.gpu.copy(base=cards[0]))
     return Machine.from_config(cfg)
 
 

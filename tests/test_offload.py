@@ -97,9 +97,9 @@ def cpu_step_time(machine, strategy: str, what: str) -> float:  # noqa: ANN001
 def fast_memory(name: str) -> api.Machine:
     """A preset whose sockets' memory never binds: the CPU step is its threads' alone."""
     cfg = api.load_topology(name)
-    nodes = [n.model_copy(update={"memory_bandwidth_gb_per_s": 1e6}) if n.kind == "cpu"
+    nodes = [n.copy(memory_bandwidth_gb_per_s=1e6) if n.kind == "cpu"
              else n for n in cfg.nodes]
-    return api.Machine.from_config(cfg.model_copy(update={"nodes": nodes}))
+    return api.Machine.from_config(cfg.copy(nodes=nodes))
 
 
 def with_recipe(framework: str):  # noqa: ANN201
@@ -142,9 +142,9 @@ def test_the_for_loop_costs_a_thread_five_times_the_fused_kernel() -> None:
 
 def test_a_slow_host_memory_bounds_the_cpu_optimizer() -> None:
     cfg = api.load_topology("1x4090")
-    nodes = [n.model_copy(update={"memory_bandwidth_gb_per_s": 1.0, "cores": 4096})
+    nodes = [n.copy(memory_bandwidth_gb_per_s=1.0, cores=4096)
              if n.kind == "cpu" else n for n in cfg.nodes]
-    slow = api.Machine.from_config(cfg.model_copy(update={"nodes": nodes}))
+    slow = api.Machine.from_config(cfg.copy(nodes=nodes))
     expected = JOB.n_trainable * host.CPU_ADAM.bytes_per_param / 1e9  # 1 GB/s memory
     assert cpu_step_time(slow, "zero2", "optimizer") == pytest.approx(expected, rel=1e-6)
 

@@ -30,7 +30,7 @@ def machine(name: str = "8xa100-nvswitch") -> Machine:
 
 
 def job(checkpointing: str = "none", hidden: int = 1024) -> Job:
-    return Job.from_config(WorkloadConfig.model_validate({
+    return Job.from_config(WorkloadConfig.from_data({
         "name": "tiny", "model": {"family": "llama", "layers": LAYERS, "hidden": hidden,
                                   "heads": 8, "ffn_hidden": hidden * 11 // 4, "vocab": 32000},
         "training": {"seq_len": 512, "micro_batch": 2, "precision": "bf16",
@@ -89,7 +89,7 @@ def test_collectives_sit_on_the_critical_path() -> None:
 
 def nvlink_pairs_machine() -> Machine:
     """Four GPUs on one CPU; NVLink bridges join 0-2 and 1-3 (not consecutive ranks)."""
-    return Machine.from_config(TopologyConfig.model_validate({
+    return Machine.from_config(TopologyConfig.from_data({
         "name": "pairs", "gpu": "rtx3090ti",
         "nodes": [{"id": "cpu0", "kind": "cpu", "memory_bandwidth_gb_per_s": 40}]
         + [{"id": f"gpu{i}", "kind": "gpu"} for i in range(4)],

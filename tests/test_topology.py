@@ -82,7 +82,7 @@ def test_nvlink_bridge_is_p2p_even_without_pcie_p2p_and_disable_makes_it_shm() -
 
 
 def _with(name: str, **update: object) -> Machine:
-    return Machine.from_config(load_topology(name).model_copy(update=update))
+    return Machine.from_config(load_topology(name).copy(**update))
 
 
 def test_p2p_level_decides_like_nccl_p2p_level() -> None:
@@ -147,7 +147,7 @@ def test_intel_overhead_applies_only_through_an_intel_cpu() -> None:
     # 2x 5090 on one Sapphire Rapids socket, SHM (PHB): x1.2 on PCIe, so 40 not 48 GB/s fit
     intel = machine("2x5090").ring()
     assert intel.nccl_bus_bandwidth == pytest.approx(40 * GB)
-    amd = _with("2x5090", nodes=[n.model_copy(update={"model": "amd-xgmi"})
+    amd = _with("2x5090", nodes=[n.copy(model="amd-xgmi")
                                  if n.kind == "cpu" else n
                                  for n in load_topology("2x5090").nodes]).ring()
     assert amd.nccl_bus_bandwidth > intel.nccl_bus_bandwidth

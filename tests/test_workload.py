@@ -13,8 +13,7 @@ from simulator.job.workload import Job
 
 def llama7b(**training: object) -> Job:
     cfg = load_workload("llama2-7b")
-    return Job.from_config(cfg.model_copy(
-        update={"training": cfg.training.model_copy(update=training)}))
+    return Job.from_config(cfg.copy(training=cfg.training.copy(**training)))
 
 
 def test_llama_registration_order() -> None:
@@ -208,7 +207,7 @@ def test_unknown_lora_target_is_named(tmp_path: Path) -> None:
 
 
 def test_generic_layers() -> None:
-    cfg = WorkloadConfig.model_validate({
+    cfg = WorkloadConfig.from_data({
         "name": "g", "training": {"seq_len": 1, "micro_batch": 4},
         "layers": [{"name": "stem", "params": 9408, "forward_flops_per_sample": 2.36e8,
                     "activation_bytes_per_sample": 1.6e6, "tensors": 2},
@@ -309,12 +308,11 @@ def test_eager_attention_copies_its_permuted_operands_once_each_way() -> None:
 
 def test_generic_layer_tensor_sizes_as_given() -> None:
     # torchvision resnet50's stem: conv1.weight 64x3x7x7, bn1.weight, bn1.bias
-    cfg = WorkloadConfig.model_validate({
+    cfg = WorkloadConfig.from_data({
         "name": "g", "training": {"seq_len": 1, "micro_batch": 4},
         "layers": [{"name": "stem", "params": 9536, "forward_flops_per_sample": 2.36e8,
                     "activation_bytes_per_sample": 1.6e6, "tensors": 3,
                     "tensor_numels": [9408, 64, 64]}]})
     assert [p.numel for p in Job.from_config(cfg).params] == [9408, 64, 64]
-    even = cfg.model_copy(update={"layers": [cfg.layers[0].model_copy(  # type: ignore[index]
-        update={"tensor_numels": None})]})
+    even = cfg.copy(layers=[cfg.layers[0].copy(tensor_numels=None)])  # type: ignore[index]
     assert [p.numel for p in Job.from_config(even).params] == [3179, 3179, 3178]

@@ -32,7 +32,7 @@ from simulator.advice.cost import Prices
 from simulator.api import RunSpec
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology
-from simulator.inputs.schema import GpuSpec, LinkConfig, NodeConfig, TopologyConfig
+from simulator.inputs.schema import GpuSpec, LinkConfig, NodeConfig, TopologyConfig, dump
 from simulator.machine import hardware
 from simulator.machine.topology import Machine
 
@@ -54,7 +54,7 @@ def _gpu_links(config: TopologyConfig) -> dict[str, LinkConfig]:
 def p2p_driver(config: TopologyConfig, gpu: hardware.GPU) -> tuple[TopologyConfig | None, str]:
     if config.p2p:
         return None, "the box already has PCIe peer-to-peer"
-    variant = config.model_copy(update={"p2p": True, "name": config.name + "+p2p"})
+    variant = config.copy(p2p=True, name=config.name + "+p2p")
     machine = Machine.from_config(variant)
     pairs = [(i, j) for i in range(machine.n_gpus) for j in range(machine.n_gpus) if i != j]
     if pairs and all(machine.transport(i, j) != "P2P" for i, j in pairs):
@@ -84,15 +84,14 @@ def switch_or_sockets(config: TopologyConfig, gpu: hardware.GPU
         new = [LinkConfig(a=cpus[0], b="sw-new", kind="pcie", gen=sample.gen, lanes=sample.lanes)]
         new += [LinkConfig(a="sw-new", b=g, kind="pcie", gen=lk.gen, lanes=lk.lanes)
                 for g, lk in links.items()]
-        return (config.model_copy(update={"name": config.name + "+one-switch", "nodes": nodes,
-                                          "links": kept + new}),
+        return (config.copy(name=config.name + "+one-switch", nodes=nodes, links=kept + new),
                 f"all GPUs behind one PCIe switch on {cpus[0]} (one x{sample.lanes} uplink)")
     switches = {p for p in parents if kinds[p] == "pcie_switch"}
     nodes = [n for n in config.nodes if n.id not in switches]
     kept = [lk for lk in config.links if lk.a not in switches and lk.b not in switches]
     if len(cpus) < 2:  # a second socket like the first, joined as that CPU's kind is
         first = next(n for n in config.nodes if n.id == cpus[0])
-        nodes.insert(nodes.index(first) + 1, first.model_copy(update={"id": "cpu-new"}))
+        nodes.insert(nodes.index(first) + 1, first.copy(id="cpu-new"))
         amd = (first.model or "").startswith("amd")
         kept.append(LinkConfig(a=cpus[0], b="cpu-new", kind="xgmi" if amd else "upi",
                                model=first.model))
@@ -101,8 +100,7 @@ def switch_or_sockets(config: TopologyConfig, gpu: hardware.GPU
     half = (len(gpus) + 1) // 2
     new = [LinkConfig(a=cpus[0] if i < half else cpus[1], b=g, kind="pcie", gen=links[g].gen,
                       lanes=links[g].lanes) for i, g in enumerate(gpus)]
-    return (config.model_copy(update={"name": config.name + "+two-sockets", "nodes": nodes,
-                                      "links": kept + new}),
+    return (config.copy(name=config.name + "+two-sockets", nodes=nodes, links=kept + new),
             "GPUs on two sockets' root ports, half on each (no PCIe switch)")
 
 
@@ -115,9 +113,9 @@ def next_pcie_gen(config: TopologyConfig, gpu: hardware.GPU
     if low >= gpu.pcie_gen:
         return None, f"the {gpu.name} is a PCIe Gen{gpu.pcie_gen} card and its links run at it"
     target = low + 1
-    links = [lk.model_copy(update={"gen": target}) if lk.kind == "pcie" and lk.gen == low
+    links = [lk.copy(gen=target) if lk.kind == "pcie" and lk.gen == low
              else lk for lk in config.links]
-    return (config.model_copy(update={"name": f"{config.name}+gen{target}", "links": links}),
+    return (config.copy(name=f"{config.name}+gen{target}", links=links),
             f"PCIe Gen{low} links at Gen{target}")
 
 
@@ -130,8 +128,7 @@ def nvlink_bridge(config: TopologyConfig, gpu: hardware.GPU
     gpus = [n.id for n in config.nodes if n.kind == "gpu"]
     bridges = [LinkConfig(a=a, b=b, kind="nvlink", count=gpu.nvlink_links)
                for a, b in zip(gpus[::2], gpus[1::2], strict=False)]
-    return (config.model_copy(update={"name": config.name + "+nvlink-bridge",
-                                      "links": list(config.links) + bridges}),
+    return (config.copy(name=config.name + "+nvlink-bridge", links=list(config.links) + bridges),
             f"an NVLink bridge ({gpu.nvlink_links} links) between each pair of GPUs")
 
 
@@ -144,14 +141,12 @@ def twice_the_gpus(config: TopologyConfig, gpu: hardware.GPU
     for g, lk in links.items():
         twin = f"{g}-twin"
         node = next(n for n in config.nodes if n.id == g)
-        extra_nodes.append(node.model_copy(update={"id": twin}))
+        extra_nodes.append(node.copy(id=twin))
         parent = lk.b if lk.a == g else lk.a
-        extra_links.append(lk.model_copy(update={"a": parent, "b": twin}))
+        extra_links.append(lk.copy(a=parent, b=twin))
     price = config.price_usd_per_hour * 2 if config.price_usd_per_hour else None
-    return (config.model_copy(update={"name": config.name + "+2x-gpus",
-                                      "nodes": list(config.nodes) + extra_nodes,
-                                      "links": list(config.links) + extra_links,
-                                      "price_usd_per_hour": price}),
+    return (config.copy(name=config.name + "+2x-gpus", nodes=list(config.nodes) + extra_nodes,
+                        links=list(config.links) + extra_links, price_usd_per_hour=price),
             f"{2 * len(links)} GPUs, each new one attached as its twin is")
 
 
@@ -173,7 +168,7 @@ def more_memory(config: TopologyConfig, gpu: hardware.GPU) -> tuple[TopologyConf
                      f"${gpu.price_usd:,.0f})")
         else:
             update["price_usd_per_hour"] = None
-    return config.model_copy(update=update), note
+    return config.copy(**update), note
 
 
 UPGRADES: dict[str, Rewrite] = {
@@ -209,7 +204,7 @@ def upgrades(best: dict[str, Any], prices: Prices) -> list[dict[str, Any]]:
                 out.append({"upgrade": name, "applies": False, "note": note})
                 continue
             path = Path(tmp) / f"{variant.name}.yaml"
-            path.write_text(yaml.safe_dump(variant.model_dump(exclude_none=True),
+            path.write_text(yaml.safe_dump(dump(variant, exclude_none=True),
                                            sort_keys=False), encoding="utf-8")
             new_gpu = hardware.resolve_gpu(variant.gpu)
             priced, price_note = _price(prices, gpu, new_gpu)

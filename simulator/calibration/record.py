@@ -20,6 +20,7 @@ from simulator.inputs.schema import (
     ComputeCalibration,
     FittedValue,
     UnfittedValue,
+    dump,
 )
 from simulator.outputs.files import write_atomically
 
@@ -46,7 +47,7 @@ def merged(old: CalibrationConfig | None, *, source: str | None = None,
 def render(topology_text: str, calibration: CalibrationConfig) -> str:
     """The topology text with its calibration block (replaced, or added at the end)."""
     text = _without_calibration(topology_text).rstrip("\n")
-    data: dict[str, Any] = calibration.model_dump(exclude_defaults=True)
+    data: dict[str, Any] = dump(calibration, exclude_defaults=True)
     block = yaml.safe_dump({"calibration": data}, sort_keys=False, width=100)
     return f"{text}\n{HEADER}\n{block}"
 

@@ -1,4 +1,4 @@
-"""`stepsim schema topology|workload`: the JSON Schema of a YAML input, from its pydantic model.
+"""`stepsim schema topology|workload`: the JSON Schema of a YAML input, as pydantic checks it.
 
 Editors validate and complete YAML with it (the YAML language server reads a
 ``# yaml-language-server: $schema=FILE`` comment at the top of the file).
@@ -22,10 +22,10 @@ def add_parser(subparsers: Any) -> None:
 
 
 def document(kind: str) -> dict[str, Any]:
-    from simulator.inputs.schema import TopologyConfig, WorkloadConfig
+    from simulator.inputs.schema import TopologyConfig, WorkloadConfig, json_schema
 
     model = TopologyConfig if kind == "topology" else WorkloadConfig
-    schema = model.model_json_schema()
+    schema = json_schema(model)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "title": f"stepsim {kind}", **{k: v for k, v in schema.items() if k != "title"}}
 

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
                                              path.name)
     else:
         imported = topo_import.from_matrix(nvidia_smi.parse(text, str(path)), opts, path.name)
-    machine = Machine.from_config(TopologyConfig.model_validate(imported.data))
+    machine = Machine.from_config(TopologyConfig.from_data(imported.data))
     yaml_text = imported.to_yaml()
     if args.output is None:
         print(yaml_text, end="")

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from simulator.errors import InputError
 from simulator.inputs.bundled import preset_dir, preset_names
 
-if TYPE_CHECKING:  # pydantic and the models load with the first file validated, not before
-    from pydantic import BaseModel, ValidationError
+if TYPE_CHECKING:  # pydantic loads with the first file checked, not before (never for a
+    # preset read back from the cache)
+    from pydantic import ValidationError
 
     from simulator.inputs.loader import Loc
-    from simulator.inputs.schema import TopologyConfig, WorkloadConfig
+    from simulator.inputs.schema import Frozen, TopologyConfig, WorkloadConfig
 
-M = TypeVar("M", bound="BaseModel")
+M = TypeVar("M", bound="Frozen")
 
 
 def resolve(name_or_path: str, kind: str) -> Path:
@@ -97,7 +98,7 @@ def validate(data: Any, lines: dict[Loc, int], model: type[M], file: str) -> M:
         raise InputError(f"expected keys (`name: ...`) at the top level, got "
                          f"{type(data).__name__}", file=file, line=lines.get(()))
     try:
-        obj = model.model_validate(data)
+        obj = model.from_data(data)
     except ValidationError as exc:
         err = _first_error(exc)
         loc = tuple(err["loc"])
@@ -111,7 +112,7 @@ def validate(data: Any, lines: dict[Loc, int], model: type[M], file: str) -> M:
 def _first_error(exc: ValidationError) -> Any:
     """The error to report: a misspelt key first, as it usually explains a missing one."""
     errors = exc.errors()
-    return next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    return next((e for e in errors if e["type"] in _UNKNOWN_KEY), errors[0])
 
 
 def _line_for(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | None:
@@ -135,13 +136,15 @@ def _key(loc: tuple[Any, ...]) -> str:
 def explain(err: Any) -> str:
     """A pydantic error (one of ``exc.errors()``) as the one-line message users read."""
     kind = err["type"]
-    if kind == "extra_forbidden":
+    if kind in _UNKNOWN_KEY:
         return "unknown key (misspelt?)"
     if kind == "missing":
         return "required key is missing"
     if kind == "int_parsing_size":
         return f"{err.get('input')!r:.40} is too large a number (docs/inputs.md: Limits)"
     msg = str(err["msg"]).removeprefix("Value error, ")
+    if kind == "dataclass_type":  # a scalar or a list where a mapping of keys belongs
+        msg = f"Input should be a valid dictionary or instance of {err['ctx']['class_name']}"
     value = err.get("input")
     bound = _BOUNDS.get(kind)
     if bound is not None:
@@ -158,6 +161,8 @@ def explain(err: Any) -> str:
     return msg
 
 
+# a key no model has: pydantic's name for it in a dataclass, and in a model
+_UNKNOWN_KEY = ("unexpected_keyword_argument", "extra_forbidden")
 _BOUNDS = {"less_than_equal": ("le", "must be at most {}"),
            "greater_than_equal": ("ge", "must be at least {}"),
            "too_long": ("max_length", "at most {} entries")}

@@ -273,7 +273,7 @@ def _workload(doc: JsonDoc, path: Path, model_type: str, fields: Fields,
         return fields[field][1] if field in fields else ("model_type",)
 
     try:
-        workload = WorkloadConfig.model_validate(data)
+        workload = WorkloadConfig.from_data(data)
     except ValidationError as exc:  # a limit (docs/inputs.md)
         error = exc.errors()[0]
         raise doc.error(source(tuple(error["loc"])), explain(error)) from None

@@ -1,26 +1,29 @@
 """Bundled presets as validated once: the checked models pickled in the user's cache folder.
 
-A preset is the same file on every run, yet checking it builds pydantic's validators for its
-models (the larger part of loading one). So the first load of each preset stores the model it
-validated, and later loads read that back, without parsing or validating.
+A preset is the same file on every run, yet checking it loads pydantic and builds its
+validators (the larger part of starting a run). So the first load of each preset stores the
+model it validated, and later loads read that back, without parsing, validating or importing
+pydantic (the models are plain dataclasses, simulator/inputs/schema.py).
 
 What it assumes: an entry is keyed by the preset's bytes, the model's class, the source of
 every module of ``simulator/inputs/`` (the models and every rule that shapes them live there)
-and of the catalogs the checks consult (``machine/hardware.py``, ``machine/wire.py``), and the
-stepsim, pydantic and Python versions; so an edited preset, a changed rule or catalog, or an
-upgrade reads as a miss, never as a stale model. The folder is ``$STEPSIM_CACHE_DIR``, else
-``$XDG_CACHE_HOME/stepsim``, else ``~/.cache/stepsim`` (none without a home folder). An entry
-is written whole or not at all (a temporary file renamed into place); a folder that cannot be
-written, or an entry that cannot be read, only means the preset is validated as if there were
-no cache. Only bundled presets are kept: a user's own file is checked every time, so its
-errors and warnings are always shown. An entry is a pickle, trusted as Python trusts its own
-``__pycache__``: the folder is the user's, and whoever can write there can already run code
-as them.
+and of the catalogs the checks consult (``machine/hardware.py``, ``machine/wire.py``), the
+stepsim and Python versions, and pydantic's ``version.py`` (it names the pydantic and
+pydantic-core releases, and is read without importing them); so an edited preset, a changed
+rule or catalog, or an upgrade reads as a miss, never as a stale model. The folder is
+``$STEPSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/stepsim``, else ``~/.cache/stepsim`` (none
+without a home folder). An entry is written whole or not at all (a temporary file renamed into
+place); a folder that cannot be written, or an entry that cannot be read, only means the preset
+is validated as if there were no cache. Only bundled presets are kept: a user's own file is
+checked every time, so its errors and warnings are always shown. An entry is a pickle, trusted
+as Python trusts its own ``__pycache__``: the folder is the user's, and whoever can write there
+can already run code as them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import pickle
 import sys
@@ -28,13 +31,10 @@ from functools import cache
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import VERSION as PYDANTIC_VERSION
-from pydantic import BaseModel
-
 import simulator
 from simulator.inputs import schema
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound=schema.Frozen)
 
 
 def folder() -> Path | None:
@@ -52,16 +52,19 @@ def folder() -> Path | None:
 @cache
 def _salt() -> bytes:
     """What every entry's key shares: the rules and the versions that read the models."""
-    digest = hashlib.sha256(
-        f"{simulator.__version__}|{PYDANTIC_VERSION}|{sys.version}".encode())
+    digest = hashlib.sha256(f"{simulator.__version__}|{sys.version}".encode())
     inputs = Path(schema.__file__).parent
     machine = inputs.parent / "machine"
-    for source in [*sorted(inputs.glob("*.py")), machine / "hardware.py", machine / "wire.py"]:
+    sources = [*sorted(inputs.glob("*.py")), machine / "hardware.py", machine / "wire.py"]
+    pydantic = importlib.util.find_spec("pydantic")
+    if pydantic is not None and pydantic.origin is not None:
+        sources.append(Path(pydantic.origin).with_name("version.py"))
+    for source in sources:
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     return digest.digest()
 
 
-def _entry(text: bytes, model: type[BaseModel]) -> Path | None:
+def _entry(text: bytes, model: type[schema.Frozen]) -> Path | None:
     where = folder()
     if where is None:
         return None

@@ -1,23 +1,21 @@
 """The typed, frozen models of the two input files (topology and workload YAML).
 
-Units are in the key names (``bandwidth_gb_per_s``, ``latency_us``). Everything here is
-checked at load; see simulator/inputs/config.py for how errors are reported (file:line:key).
+Units are in the key names (``bandwidth_gb_per_s``, ``latency_us``). Every model is a frozen
+dataclass; pydantic checks the data against them (``from_data``), and loads only then: a
+preset read back from the cache (preset_cache.py) is a model without pydantic ever imported,
+which is most of what starting a run costs. The bounds and checks below are written as plain
+markers that pydantic reads when it checks; see simulator/inputs/config.py for how errors are
+reported (file:line:key).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, get_args
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PositiveFloat,
-    PositiveInt,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 NodeKind = Literal["gpu", "cpu", "pcie_switch", "nvswitch", "nic"]
 LinkKind = Literal["pcie", "nvlink", "upi", "xgmi", "network"]
@@ -48,42 +46,115 @@ MAX_USD = 1e6
 MAX_CORES = 4096  # CPU cores of one socket: 20x the largest (EPYC 9965: 192)
 MAX_HOST_GIB = 2**20  # host memory of one socket, GiB: 1 PiB, 170x a 6 TB server socket
 
-Bandwidth = Annotated[float, Field(ge=MIN_GB_PER_S, le=MAX_GB_PER_S)]
+
+class Bounds:
+    """Limits of a value, in pydantic's own terms (``gt``, ``le``, ``min_length`` ...).
+
+    Kept as data here and handed to pydantic as ``Field(**bounds)`` when it checks, so the
+    errors and the JSON Schema are pydantic's own for those bounds.
+    """
+
+    def __init__(self, **bounds: float) -> None:
+        self.bounds = bounds
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        from pydantic import Field
+
+        bounded = Field(**self.bounds)  # type: ignore[call-overload]
+        return handler.generate_schema(Annotated[source, bounded])
 
 
-class Frozen(BaseModel):
-    # allow_inf_nan=False: `.inf` FLOPs or a `.nan` bandwidth would stall the simulated clock
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
+class _Number:
+    """Marks a field that takes a number: a boolean is refused there (`lanes: true` is an
+    error, not an x1 link), where pydantic would read it as 1."""
 
-    @field_validator("*", mode="before")
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_before_validator_function(_refuse_bool, handler(source))
+
+
+def _refuse_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {str(value).lower()}")
+    return value
+
+
+NUMBER = _Number()  # the outermost marker of every int or float field (tests/test_schema.py)
+PositiveInt = Annotated[int, Bounds(gt=0)]
+PositiveFloat = Annotated[float, Bounds(gt=0)]
+Bandwidth = Annotated[float, Bounds(ge=MIN_GB_PER_S, le=MAX_GB_PER_S)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Frozen:
+    """What every model shares: unknown keys and non-finite numbers are errors, and a copy
+    with some keys changed. allow_inf_nan=False: `.inf` FLOPs or a `.nan` bandwidth would
+    stall the simulated clock."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid", "allow_inf_nan": False}
+
     @classmethod
-    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        """A boolean is not a number: `lanes: true` is refused, not read as an x1 link."""
-        if isinstance(value, bool) and info.field_name in _numeric_fields(cls):
-            raise ValueError(f"expected a number, got {str(value).lower()}")
-        return value
+    def from_data(cls, data: Any) -> Self:
+        """``data`` (what a YAML file holds) checked and made this model; raises pydantic's
+        ValidationError (config.py turns it into one line naming file, line and key)."""
+        return _adapter(cls).validate_python(data)  # type: ignore[no-any-return]
+
+    def copy(self, **changes: Any) -> Self:
+        """The same model with some keys changed (not checked again)."""
+        return dataclasses.replace(self, **changes)
 
 
-def _numeric_fields(cls: type[BaseModel]) -> frozenset[str]:
-    """Fields of ``cls`` that take an int or a float but never a bool (cached per class)."""
-    cached = _NUMERIC.get(cls)
-    if cached is None:
-        leaves = {name: _leaves(f.annotation) for name, f in cls.model_fields.items()}
-        cached = frozenset(name for name, types in leaves.items()
-                           if types & {int, float} and bool not in types)
-        _NUMERIC[cls] = cached
-    return cached
+def _around(source: Any, handler: Any, kind: Any, check: Any) -> Any:
+    """A model's own ``check`` around pydantic's schema of its fields, as a validator of
+    ``kind`` (a pydantic_core.core_schema maker). The check takes over the model's reference,
+    so every place the model appears is checked alike."""
+    inner = handler(source)
+    ref = inner.pop("ref", None)
+    outer = kind(check, inner)
+    if ref is not None:
+        outer["ref"] = ref
+    return outer
 
 
-def _leaves(tp: Any) -> set[Any]:
-    """The plain types inside an annotation (``int | None`` -> {int, NoneType})."""
-    args = get_args(tp)
-    return set().union(*map(_leaves, args)) if args else {tp}
+def _adapter(model: type[Frozen]) -> TypeAdapter[Any]:
+    """pydantic's checker of ``model``, built once per process."""
+    adapter = _ADAPTERS.get(model)
+    if adapter is None:
+        from pydantic import TypeAdapter
+
+        adapter = _ADAPTERS[model] = TypeAdapter(model)
+    return adapter
 
 
-_NUMERIC: dict[type[BaseModel], frozenset[str]] = {}
+_ADAPTERS: dict[type[Frozen], TypeAdapter[Any]] = {}
 
 
+def json_schema(model: type[Frozen]) -> dict[str, Any]:
+    """The JSON Schema pydantic checks ``model`` with."""
+    return _adapter(model).json_schema()  # type: ignore[no-any-return]
+
+
+def dump(value: Any, *, exclude_none: bool = False, exclude_defaults: bool = False) -> Any:
+    """A model as plain data (mappings, lists, scalars), field by field in order."""
+    if isinstance(value, Frozen):
+        out = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            if exclude_none and item is None:
+                continue
+            if exclude_defaults and item == (f.default if f.default_factory is dataclasses.MISSING
+                                              else f.default_factory()):
+                continue
+            out[f.name] = dump(item, exclude_none=exclude_none, exclude_defaults=exclude_defaults)
+        return out
+    if isinstance(value, list):
+        return [dump(v, exclude_none=exclude_none, exclude_defaults=exclude_defaults)
+                for v in value]
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
 class GpuSpec(Frozen):
     """A GPU: a catalog name, or a catalog entry (``base``) with some numbers overridden.
 
@@ -91,28 +162,34 @@ class GpuSpec(Frozen):
     hardware.py ``resolve_gpu`` turns either into the GPU the simulator times.
     """
 
-    base: str = Field(min_length=1)  # catalog name (simulator/machine/hardware.py)
-    memory_gib: PositiveFloat | None = None
-    memory_bandwidth_gb_per_s: Bandwidth | None = None
-    power_limit_w: PositiveFloat | None = None  # enforced board power limit (nvidia-smi -pl)
-    bf16_tflops: PositiveFloat | None = None  # spec dense 16-bit peak (FP32 accumulate)
-    matmul_tflops: PositiveFloat | None = None  # achieved rate of one large plain GEMM
-    sms: PositiveInt | None = None
+    base: Annotated[str, Bounds(min_length=1)]  # catalog name (simulator/machine/hardware.py)
+    memory_gib: Annotated[PositiveFloat | None, NUMBER] = None
+    memory_bandwidth_gb_per_s: Annotated[Bandwidth | None, NUMBER] = None
+    # enforced board power limit (nvidia-smi -pl)
+    power_limit_w: Annotated[PositiveFloat | None, NUMBER] = None
+    # spec dense 16-bit peak (FP32 accumulate)
+    bf16_tflops: Annotated[PositiveFloat | None, NUMBER] = None
+    # achieved rate of one large plain GEMM
+    matmul_tflops: Annotated[PositiveFloat | None, NUMBER] = None
+    sms: Annotated[PositiveInt | None, NUMBER] = None
 
-    @model_validator(mode="before")
     @classmethod
-    def _from_name(cls, data: Any) -> Any:
-        return {"base": data} if isinstance(data, str) else data
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        """A name is the catalog entry of that name: ``h100-sxm`` reads as ``{base: h100-sxm}``."""
+        from pydantic_core import core_schema
+
+        return _around(source, handler, core_schema.no_info_before_validator_function,
+                       lambda data: {"base": data} if isinstance(data, str) else data)
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core: Any, handler: Any) -> dict[str, Any]:
-        """In `stepsim schema`: a name or a mapping, as ``_from_name`` reads it."""
+        """In `stepsim schema`: a name or a mapping, as the check above reads it."""
         return {"anyOf": [{"type": "string", "description": "a catalog name"}, handler(core)]}
 
     def overrides(self) -> dict[str, float]:
         """The numbers this spec changes, by key."""
-        # read field by field: model_dump would build the serializer a read-back preset lacks
-        values = {k: getattr(self, k) for k in type(self).model_fields if k != "base"}
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.name != "base"}
         return {k: v for k, v in values.items() if v is not None}
 
     def __str__(self) -> str:
@@ -122,43 +199,53 @@ class GpuSpec(Frozen):
         return f"{self.base} ({', '.join(f'{k} {v:g}' for k, v in changed.items())})"
 
 
+@dataclass(frozen=True, kw_only=True)
 class NodeConfig(Frozen):
-    id: str = Field(min_length=1)
+    id: Annotated[str, Bounds(min_length=1)]
     kind: NodeKind
     # cpu only: achievable host-memory bandwidth of this socket (GB/s), shared by SHM traffic
-    memory_bandwidth_gb_per_s: Bandwidth | None = None
+    memory_bandwidth_gb_per_s: Annotated[Bandwidth | None, NUMBER] = None
     # cpu only: CPU generation, sets the socket-link default (see hardware.SOCKET_LINKS)
     model: str | None = None
     # cpu only: cores of this socket (the CPU optimizer of offloaded training runs on them)
-    cores: PositiveInt | None = Field(default=None, le=MAX_CORES)
+    cores: Annotated[Annotated[int, Bounds(gt=0, le=MAX_CORES)] | None, NUMBER] = None
     # cpu only: host memory of this socket (offloaded optimizer states and parameters), GiB
-    memory_gib: PositiveFloat | None = Field(default=None, le=MAX_HOST_GIB)
+    memory_gib: Annotated[Annotated[float, Bounds(gt=0, le=MAX_HOST_GIB)] | None, NUMBER] = None
     # gpu only: this GPU when it differs from the machine's default `gpu` (name or mapping)
     gpu: GpuSpec | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
 class LinkConfig(Frozen):
     a: str
     b: str
     kind: LinkKind
-    gen: PositiveInt | None = Field(default=None, le=16)  # pcie (3, 4, 5, 6) or nvlink gen
-    lanes: PositiveInt | None = Field(default=None, le=MAX_LANES)  # pcie lanes (x8, x16)
-    count: PositiveInt | None = Field(default=None, le=MAX_NVLINKS)  # nvlinks bundled
+    # pcie (3, 4, 5, 6) or nvlink generation
+    gen: Annotated[Annotated[int, Bounds(gt=0, le=16)] | None, NUMBER] = None
+    # pcie lanes (x8, x16)
+    lanes: Annotated[Annotated[int, Bounds(gt=0, le=MAX_LANES)] | None, NUMBER] = None
+    # nvlinks bundled
+    count: Annotated[Annotated[int, Bounds(gt=0, le=MAX_NVLINKS)] | None, NUMBER] = None
     model: str | None = None  # upi / xgmi generation name from the catalog
-    bandwidth_gb_per_s: Bandwidth | None = None  # per direction; default from the kind
-    latency_us: float | None = Field(default=None, ge=0, le=MAX_LATENCY_US)
+    # per direction; default from the kind
+    bandwidth_gb_per_s: Annotated[Bandwidth | None, NUMBER] = None
+    latency_us: Annotated[Annotated[float, Bounds(ge=0, le=MAX_LATENCY_US)] | None, NUMBER] = None
 
 
+@dataclass(frozen=True, kw_only=True)
 class FittedValue(Frozen):
     """One physical parameter `stepsim calibrate` fitted (simulator/machine/wire.py names)."""
 
     parameter: str
-    value: float
-    default: float | None = None  # stepsim's value before the fit (None: none, e.g. no cap)
+    value: Annotated[float, NUMBER]
+    # stepsim's value before the fit (None: none, e.g. no cap)
+    default: Annotated[float | None, NUMBER] = None
     source: str  # the logs and sizes it was fitted on
-    rms_error: float | None = Field(default=None, ge=0)  # fit residual over those rows, fraction
+    # fit residual over those rows, fraction
+    rms_error: Annotated[Annotated[float, Bounds(ge=0)] | None, NUMBER] = None
 
 
+@dataclass(frozen=True, kw_only=True)
 class UnfittedValue(Frozen):
     """A parameter the logs could not determine, left at stepsim's default."""
 
@@ -166,26 +253,30 @@ class UnfittedValue(Frozen):
     reason: str
 
 
+@dataclass(frozen=True, kw_only=True)
 class ComputeCalibration(Frozen):
     """A measured single-GPU step of one job: its achieved share of stepsim's compute speed."""
 
     workload: str  # the workload name it holds for
     gpu: str
-    achieved_fraction: PositiveFloat  # modelled / measured compute time (< 1: slower)
-    measured_step_s: PositiveFloat
-    modelled_step_s: PositiveFloat
+    # modelled / measured compute time (< 1: slower)
+    achieved_fraction: Annotated[PositiveFloat, NUMBER]
+    measured_step_s: Annotated[PositiveFloat, NUMBER]
+    modelled_step_s: Annotated[PositiveFloat, NUMBER]
     source: str = ""
 
 
+@dataclass(frozen=True, kw_only=True)
 class CalibrationConfig(Frozen):
     """What `stepsim calibrate` fitted to the user's own measurements, with its provenance."""
 
     source: str = ""
-    fitted: list[FittedValue] = Field(default_factory=list)
-    left_at_default: list[UnfittedValue] = Field(default_factory=list)
-    compute: list[ComputeCalibration] = Field(default_factory=list)
+    fitted: list[FittedValue] = field(default_factory=list)
+    left_at_default: list[UnfittedValue] = field(default_factory=list)
+    compute: list[ComputeCalibration] = field(default_factory=list)
 
 
+@dataclass(frozen=True, kw_only=True)
 class TopologyConfig(Frozen):
     name: str
     description: str = ""
@@ -194,9 +285,11 @@ class TopologyConfig(Frozen):
     p2p: bool = False
     # NCCL_P2P_LEVEL: P2P only where the path type is at most this (NCCL default PXB)
     p2p_level: PathLevel = "PXB"
-    price_usd_per_hour: PositiveFloat | None = Field(default=None, le=MAX_USD)
-    nodes: list[NodeConfig] = Field(min_length=1, max_length=MAX_NODES)
-    links: list[LinkConfig] = Field(default_factory=list, max_length=MAX_LINKS)
+    price_usd_per_hour: Annotated[Annotated[float, Bounds(gt=0, le=MAX_USD)] | None,
+                                  NUMBER] = None
+    nodes: Annotated[list[NodeConfig], Bounds(min_length=1, max_length=MAX_NODES)]
+    links: Annotated[list[LinkConfig], Bounds(max_length=MAX_LINKS)] = field(
+        default_factory=list)
     calibration: CalibrationConfig | None = None  # written by `stepsim calibrate`
 
     def reference_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
@@ -273,15 +366,17 @@ class TopologyConfig(Frozen):
 Family = Literal["llama", "gpt2", "mpt", "bert", "generic"]
 
 
+@dataclass(frozen=True, kw_only=True)
 class ModelConfig(Frozen):
     family: Family
-    layers: PositiveInt = Field(le=MAX_LAYERS)
-    hidden: PositiveInt = Field(le=MAX_WIDTH)
-    heads: PositiveInt = Field(le=MAX_WIDTH)
+    layers: Annotated[int, Bounds(gt=0, le=MAX_LAYERS), NUMBER]
+    hidden: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
+    heads: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
     # grouped-query attention; default = heads
-    kv_heads: PositiveInt | None = Field(default=None, le=MAX_WIDTH)
-    ffn_hidden: PositiveInt | None = Field(default=None, le=MAX_FFN)  # default 4 * hidden
-    vocab: PositiveInt = Field(le=MAX_VOCAB)
+    kv_heads: Annotated[Annotated[int, Bounds(gt=0, le=MAX_WIDTH)] | None, NUMBER] = None
+    # default 4 * hidden
+    ffn_hidden: Annotated[Annotated[int, Bounds(gt=0, le=MAX_FFN)] | None, NUMBER] = None
+    vocab: Annotated[int, Bounds(gt=0, le=MAX_VOCAB), NUMBER]
     tie_embeddings: bool | None = None  # lm_head shares the token embedding; default by family
     norm: Literal["layernorm", "rmsnorm"] | None = None  # default by family
     mlp: Literal["swiglu", "gelu"] | None = None  # default by family
@@ -289,35 +384,38 @@ class ModelConfig(Frozen):
     qkv_bias: bool | None = None  # biases on q/k/v only (Qwen2); default = bias
     positions: Literal["learned", "rotary", "alibi"] | None = None  # default by family
     # learned position table size
-    max_positions: PositiveInt | None = Field(default=None, le=MAX_TOKENS)
+    max_positions: Annotated[Annotated[int, Bounds(gt=0, le=MAX_TOKENS)] | None, NUMBER] = None
 
 
+@dataclass(frozen=True, kw_only=True)
 class GenericLayer(Frozen):
     """One layer of a model that is not a transformer (a UNet block, a conv stage)."""
 
-    name: str = Field(min_length=1)
-    params: int = Field(ge=0, le=MAX_LAYER_PARAMS)
-    forward_flops_per_sample: float = Field(ge=0, le=MAX_PER_SAMPLE)
-    activation_bytes_per_sample: float = Field(ge=0, le=MAX_PER_SAMPLE)
+    name: Annotated[str, Bounds(min_length=1)]
+    params: Annotated[int, Bounds(ge=0, le=MAX_LAYER_PARAMS), NUMBER]
+    forward_flops_per_sample: Annotated[float, Bounds(ge=0, le=MAX_PER_SAMPLE), NUMBER]
+    activation_bytes_per_sample: Annotated[float, Bounds(ge=0, le=MAX_PER_SAMPLE), NUMBER]
     # parameter tensors the layer registers (for DDP buckets)
-    tensors: PositiveInt = Field(default=1, le=1_000_000)
+    tensors: Annotated[int, Bounds(gt=0, le=1_000_000), NUMBER] = 1
     # elements of each of those tensors in registration order (DDP closes a bucket at the
     # tensor that fills it); None: the layer's parameters split evenly over them
-    tensor_numels: list[PositiveInt] | None = Field(default=None, max_length=1_000_000)
+    tensor_numels: Annotated[Annotated[list[PositiveInt], Bounds(max_length=1_000_000)] | None,
+                             NUMBER] = None
     # forward HBM traffic of the layer's memory-bound work (normalisation, activation, residual
     # adds), one sample; timed as a bandwidth-bound kernel next to the layer's compute
-    memory_bytes_per_sample: float = Field(default=0.0, ge=0, le=MAX_PER_SAMPLE)
+    memory_bytes_per_sample: Annotated[float, Bounds(ge=0, le=MAX_PER_SAMPLE), NUMBER] = 0.0
 
 
 MAX_LORA_ALPHA = 1e6  # LoRA's alpha (scale alpha / rank): common values are 8-128
 MAX_LORA_TARGETS = 64  # target modules: a transformer block has at most about ten linears
 
 
+@dataclass(frozen=True, kw_only=True)
 class LoraConfig(Frozen):
-    rank: PositiveInt = Field(default=16, le=MAX_WIDTH)
-    alpha: PositiveFloat | None = Field(default=None, le=MAX_LORA_ALPHA)
-    targets: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"],
-                               max_length=MAX_LORA_TARGETS)
+    rank: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER] = 16
+    alpha: Annotated[Annotated[float, Bounds(gt=0, le=MAX_LORA_ALPHA)] | None, NUMBER] = None
+    targets: Annotated[list[str], Bounds(max_length=MAX_LORA_TARGETS)] = field(
+        default_factory=lambda: ["q_proj", "v_proj"])
 
 
 Checkpointing = Literal["none", "selective", "op", "full"]
@@ -335,10 +433,11 @@ OPTIMIZER_IN_BWD_ACCUM = ("optimizer_in_bwd with grad_accum > 1: torchtune refus
                           "accumulation with the optimizer step in backward")
 
 
+@dataclass(frozen=True, kw_only=True)
 class TrainingConfig(Frozen):
-    seq_len: PositiveInt = Field(le=MAX_TOKENS)
-    micro_batch: PositiveInt = Field(default=1, le=MAX_BATCH)
-    grad_accum: PositiveInt = Field(default=1, le=MAX_BATCH)
+    seq_len: Annotated[int, Bounds(gt=0, le=MAX_TOKENS), NUMBER]
+    micro_batch: Annotated[int, Bounds(gt=0, le=MAX_BATCH), NUMBER] = 1
+    grad_accum: Annotated[int, Bounds(gt=0, le=MAX_BATCH), NUMBER] = 1
     # the recipe (simulator/job/recipe.py): a framework bundle sets the defaults of the keys
     # below it that the workload leaves out
     framework: Framework = "hf"
@@ -359,32 +458,59 @@ class TrainingConfig(Frozen):
     attention: Literal["flash", "flash3", "triton", "eager"] = "flash"
     # attention-probability dropout; bert also drops the hidden states at this rate (its
     # BertConfig has hidden_dropout_prob = attention_probs_dropout_prob = 0.1)
-    dropout: float = Field(default=0.0, ge=0, lt=1)
+    dropout: Annotated[float, Bounds(ge=0, lt=1), NUMBER] = 0.0
     # torchtune's option of the same name: FSDP units of their own for the embeddings and the
     # output projection instead of leaving them in the root (its Llama 3 distributed configs)
-    custom_sharded_layers: list[Literal["tok_embeddings", "output"]] = Field(
-        default_factory=list, max_length=2)
+    custom_sharded_layers: Annotated[list[Literal["tok_embeddings", "output"]],
+                                     Bounds(max_length=2)] = field(default_factory=list)
+    # the keys the file, a command-line flag or the constructor gave (a framework bundle sets
+    # the others); not a key of the file, so not a field: each instance's own
+    given: ClassVar[frozenset[str]] = frozenset()
+
+    def __new__(cls, **keys: Any) -> Self:
+        made = super().__new__(cls)
+        object.__setattr__(made, "given", frozenset(keys))
+        return made
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        def note_given(data: Any, check: Any) -> TrainingConfig:
+            made: TrainingConfig = check(data)
+            if isinstance(data, dict):
+                object.__setattr__(made, "given", frozenset(data))
+            return made
+
+        return _around(source, handler, core_schema.no_info_wrap_validator_function, note_given)
+
+    def copy(self, **changes: Any) -> Self:
+        """The same keys with some changed; those count as given from now on."""
+        made = dataclasses.replace(self, **changes)
+        object.__setattr__(made, "given", self.given | changes.keys())
+        return made
 
 
+@dataclass(frozen=True, kw_only=True)
 class WorkloadConfig(Frozen):
     name: str
     description: str = ""
     source: str = ""
     model: ModelConfig | None = None
     # the generic (non-transformer) form
-    layers: list[GenericLayer] | None = Field(default=None, min_length=1, max_length=MAX_LAYERS)
+    layers: Annotated[list[GenericLayer], Bounds(min_length=1, max_length=MAX_LAYERS)] | None = None
     training: TrainingConfig
 
     def with_training(self, **changes: Any) -> WorkloadConfig:
         """The same workload with some training keys changed (command-line overrides)."""
-        training = self.training.model_copy(update=changes)
-        return self.model_copy(update={"training": training})
+        return self.copy(training=self.training.copy(**changes))
 
-    @model_validator(mode="after")
-    def _one_model(self) -> WorkloadConfig:
-        if (self.model is None) == (self.layers is None):
-            raise ValueError("give exactly one of `model` (a transformer) or `layers` (generic)")
-        return self
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return _around(source, handler, core_schema.no_info_after_validator_function,
+                       _one_model)
 
     def reference_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Cross-field checks a field type cannot express, as (key path, message) pairs."""
@@ -417,3 +543,9 @@ class WorkloadConfig(Frozen):
                 errors.append((("model", "kv_heads"),
                                f"kv_heads {m.kv_heads} must divide heads {m.heads}"))
         return errors
+
+
+def _one_model(workload: WorkloadConfig) -> WorkloadConfig:
+    if (workload.model is None) == (workload.layers is None):
+        raise ValueError("give exactly one of `model` (a transformer) or `layers` (generic)")
+    return workload

@@ -76,9 +76,9 @@ def scaled_workload(base: WorkloadConfig, hidden: int) -> WorkloadConfig:
         kv_heads -= 1
     ffn = math.ceil((m.ffn_hidden or 4 * m.hidden) * hidden / m.hidden / 256) * 256
     layers = max(1, round(m.layers * hidden / m.hidden))
-    model = m.model_copy(update={"hidden": heads * head_dim, "heads": heads,
-                                 "kv_heads": kv_heads, "ffn_hidden": ffn, "layers": layers})
-    return base.model_copy(update={"model": model, "name": f"{base.name}-h{hidden}"})
+    model = m.copy(hidden=heads * head_dim, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn,
+                   layers=layers)
+    return base.copy(model=model, name=f"{base.name}-h{hidden}")
 
 
 def largest_model(base: WorkloadConfig, gpu: GPU, strategy: str, *, max_hidden: int = 65536,

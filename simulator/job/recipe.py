@@ -112,7 +112,7 @@ class Recipe:
 
 def resolve(training: TrainingConfig) -> Recipe:
     """The recipe of a ``training`` block: explicit keys, else the framework's bundle."""
-    given = training.model_fields_set
+    given = training.given
     framework = training.framework if "framework" in given else DEFAULT_FRAMEWORK
     bundle = _BUNDLES[framework]
     values = {k: getattr(training, k) if k in given else bundle[k] for k in KEYS}

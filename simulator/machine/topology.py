@@ -195,8 +195,7 @@ class Machine:
         dropped = set(self.gpu_nodes[k:])
         nodes = [n for n in self.config.nodes if n.id not in dropped]
         links = [lc for lc in self.config.links if lc.a not in dropped and lc.b not in dropped]
-        part = Machine.from_config(self.config.model_copy(update={"nodes": nodes,
-                                                                  "links": links}), self.nccl)
+        part = Machine.from_config(self.config.copy(nodes=nodes, links=links), self.nccl)
         return part if self.scales.neutral else part.with_scales(self.scales)
 
     def gpu_of(self, rank: int) -> hardware.GPU:
