@@ -60,7 +60,6 @@ from simulator.spec import (
     with_adapters,
 )
 from simulator.strategies import steps
-from simulator.strategies.buckets import DEFAULT_BUCKET_CAP_MB
 from simulator.strategies.recipe import (
     DDP_STRATEGIES,
     check_pipeline,
@@ -158,11 +157,16 @@ def _channel_note(machine: Machine, plain: Machine) -> list[str]:
 def degrees(spec: RunSpec, job: Job, machine: Machine, dp: int) -> dict[str, Any]:
     """What was simulated, as numbers: the parallel degrees, the batch, the bucket size."""
     ddp = spec.strategy in DDP_STRATEGIES and dp > 1  # torch DDP buckets the gradients
+    bucket_mb = None
+    if ddp:  # the bucketing module, only for a job that buckets
+        from simulator.strategies.buckets import DEFAULT_BUCKET_CAP_MB
+
+        bucket_mb = spec.bucket_mb or DEFAULT_BUCKET_CAP_MB
     return {"parallelism": {"world": machine.n_gpus, "tp": _tp_degree(spec, machine), "dp": dp,
                             "pp": spec.pp},
             "micro_batch": job.micro_batch, "seq_len": job.seq_len,
             "grad_accum": job.grad_accum,
-            "bucket_mb": (spec.bucket_mb or DEFAULT_BUCKET_CAP_MB) if ddp else None}
+            "bucket_mb": bucket_mb}
 
 
 def recipe(spec: RunSpec, job: Job | None = None) -> dict[str, Any]:

@@ -18,13 +18,22 @@ ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("numpy", "networkx", "simpy", "pydantic", "rich", "matplotlib")
 
 
-def _imported_after(argv: list[str]) -> set[str]:
-    """The heavy packages a fresh interpreter has imported after `stepsim ARGV`."""
+# what a one-strategy run writing no file has no use for: the other strategies, the trace
+# exporters, the regimes of other kernels, one collective timed alone, the flag suggestions
+UNUSED_BY_AN_FSDP_RUN = (
+    "simulator.strategies.ddp", "simulator.strategies.zero", "simulator.strategies.tensor",
+    "simulator.strategies.paging", "simulator.strategies.buckets", "simulator.outputs.trace",
+    "simulator.outputs.kineto", "simulator.job.compiled", "simulator.job.fused",
+    "simulator.engine.lone_flow", "difflib", "gzip")
+
+
+def _imported_after(argv: list[str], modules: tuple[str, ...] = HEAVY) -> set[str]:
+    """Which of ``modules`` a fresh interpreter has imported after `stepsim ARGV`."""
     code = ("import io, contextlib, sys\n"
             "from simulator.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             f"    main({argv!r})\n"
-            f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
+            f"print(' '.join(m for m in {modules!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT)
     return set(out.stdout.split())
@@ -51,6 +60,14 @@ def test_presets_load_neither_the_models_nor_the_simulator() -> None:
 def test_json_output_does_not_load_rich() -> None:
     assert "rich" not in _imported_after(["collective", "-t", "2x5090", "--op", "allreduce",
                                           "--bytes", "1M", "--json"])
+
+
+def test_a_run_loads_only_its_own_strategy_and_no_unasked_output() -> None:
+    job = ["run", "-t", "8x5090-switch", "-w", "llama2-7b", "--json"]
+    assert _imported_after([*job, "-s", "fsdp"], UNUSED_BY_AN_FSDP_RUN) == set()
+    # the same check sees a module the run does use
+    assert {"simulator.strategies.ddp", "simulator.strategies.buckets"} <= _imported_after(
+        [*job, "-s", "ddp"], UNUSED_BY_AN_FSDP_RUN)
 
 
 def test_the_fast_listing_is_what_the_validated_presets_say() -> None:

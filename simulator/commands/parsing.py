@@ -10,7 +10,6 @@ flags are read by ``whole`` and ``number``, which word their errors like the res
 from __future__ import annotations
 
 import argparse
-import difflib
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -66,6 +65,8 @@ class Parser(argparse.ArgumentParser):
     def _unknown(self, extra: list[str]) -> str:
         first = extra[0]
         flags = [s for a in self._actions for s in a.option_strings]
+        import difflib  # only to suggest a flag for a mistyped one
+
         near = difflib.get_close_matches(first.split("=", 1)[0], flags, n=1)
         hint = f"; did you mean {near[0]}?" if near else ""
         return f"unrecognized argument{'s' if len(extra) > 1 else ''}: {' '.join(extra)}{hint}"

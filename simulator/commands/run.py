@@ -24,7 +24,7 @@ from simulator.commands.parsing import NO_FIT_EXIT, no_fit_status
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
 from simulator.machine.nccl_env import NcclEnv
-from simulator.outputs import jsondoc, kineto, trace
+from simulator.outputs import jsondoc
 from simulator.outputs.files import Writer, check_outputs, text_writer, write_files
 from simulator.strategies import STRATEGIES
 from simulator.strategies.recipe import check_strategy, unused_flags
@@ -326,11 +326,17 @@ def trace_paths(path: str, fmt: str, world: int) -> list[str]:
     """The files a trace goes to: the path itself, or one per rank beside it (kineto)."""
     if fmt not in TRACE_FORMATS:
         raise InputError(f"--trace-format: expected perfetto or kineto, got {fmt!r}")
-    return [path] if fmt == "perfetto" else kineto.rank_paths(path, world)
+    if fmt == "perfetto":
+        return [path]
+    from simulator.outputs import kineto  # its exporter only for a kineto trace
+
+    return kineto.rank_paths(path, world)
 
 
 def trace_writers(result: RunResult, path: str, fmt: str,
                   every_gpu: bool = False) -> list[tuple[str, Writer]]:
+    from simulator.outputs import kineto, trace  # only when a trace is asked for
+
     deps = [{t.id: t.deps for t in p.tasks} for p in result.programs]
     timeline = result.timeline
     if fmt == "perfetto":

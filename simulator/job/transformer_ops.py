@@ -26,11 +26,12 @@ Conventions (each with its source or reason):
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from simulator.job import attention, compiled, eager, fused, loss
+from simulator.job import attention, eager, loss
 from simulator.job.kernels import NONE, Kernel, Shape, Stage, gemm, memory, pointwise
 from simulator.job.parameters import QA_LABELS
 
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from simulator.job.parameters import Module
     from simulator.job.workload import Job
 
-REGIMES: dict[str, ModuleType] = {"eager": eager, "compiled": compiled, "fused": fused}
+REGIMES = ("eager", "compiled", "fused")  # kernel regime -> its module simulator/job/<regime>.py
 NF4_BYTES = 0.5  # QLoRA base weight: 4 bits per weight (Dettmers et al. 2023)
 
 
@@ -84,6 +85,13 @@ def _role(mod: Module, n_layers: int) -> str:
     return _ROLE[mod.leaf]
 
 
+def regime(kernels: str) -> ModuleType:
+    """The module of a kernel regime, imported when a job first asks for it (a job runs one)."""
+    if kernels not in REGIMES:
+        raise KeyError(kernels)
+    return importlib.import_module(f"simulator.job.{kernels}")
+
+
 class Builder:
     """The kernels of each op of one micro-batch of a transformer Job, built once per op (every
     block but the first is alike)."""
@@ -97,7 +105,7 @@ class Builder:
         A = self.arch
         self.shape = Shape(self.T, A.hidden, A.kv_dim, A.ffn_hidden, A.heads, self.a)
         self.kernels = job.recipe.kernels
-        self.regime = REGIMES[self.kernels]
+        self.regime = regime(self.kernels)
         # module -> indices of its params (params follow modules in order)
         self.mod_params: dict[str, list[int]] = {}
         i = 0

@@ -27,7 +27,6 @@ import weakref
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from simulator.engine.lone_flow import busiest, lone_flow
 from simulator.errors import InputError
 from simulator.machine import hardware, wire
 from simulator.machine import nccl_tuning as nt
@@ -392,6 +391,8 @@ def simulate(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...] | No
              algo: str = "auto", protocol: str | None = None) -> Result:
     """Run one collective alone on idle links, as nccl-tests would time it: one flow alone
     on the fabric, in closed form (engine/lone_flow.py)."""
+    from simulator.engine.lone_flow import busiest, lone_flow  # a step's run never times one alone
+
     p = plan(machine, op, nbytes, ranks, algo, protocol)
     capacities = {lid: link.capacity for lid, link in machine.links.items()}
     seconds, carried = lone_flow(capacities, p.usage, p.bus_bytes, p.max_rate, p.latency)

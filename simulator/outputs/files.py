@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import gzip
 import os
 import shutil
 import stat
@@ -43,6 +42,8 @@ def text_writer(text: str) -> Writer:
     def write(path: Path) -> None:
         data = text.encode("utf-8")
         if path.suffix == ".gz":
+            import gzip  # imported for a gzipped file only
+
             data = gzip.compress(data, mtime=0)  # mtime 0: the same run gives the same bytes
         path.write_bytes(data)
     return write

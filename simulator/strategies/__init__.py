@@ -107,22 +107,31 @@ def pipeline_shape(name: str, job: Job, machine: Machine, options: StrategyOptio
 
 
 def _build_one(name: str, job: Job, machine: Machine, opts: StrategyOptions) -> Program:
-    from simulator.strategies import ddp, fsdp, tensor, zero
-
+    # each strategy's module is imported when it is asked for: a run builds only one
     if opts.grad_compression not in ("none", "bf16"):
         raise InputError(f"gradient compression {opts.grad_compression!r}: choose none or bf16")
     if name == "ddp":
+        from simulator.strategies import ddp
+
         return ddp.build(job, machine, opts)
     if name in ("zero1", "zero2"):
+        from simulator.strategies import zero
+
         return zero.build(job, machine, opts, stage=int(name[-1]))
     if name == "fsdp":
+        from simulator.strategies import fsdp
+
         return fsdp.build(job, machine, opts)
     if name == "zero3":  # FSDP's per-unit gather/reduce pattern; DeepSpeed reduces gradients in
         # their own 16-bit dtype (communication_data_type unset), as memory.py's recipe assumes
+        from simulator.strategies import fsdp
+
         prog = fsdp.build(job, machine, opts, reduce_bytes=4 if job.precision == "fp32" else 2,
                           framework="deepspeed")
         prog.meta["strategy"] = "zero3"
         return prog
     if name in ("tp", "tp+ddp", "tp+fsdp"):
+        from simulator.strategies import tensor
+
         return tensor.build(job, machine, opts, data_parallel=name.partition("+")[2] or None)
     raise InputError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
