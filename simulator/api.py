@@ -90,6 +90,8 @@ __all__ = ["MAX_SIMULATED_OPS", "TRAINING_OVERRIDES", "CollectiveSpec", "MemoryR
 
 @dataclass
 class RunResult:
+    """One simulated step: what was asked, what it ran on, and everything it produced."""
+
     spec: RunSpec
     machine: Machine
     job: Job

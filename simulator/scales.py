@@ -27,6 +27,8 @@ MECHANISMS = ("compute", *TRANSPORTS)
 
 @dataclass(frozen=True)
 class RateScales:
+    """A factor on the achieved rate of each mechanism (1.0: the model as it is)."""
+
     compute: float = 1.0
     shm: float = 1.0
     pcie_p2p: float = 1.0

@@ -45,10 +45,10 @@ def test_the_reference_gemm_runs_at_the_catalog_plain_rate(name: str) -> None:
 def test_unpublished_rate_uses_the_product_line_ratio() -> None:
     g = gpu("h100-pcie")
     assert g.measured_matmul_flops is None and g.plain_matmul_flops is None
-    ratio = compute.PLAIN_TO_SPEC["datacenter"]
+    ratio = compute.plain_to_spec("datacenter")
     assert 0.65 < ratio < 0.85
     assert compute.matmul_rate(g) == pytest.approx(g.matmul_flops * ratio)
-    assert 0.9 < compute.PLAIN_TO_SPEC["geforce"] < 1.15  # GeForce cards boost past spec
+    assert 0.9 < compute.plain_to_spec("geforce") < 1.15  # GeForce cards boost past spec
 
 
 def test_mamf_is_scaled_to_a_plain_matmul() -> None:

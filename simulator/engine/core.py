@@ -78,7 +78,7 @@ class _Sms:
         self.computing.clear()
 
 
-@dataclass
+@dataclass(eq=False)  # a meeting is itself: equal only to itself
 class _Meet:
     """Tasks of several programs that are one communication (or one repeat)."""
 

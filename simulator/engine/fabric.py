@@ -58,6 +58,8 @@ class _Route:
 
 @dataclass(eq=False, slots=True)  # a flow is itself: equal only to itself
 class _Flow:
+    """One flow in progress on its route: bytes left, rate cap, and the links it loads."""
+
     route: _Route
     links: np.ndarray  # the route's, kept here for the per-event loops
     weights: np.ndarray
@@ -69,7 +71,7 @@ class _Flow:
     rate: float = 0.0
 
 
-@dataclass
+@dataclass(eq=False)  # numpy rates have no truth value: == could only raise
 class UsageSample:
     """From ``time`` until the next sample, link i carries ``rates[i]`` bytes/s."""
 

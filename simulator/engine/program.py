@@ -31,6 +31,8 @@ MoveKind = Literal["d2h", "h2d", "cpu_optimizer", "nvme"]
 
 @dataclass(frozen=True)
 class Compute:
+    """GPU work of a known duration on an idle GPU (slowed while NCCL kernels run beside it)."""
+
     name: str
     kind: ComputeKind
     duration: float  # seconds on an idle GPU (no NCCL kernels beside it)
@@ -40,6 +42,8 @@ class Compute:
 
 @dataclass(frozen=True)
 class Comm:
+    """One NCCL collective, run by every group of ``groups`` at once."""
+
     name: str
     op: CommOp
     nbytes: int  # NCCL nBytes: buffer for all-reduce/broadcast, full array for AG/RS
@@ -59,6 +63,8 @@ class Transfer:
 
 @dataclass(frozen=True)
 class SendRecv:
+    """One batch of NCCL point-to-point transfers (``batch_isend_irecv``)."""
+
     name: str
     sends: tuple[Transfer, ...] = ()
     recvs: tuple[Transfer, ...] = ()
@@ -77,6 +83,8 @@ class Flow:
 
 @dataclass(frozen=True)
 class Move:
+    """Bytes moved without NCCL kernels (copy engines, CPU threads), as flows on links."""
+
     name: str
     kind: MoveKind
     flows: tuple[Flow, ...]
@@ -105,6 +113,8 @@ Work = Compute | Comm | SendRecv | Move | Repeat
 
 @dataclass(frozen=True)
 class Task:
+    """One piece of work on a named stream, started once the tasks it depends on are done."""
+
     id: int
     stream: str  # "compute", "nccl", "allgather", "reducescatter", "tp", "p2p", ...
     work: Work
@@ -113,6 +123,8 @@ class Task:
 
 @dataclass
 class Program:
+    """The tasks of one group of identical ranks, in the order they are issued."""
+
     world: int  # GPUs in the job
     tasks: list[Task] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # strategy facts for the report (buckets)

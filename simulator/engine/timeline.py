@@ -27,6 +27,8 @@ REPEAT_KIND = "repeat"  # iterations replayed from a simulated unit (args: times
 
 @dataclass(frozen=True)
 class Span:
+    """One task as it ran: its GPU, stream, kind and start and end times."""
+
     gpu: int
     stream: str
     name: str
@@ -60,6 +62,8 @@ class LinkSample:
 
 @dataclass
 class Timeline:
+    """The simulated step: every span, the step time and what each link carried."""
+
     spans: list[Span]  # each group's representative GPU, program by program, in task order
     world: int  # GPUs in the job
     step_time: float  # seconds: end of the last task

@@ -11,7 +11,7 @@ rate, others at the 16-bit tensor-core rate. Assumes one kernel has the GPU to i
 from __future__ import annotations
 
 import math
-from statistics import median
+from functools import cache
 
 from simulator.job.ops import Kernel, Op
 from simulator.job.workload import Job
@@ -108,22 +108,22 @@ def _derived_plain_rate(gpu: GPU) -> float | None:
     return None
 
 
-def _plain_to_spec(line: str) -> float:
+@cache
+def plain_to_spec(line: str) -> float:
     """Median plain-matmul/spec ratio over catalog GPUs of one product line with a published
     (or MAMF-derived) rate."""
+    from statistics import median  # with fractions and decimal: only for a card lacking a rate
+
     ratios = [rate / g.matmul_flops for g in GPUS.values()
               if g.line == line and (rate := _derived_plain_rate(g)) is not None]
     return median(ratios)
-
-
-PLAIN_TO_SPEC = {line: _plain_to_spec(line) for line in {g.line for g in GPUS.values()}}
 
 
 def matmul_rate(gpu: GPU) -> float:
     """Achievable dense 16-bit FLOP/s of a large plain GEMM benchmark at the enforced power
     limit: plain-matmul measured, else from MAMF, else spec x the median ratio of its product
     line; slowed with the SM clock under a lower power limit (simulator/machine/power.py)."""
-    rate = _derived_plain_rate(gpu) or gpu.matmul_flops * PLAIN_TO_SPEC[gpu.line]
+    rate = _derived_plain_rate(gpu) or gpu.matmul_flops * plain_to_spec(gpu.line)
     return rate * power.clock_share(gpu)
 
 

@@ -23,6 +23,8 @@ FP32 = 4  # bytes of an fp32 element (upcasts, reductions, optimizer states)
 
 @dataclass(frozen=True)
 class Kernel:
+    """One GPU kernel: its FLOPs and the bytes it moves through memory."""
+
     kind: KernelKind
     flops: float
     bytes: float

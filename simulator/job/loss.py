@@ -41,6 +41,8 @@ VARIANTS = ("fp32", "chunked", "fused", "fused-linear")
 
 @dataclass(frozen=True)
 class Loss:
+    """The loss's kernels, forward and backward, and the memory they keep alive per logit."""
+
     forward: tuple[Kernel, ...]
     backward: tuple[Kernel, ...]
     saved_per_logit: float  # bytes alive from the loss's forward to its backward

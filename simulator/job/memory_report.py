@@ -18,6 +18,8 @@ CATEGORIES = ("weights", "gradients", "optimizer", "activations", "other")
 
 @dataclass(frozen=True)
 class Line:
+    """One allocation of the memory estimate: what it is, its bytes, and when it is alive."""
+
     category: str  # one of CATEGORIES
     label: str  # what this memory is, in words
     bytes: float
@@ -57,6 +59,8 @@ def alive(line: Line, moment: str) -> bool:
 
 @dataclass(frozen=True)
 class MemoryReport:
+    """Memory per GPU of one job under one strategy: what it holds, against the capacity."""
+
     strategy: str
     world: int
     tp: int

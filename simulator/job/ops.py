@@ -39,6 +39,8 @@ Phase = Literal["forward", "backward", "recompute", "optimizer"]
 
 @dataclass(frozen=True)
 class Op:
+    """One op of the step (a block's GEMM, norm, attention, ...) with its kernels and cost."""
+
     name: str
     block: int
     phase: Phase

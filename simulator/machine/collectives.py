@@ -67,6 +67,8 @@ class Plan:
 
 @dataclass(frozen=True)
 class Result:
+    """One collective timed alone, in nccl-tests' terms (time, algbw, busbw)."""
+
     op: str
     bytes: int
     gpus: int

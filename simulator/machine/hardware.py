@@ -23,6 +23,8 @@ GiB = 1024**3
 
 @dataclass(frozen=True)
 class GPU:
+    """One GPU model: its compute rates, memory, SMs, NVLink and PCIe, power and price."""
+
     name: str
     arch: str  # volta | turing | ampere | ada | hopper | blackwell
     compute_capability: int  # 80 = sm80; NCCL indexes its tables by this
@@ -262,6 +264,8 @@ NVLINK_HOP_LATENCY = 0.25 * US  # assumption: NVLink hop is comparable to a PCIe
 
 @dataclass(frozen=True)
 class SocketLink:
+    """The link between two CPU sockets (QPI, UPI, Infinity Fabric): rates and latency."""
+
     name: str
     bandwidth: float  # B/s per direction: the links' raw rate (protocol overhead not modelled)
     nccl_bandwidth: float  # what NCCL's topology code assigns to it (topo.h), for its search

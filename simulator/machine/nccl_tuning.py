@@ -81,6 +81,8 @@ class Graph:
 
 @dataclass(frozen=True)
 class Estimate:
+    """NCCL's own time estimate for one algorithm and protocol (tuning.cc)."""
+
     algorithm: str
     protocol: str
     time_us: float

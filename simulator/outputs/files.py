@@ -51,6 +51,8 @@ def text_writer(text: str) -> Writer:
 
 @dataclass
 class _Target:
+    """One output path and where its bytes are in the all-or-nothing write."""
+
     given: str  # as the user wrote it, for messages
     path: Path  # where the bytes go (a symlink's target)
     stream: bool  # written in place (stdout, FIFO, terminal, /dev/null), never renamed
