@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,15 +29,21 @@ UNUSED_BY_AN_FSDP_RUN = (
     "simulator.engine.lone_flow", "difflib", "gzip", "statistics")
 
 
-def _imported_after(argv: list[str], modules: tuple[str, ...] = HEAVY) -> set[str]:
-    """Which of ``modules`` a fresh interpreter has imported after `stepsim ARGV`."""
+def _imported_after(argv: list[str], modules: tuple[str, ...] = HEAVY, *,
+                    at_a_terminal: bool = False) -> set[str]:
+    """Which of ``modules`` a fresh interpreter has imported after `stepsim ARGV` (with
+    ``at_a_terminal``: its stderr a terminal, out of CI, where progress may show)."""
     code = ("import io, contextlib, sys\n"
+            "class Terminal(io.StringIO):\n"
+            "    def isatty(self): return True\n"
+            f"if {at_a_terminal}: sys.stderr = Terminal()\n"
             "from simulator.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             f"    main({argv!r})\n"
-            f"print(' '.join(m for m in {modules!r} if m in sys.modules))")
+            f"print(' '.join(m for m in {modules!r} if m in sys.modules), file=sys.__stdout__)")
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=ROOT)
+                         check=True, cwd=ROOT, env=env)
     return set(out.stdout.split())
 
 
@@ -61,6 +68,11 @@ def test_presets_load_neither_the_models_nor_the_simulator() -> None:
 def test_json_output_does_not_load_rich() -> None:
     assert "rich" not in _imported_after(["collective", "-t", "2x5090", "--op", "allreduce",
                                           "--bytes", "1M", "--json"])
+
+
+def test_a_short_run_at_a_terminal_does_not_load_rich_for_a_bar_it_never_shows() -> None:
+    run = ["run", "-t", "2x5090", "-w", "gpt2-medium", "-s", "ddp", "--json"]
+    assert "rich" not in _imported_after(run, at_a_terminal=True)
 
 
 def test_a_run_loads_only_its_own_strategy_and_no_unasked_output() -> None:

@@ -5,7 +5,7 @@ the terminal, else 80 columns), with box lines on a terminal and as plain aligne
 when stdout is piped or redirected, so `stepsim compare ... | cat`, `grep` and `awk` read
 words, not drawing characters. Progress goes to stderr, only when stderr is a terminal (never
 under CI) and only once the work has run for two seconds: short commands stay silent.
-rich is imported only when text is printed.
+rich is imported only when text is printed or a progress bar is due.
 """
 
 from __future__ import annotations
@@ -78,15 +78,18 @@ def progress(description: str) -> Iterator[Update]:
     if not sys.stderr.isatty() or os.environ.get("CI"):
         yield lambda done, total: None
         return
-    from rich.console import Console
-    from rich.progress import Progress
-
-    bar = Progress(console=Console(stderr=True), transient=True)
     lock = threading.Lock()
-    state: dict[str, Any] = {"done": 0, "total": None, "task": None}
+    state: dict[str, Any] = {"done": 0, "total": None, "bar": None, "task": None, "over": False}
 
     def begin() -> None:
+        # rich only once the bar is due: work that ends sooner never imports it
+        from rich.console import Console
+        from rich.progress import Progress
+
         with lock:
+            if state["over"]:  # the work ended while rich was being imported
+                return
+            bar = state["bar"] = Progress(console=Console(stderr=True), transient=True)
             bar.start()
             state["task"] = bar.add_task(description, total=state["total"],
                                          completed=state["done"])
@@ -95,7 +98,7 @@ def progress(description: str) -> Iterator[Update]:
         with lock:
             state.update(done=done, total=total)
             if state["task"] is not None:
-                bar.update(state["task"], completed=done, total=total)
+                state["bar"].update(state["task"], completed=done, total=total)
 
     timer = threading.Timer(PROGRESS_AFTER_S, begin)
     timer.daemon = True
@@ -105,5 +108,6 @@ def progress(description: str) -> Iterator[Update]:
     finally:
         timer.cancel()
         with lock:
+            state["over"] = True
             if state["task"] is not None:
-                bar.stop()
+                state["bar"].stop()
