@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator import engine, memo, strategies, verdict
 from simulator import spec as specs
@@ -38,7 +38,6 @@ from simulator.inputs.schema import TopologyConfig, WorkloadConfig
 from simulator.job.workload import Job
 from simulator.machine import collectives, hardware
 from simulator.machine.build import blame, forget_machines, load_machine
-from simulator.machine.collective_run import CollectiveSpec, collective
 from simulator.machine.nccl_env import transport_effects
 from simulator.machine.topology import Machine
 from simulator.outputs import report
@@ -77,6 +76,20 @@ from simulator.verdict import (
     pipeline_split,
     strategy_options,
 )
+
+if TYPE_CHECKING:
+    from simulator.machine.collective_run import CollectiveSpec, collective
+
+
+def __getattr__(name: str) -> Any:
+    """``CollectiveSpec`` and ``collective``, imported when first asked for (a step's run
+    never times a collective alone)."""
+    if name in ("CollectiveSpec", "collective"):
+        from simulator.machine import collective_run
+
+        return getattr(collective_run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # the entry point's names: the pipeline here, and what spec.py, verdict.py and the machine's
 # modules hold (commands, advice, scripts and users call them as api.NAME)
