@@ -13,7 +13,6 @@ from typing import Any
 from simulator import strategies
 from simulator.inputs.config import load_workload
 from simulator.job import memory as memory_model
-from simulator.job import memory_search
 from simulator.job.optimizer import PAGED
 from simulator.job.workload import Job
 from simulator.machine import collectives, host
@@ -164,6 +163,8 @@ def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
     micro-batch, or model of the same family, that fits on the GPU and in host RAM
     (``spec.micro_batch`` None with ``largest_micro_batch``: searched from 1). A pipeline's
     verdict is its fullest stage's, every stage under ``stages``."""
+    from simulator.job import memory_search  # the searches: only `stepsim memory` asks for them
+
     spec = configured(spec)
     check_strategy(spec.strategy)
     check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
