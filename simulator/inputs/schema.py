@@ -201,6 +201,8 @@ class GpuSpec(Frozen):
 
 @dataclass(frozen=True, kw_only=True)
 class NodeConfig(Frozen):
+    """A node: a GPU, a CPU socket (its root complex), a PCIe switch, an NVSwitch or a NIC."""
+
     id: Annotated[str, Bounds(min_length=1)]
     kind: NodeKind
     # cpu only: achievable host-memory bandwidth of this socket (GB/s), shared by SHM traffic
@@ -217,6 +219,8 @@ class NodeConfig(Frozen):
 
 @dataclass(frozen=True, kw_only=True)
 class LinkConfig(Frozen):
+    """A link between two nodes: PCIe, NVLink, a socket link (UPI, xGMI) or a network."""
+
     a: str
     b: str
     kind: LinkKind
@@ -278,6 +282,8 @@ class CalibrationConfig(Frozen):
 
 @dataclass(frozen=True, kw_only=True)
 class TopologyConfig(Frozen):
+    """A machine: its GPU, its nodes and the links between them."""
+
     name: str
     description: str = ""
     source: str = ""
@@ -368,6 +374,8 @@ Family = Literal["llama", "gpt2", "mpt", "bert", "generic"]
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig(Frozen):
+    """A transformer's shape; the keys left out take the family's defaults."""
+
     family: Family
     layers: Annotated[int, Bounds(gt=0, le=MAX_LAYERS), NUMBER]
     hidden: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
@@ -412,6 +420,8 @@ MAX_LORA_TARGETS = 64  # target modules: a transformer block has at most about t
 
 @dataclass(frozen=True, kw_only=True)
 class LoraConfig(Frozen):
+    """LoRA adapters: their rank, scale (alpha / rank) and the linear layers they wrap."""
+
     rank: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER] = 16
     alpha: Annotated[Annotated[float, Bounds(gt=0, le=MAX_LORA_ALPHA)] | None, NUMBER] = None
     targets: Annotated[list[str], Bounds(max_length=MAX_LORA_TARGETS)] = field(
@@ -435,6 +445,8 @@ OPTIMIZER_IN_BWD_ACCUM = ("optimizer_in_bwd with grad_accum > 1: torchtune refus
 
 @dataclass(frozen=True, kw_only=True)
 class TrainingConfig(Frozen):
+    """How the job trains: sequence and batch, the recipe, fine-tuning, attention."""
+
     seq_len: Annotated[int, Bounds(gt=0, le=MAX_TOKENS), NUMBER]
     micro_batch: Annotated[int, Bounds(gt=0, le=MAX_BATCH), NUMBER] = 1
     grad_accum: Annotated[int, Bounds(gt=0, le=MAX_BATCH), NUMBER] = 1
@@ -493,6 +505,8 @@ class TrainingConfig(Frozen):
 
 @dataclass(frozen=True, kw_only=True)
 class WorkloadConfig(Frozen):
+    """A job: a transformer (`model`) or generic layers (`layers`), and its training."""
+
     name: str
     description: str = ""
     source: str = ""

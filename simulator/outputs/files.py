@@ -24,10 +24,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +181,8 @@ def _refuse_duplicates(targets: list[_Target]) -> None:
 # --- writing ----------------------------------------------------------------------------------
 
 def _temporary(t: _Target) -> Path:
+    import tempfile  # only a run that writes a file needs it
+
     folder = t.path.parent if not t.stream else Path(tempfile.gettempdir())
     fd, tmp = tempfile.mkstemp(prefix=f".{t.path.name}.", suffix=t.path.suffix, dir=folder)
     os.close(fd)
@@ -192,6 +192,8 @@ def _temporary(t: _Target) -> Path:
 def _move_into_place(t: _Target) -> None:
     assert t.tmp is not None
     if t.path.exists():
+        import tempfile
+
         mode = stat.S_IMODE(os.stat(t.path).st_mode)  # keep the file's permissions
         fd, backup = tempfile.mkstemp(prefix=f".{t.path.name}.", suffix=".old",
                                       dir=t.path.parent)
@@ -206,6 +208,8 @@ def _move_into_place(t: _Target) -> None:
 
 
 def _stream(t: _Target) -> None:
+    import shutil  # only a file written to a stream or a FIFO needs it
+
     assert t.tmp is not None
     if _same_as_std_stream(t.path):
         out = sys.stdout if os.path.samestat(os.stat(t.path), os.fstat(1)) else sys.stderr
