@@ -3,6 +3,7 @@ one-GPU baseline a sweep's points share, an op's time on a card."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -132,15 +133,21 @@ def test_a_sweeps_one_gpu_points_over_bucket_sizes_are_one_run(monkeypatch: pyte
     assert alone == reports[0].report
 
 
-def test_an_identity_memo_keeps_a_result_for_the_very_objects_it_was_made_from() -> None:
-    from simulator.memo import IdentityMemo, forget_all
-
-    memo: IdentityMemo[list[int]] = IdentityMemo(limit=2)
+def _counting() -> Callable[[], list[int]]:
+    """A maker whose n-th call gives [n]: which results a memo made afresh."""
     made: list[int] = []
 
     def make() -> list[int]:
         made.append(1)
         return [len(made)]
+    return make
+
+
+def test_an_identity_memo_keeps_a_result_for_the_very_objects_it_was_made_from() -> None:
+    from simulator.memo import IdentityMemo, forget_all
+
+    memo: IdentityMemo[list[int]] = IdentityMemo(limit=2)
+    make = _counting()
 
     a, twin = [1, 2], [1, 2]  # equal, but other objects
     assert memo.get((a,), "x", make) is memo.get((a,), "x", make)
@@ -155,11 +162,7 @@ def test_a_value_memo_keeps_a_result_per_equal_key_and_is_bounded() -> None:
     from simulator.memo import Memo
 
     memo: Memo[list[int]] = Memo(limit=2)
-    made: list[int] = []
-
-    def make() -> list[int]:
-        made.append(1)
-        return [len(made)]
+    make = _counting()
 
     assert memo.get(("a", 1), make) is memo.get(("a", 1), make)  # equal keys share a result
     assert memo.get(("b", 1), make) == [2] and len(memo) == 2

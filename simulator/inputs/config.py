@@ -112,7 +112,7 @@ def validate(data: Any, lines: dict[Loc, int], model: type[M], file: str) -> M:
 def _first_error(exc: ValidationError) -> Any:
     """The error to report: a misspelt key first, as it usually explains a missing one."""
     errors = exc.errors()
-    return next((e for e in errors if e["type"] in _UNKNOWN_KEY), errors[0])
+    return next((e for e in errors if e["type"] == _UNKNOWN_KEY), errors[0])
 
 
 def _line_for(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | None:
@@ -136,7 +136,7 @@ def _key(loc: tuple[Any, ...]) -> str:
 def explain(err: Any) -> str:
     """A pydantic error (one of ``exc.errors()``) as the one-line message users read."""
     kind = err["type"]
-    if kind in _UNKNOWN_KEY:
+    if kind == _UNKNOWN_KEY:
         return "unknown key (misspelt?)"
     if kind == "missing":
         return "required key is missing"
@@ -161,8 +161,7 @@ def explain(err: Any) -> str:
     return msg
 
 
-# a key no model has: pydantic's name for it in a dataclass, and in a model
-_UNKNOWN_KEY = ("unexpected_keyword_argument", "extra_forbidden")
+_UNKNOWN_KEY = "unexpected_keyword_argument"  # pydantic's error for a key a dataclass lacks
 _BOUNDS = {"less_than_equal": ("le", "must be at most {}"),
            "greater_than_equal": ("ge", "must be at least {}"),
            "too_long": ("max_length", "at most {} entries")}

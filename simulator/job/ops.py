@@ -55,6 +55,10 @@ class Op:
         return Op(name, block, phase, sum(k.flops for k in kernels),
                   sum(k.bytes for k in kernels), grads, tuple(kernels))
 
+    def relabelled(self, name: str, block: int, phase: Phase, grads: tuple[int, ...]) -> Op:
+        """An op of these very kernels (so of the same sums) under another name and place."""
+        return Op(name, block, phase, self.flops, self.bytes, grads, self.kernels)
+
 
 def _label(block: int, op: str) -> str:
     return f"layers.{block}.{op}" if op in BLOCK_OPS else op
@@ -76,8 +80,7 @@ def build(job: Job, phase: Phase, *, autocast: bool = False) -> list[Op]:
         hit = sums.get(id(kernels))
         if hit is None or hit[0] is not kernels:
             hit = sums[id(kernels)] = (kernels, Op.of(name, block, kind, kernels))
-        like = hit[1]
-        return Op(name, block, kind, like.flops, like.bytes, grads, like.kernels)
+        return hit[1].relabelled(name, block, kind, grads)
     if phase == "forward":
         return [of(_label(b, op), b, "forward", bld.forward(b, op)) for b, op in seq]
     cache: dict[int, list[tuple[str, list[Kernel]]]] = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
 from simulator.engine.program import Compute, ComputeKind, Program, Repeat
 from simulator.job import compute
@@ -60,6 +61,7 @@ _WORK_OF: dict[GPU, dict[int, tuple[Kernels, tuple[float, ...]]]] = {}  # any ca
 _KERNEL_WORK: dict[GPU, dict[int, tuple[Kernel, float]]] = {}
 _KERNEL_WORK_OF: dict[GPU, dict[int, tuple[Kernel, float]]] = {}  # any card -> its own
 _MAX_TIMED = 50_000
+V = TypeVar("V")
 
 
 def forget_op_times() -> None:
@@ -71,22 +73,24 @@ def forget_op_times() -> None:
     _KERNEL_WORK_OF.clear()
 
 
+def _at_neutral(gpu: GPU, tables: dict[GPU, V], of: dict[GPU, V], empty: V) -> V:
+    """``tables``' entry for ``gpu`` at neutral rates (every card at other rates shares it),
+    looked up once per card through ``of``."""
+    table = of.get(gpu)
+    if table is None:
+        neutral = replace(gpu, rate_scale=1.0, achieved_fraction=1.0)
+        table = of[gpu] = tables.setdefault(neutral, empty)
+    return table
+
+
 def _works(gpu: GPU) -> dict[int, tuple[Kernels, tuple[float, ...]]]:
     """The kernel work times of ``gpu`` at neutral rates (_WORK), looked up once per card."""
-    works = _WORK_OF.get(gpu)
-    if works is None:
-        neutral = replace(gpu, rate_scale=1.0, achieved_fraction=1.0)
-        works = _WORK_OF[gpu] = _WORK.setdefault(neutral, {})
-    return works
+    return _at_neutral(gpu, _WORK, _WORK_OF, {})
 
 
 def _kernel_works(gpu: GPU) -> dict[int, tuple[Kernel, float]]:
     """The kernel work times of ``gpu`` at neutral rates (_KERNEL_WORK)."""
-    kernels = _KERNEL_WORK_OF.get(gpu)
-    if kernels is None:
-        neutral = replace(gpu, rate_scale=1.0, achieved_fraction=1.0)
-        kernels = _KERNEL_WORK_OF[gpu] = _KERNEL_WORK.setdefault(neutral, {})
-    return kernels
+    return _at_neutral(gpu, _KERNEL_WORK, _KERNEL_WORK_OF, {})
 
 
 def _kernel_work(k: Kernel, gpu: GPU, kernels: dict[int, tuple[Kernel, float]]) -> float:

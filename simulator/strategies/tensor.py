@@ -113,8 +113,7 @@ def shard_ops(ops: list[Op], t: int, sequence_parallel: bool) -> list[Op]:
             if like is None:
                 kernels = list(op.kernels) if keep else [share(k) for k in op.kernels]
                 like = shards[id(op.kernels), keep] = Op.of(op.name, op.block, op.phase, kernels)
-            out.append(Op(op.name, op.block, op.phase, like.flops, like.bytes, op.grads,
-                          like.kernels))
+            out.append(like.relabelled(op.name, op.block, op.phase, op.grads))
         return out
     return list(_SHARDS.get(tuple(ops), (t, sequence_parallel), make))
 
