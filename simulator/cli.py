@@ -120,8 +120,8 @@ def _silence_stdout() -> None:
 
 def entry() -> None:
     """The `stepsim` program: run, flush what was printed, and leave without teardown."""
-    # stepsim multiplies no matrices: OpenBLAS's thread pool, which numpy starts at import with
-    # a thread per core spinning for work, only costs CPU (twice numpy's import on two cores)
+    # stepsim multiplies no matrices: OpenBLAS's thread pool, which numpy starts at import (for
+    # the PNGs and `calibrate`'s fit) with a thread per core spinning for work, only costs CPU
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         code = main(whole_process=True)

@@ -34,7 +34,6 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import simpy
 
 from simulator.engine.clock import AllDone, Clock
@@ -89,7 +88,7 @@ class _Meet:
     plans: list[Any] = field(default_factory=list)
     flows: simpy.Event | None = None  # fires when the communication is over
     started: float = 0.0
-    snapshot: tuple[float, np.ndarray, int] | None = None  # repeat: (t0, link bytes, samples)
+    snapshot: tuple[float, list[float], int] | None = None  # repeat: (t0, link bytes, samples)
     unit_tasks: int = 0  # repeat: tasks in the largest unit
 
 
@@ -121,7 +120,7 @@ class _Run:
         # per task: True once done, else the event its waiters wait on (made by the first)
         self.done: list[dict[int, simpy.Event | bool]] = [{} for _ in programs]
         self.spans: list[list[tuple[tuple[int, int, int], Span]]] = [[] for _ in programs]
-        self.extra_bytes = np.zeros(len(self.fabric.link_ids))
+        self.extra_bytes = [0.0] * len(self.fabric.link_ids)
         self.extra_samples: list[UsageSample] = []
         self.meets: dict[tuple[str, str], _Meet] = {}
         self.comm_key: list[dict[int, str]] = []
@@ -320,7 +319,7 @@ class _Run:
 
     def _unit_starts(self, meet: _Meet) -> None:
         if meet.snapshot is None:
-            bytes_now = np.array(list(self.fabric.link_bytes.values()))
+            bytes_now = list(self.fabric.link_bytes.values())
             meet.snapshot = (self.env.now, bytes_now, len(self.fabric.history))
 
     def repeat(self, p: int, task: Task) -> Generator[simpy.Event, Any, None]:
@@ -361,8 +360,9 @@ class _Run:
         t0, bytes0, first_sample = meet.snapshot
         t1 = self.env.now
         period = t1 - t0
-        bytes1 = np.array(list(self.fabric.link_bytes.values()))
-        self.extra_bytes += (bytes1 - bytes0) * work.times
+        bytes1 = list(self.fabric.link_bytes.values())
+        self.extra_bytes = [extra + (b1 - b0) * work.times for extra, b1, b0
+                            in zip(self.extra_bytes, bytes1, bytes0, strict=True)]
         history = self.fabric.history
         inside = [s for s in history[first_sample:] if s.time < t1]
         idle = [s for s in history if s.time <= t1][-1:]  # the links as the unit leaves them
@@ -372,7 +372,8 @@ class _Run:
                 self.extra_samples += [UsageSample(t0 + shift, s.rates) for s in idle]
                 self.extra_samples += [UsageSample(s.time + shift, s.rates) for s in inside]
         elif period > 0:
-            self.extra_samples.append(UsageSample(t1, (bytes1 - bytes0) / period))
+            self.extra_samples.append(UsageSample(t1, [(b1 - b0) / period for b1, b0
+                                                       in zip(bytes1, bytes0, strict=True)]))
         self.extra_samples += [UsageSample(t1 + work.times * period, s.rates) for s in idle]
         return self.env.timeout(work.times * period)
 
@@ -394,9 +395,9 @@ class _Run:
         return out
 
     def link_bytes(self) -> dict[str, float]:
-        carried = np.array(list(self.fabric.link_bytes.values())) + self.extra_bytes
-        return {k: v for k, v in zip(self.fabric.link_ids, carried.tolist(), strict=True)
-                if v > 0}
+        carried = (b + extra for b, extra in zip(self.fabric.link_bytes.values(),
+                                                  self.extra_bytes, strict=True))
+        return {k: v for k, v in zip(self.fabric.link_ids, carried, strict=True) if v > 0}
 
 
 def simulate(programs: Program | Sequence[Program], machine: Machine, *,

@@ -17,6 +17,11 @@ completion (a generation counter makes older timeouts no-ops). Each event record
 link's rate (the usage history); only the links of the flows that changed are summed again.
 No packets, no queues: a link is a capacity.
 
+Plain Python floats throughout: a step's groups are a few flows on a few dozen links (and
+identical groups are one flow), where array code costs more in dispatch, and in importing
+numpy, than it saves. Every sum is taken in the order numpy's reductions took it when this
+module used them, so the figures did not move by a bit (``_column_sums``).
+
 Assumes capacities in bytes/s, times in seconds; the fabric knows nothing about NCCL.
 
 >>> import simpy
@@ -33,25 +38,25 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import simpy
 
 _EPS = 1e-9  # relative tolerance for "link full" and "flow finished"
-_FEW_LINKS = 64  # up to this many links, a usage sample is read with plain Python
-_MAX_KEPT_RATES = 1 << 21  # link rates kept by _Readout, over all its vectors (16 MB)
+_FEW_LINKS = 64  # up to this many links, a usage sample's busy links are not remembered
+_MAX_KEPT_RATES = 1 << 21  # link rates kept by _Readout, over all its vectors
 _MAX_FILLS = 1 << 14  # remembered group fills (a step meets far fewer distinct groups)
+_PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE (loops_utils.h): blocks summed 8 lanes at a time
 
 
 # a group's fill: its flows' rates in order, its links in link order, what each carries
-_Filled = tuple[list[float], np.ndarray, np.ndarray]
+_Filled = tuple[list[float], tuple[int, ...], list[float]]
 
 
 @dataclass(eq=False)  # a route is itself: flows and fills recognise it by identity
 class _Route:
     """A usage turned into what the filling needs, once per distinct usage."""
 
-    links: np.ndarray  # link indices, in link order
-    weights: np.ndarray  # bytes on each link per byte of progress
+    links: tuple[int, ...]  # link indices, in the usage's order
+    weights: tuple[float, ...]  # bytes on each link per byte of progress
     mask: int  # bit i set where the route uses link i: two routes share a link iff AND != 0
     widest: float  # the rate its thinnest link lets it reach alone (inf without links)
 
@@ -61,8 +66,8 @@ class _Flow:
     """One flow in progress on its route: bytes left, rate cap, and the links it loads."""
 
     route: _Route
-    links: np.ndarray  # the route's, kept here for the per-event loops
-    weights: np.ndarray
+    links: tuple[int, ...]  # the route's, kept here for the per-event loops
+    weights: tuple[float, ...]
     mask: int
     remaining: float
     max_rate: float
@@ -71,12 +76,13 @@ class _Flow:
     rate: float = 0.0
 
 
-@dataclass(eq=False)  # numpy rates have no truth value: == could only raise
+@dataclass(eq=False)  # a sample is a moment: equal only to itself
 class UsageSample:
-    """From ``time`` until the next sample, link i carries ``rates[i]`` bytes/s."""
+    """From ``time`` until the next sample, link i carries ``rates[i]`` bytes/s (a list
+    no one changes once it is recorded: later samples that change a rate copy it)."""
 
     time: float
-    rates: np.ndarray = field(repr=False)
+    rates: list[float] = field(repr=False)
     readout: _Readout | None = field(default=None, repr=False, compare=False)  # its fabric's
 
     def busy(self, link_ids: list[str]) -> dict[str, float]:
@@ -86,36 +92,69 @@ class UsageSample:
         return _busy(link_ids, self.rates)
 
 
-def _busy(link_ids: list[str], rates: np.ndarray, names: np.ndarray | None = None
-          ) -> dict[str, float]:
-    """The nonzero rates by link id, in link order (``names``: the ids as an array)."""
-    if len(link_ids) <= _FEW_LINKS:  # a few links: plain floats beat numpy's overhead
-        return {k: r for k, r in zip(link_ids, rates.tolist(), strict=True) if r > 0}
-    nonzero = np.flatnonzero(rates > 0)
-    ids = [link_ids[i] for i in nonzero.tolist()] if names is None else names[
-        nonzero].tolist()
-    return dict(zip(ids, rates[nonzero].tolist(), strict=True))
+def _busy(link_ids: list[str], rates: Sequence[float]) -> dict[str, float]:
+    """The nonzero rates by link id, in link order."""
+    return {k: r for k, r in zip(link_ids, rates, strict=True) if r > 0}
 
 
 class _Readout:
     """Reads a fabric's samples by link id. A step puts the same few link loads on the
-    fabric again and again (every layer's all-gather), so the busy links of each distinct
-    rate vector are kept, by its bytes (equal bytes, equal floats)."""
+    fabric again and again (every layer's all-gather), so on a large machine the busy links
+    of each distinct rate vector are kept, by its rates."""
 
     def __init__(self, link_ids: list[str]) -> None:
         self.link_ids = link_ids
-        self._names = np.array(link_ids, dtype=object)  # picks the busy ids in one step
-        self._known: dict[bytes, dict[str, float]] = {}
+        self._known: dict[tuple[float, ...], dict[str, float]] = {}
         self._limit = max(64, _MAX_KEPT_RATES // max(1, len(link_ids)))
 
-    def busy(self, rates: np.ndarray) -> dict[str, float]:
-        key = rates.tobytes()
+    def busy(self, rates: list[float]) -> dict[str, float]:
+        if len(rates) <= _FEW_LINKS:  # picking them again costs less than a key
+            return _busy(self.link_ids, rates)
+        key = tuple(rates)
         known = self._known.get(key)
         if known is None:
             if len(self._known) >= self._limit:
                 self._known.clear()
-            known = self._known[key] = _busy(self.link_ids, rates, self._names)
+            known = self._known[key] = _busy(self.link_ids, rates)
         return dict(known)  # the caller's own
+
+
+def _pairwise_sum(values: list[float], start: int, n: int) -> float:
+    """numpy's pairwise summation of ``values[start:start + n]`` (``pairwise_sum_DOUBLE``,
+    numpy/_core/src/umath/loops_utils.h.src): short runs in order, blocks of up to 128 in
+    eight interleaved partial sums, longer runs split in two at a multiple of eight."""
+    if n < 8:
+        total = 0.0
+        for i in range(start, start + n):
+            total += values[i]
+        return total
+    if n <= _PAIRWISE_BLOCK:
+        lanes = values[start:start + 8]
+        whole = n - n % 8  # the lanes take the whole blocks of eight, the rest is added after
+        for block in range(start + 8, start + whole, 8):
+            for j in range(8):
+                lanes[j] += values[block + j]
+        total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + (
+            (lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+        for i in range(start + whole, start + n):
+            total += values[i]
+        return total
+    half = n // 2
+    half -= half % 8
+    return _pairwise_sum(values, start, half) + _pairwise_sum(values, start + half, n - half)
+
+
+def _column_sums(rows: list[list[float]], width: int) -> list[float]:
+    """The sum of each column of ``rows`` (each ``width`` long), as ``np.sum(axis=0)`` of
+    their matrix adds them: row after row where there are several columns, and by numpy's
+    pairwise summation down a single column (the reduction is then along contiguous
+    memory)."""
+    if width == 1:
+        return [0.0 + _pairwise_sum([row[0] for row in rows], 0, len(rows))]
+    total = [0.0] * width
+    for row in rows:
+        total = [t + w for t, w in zip(total, row, strict=True)]
+    return total
 
 
 class Fabric:
@@ -126,10 +165,10 @@ class Fabric:
         self.env = env
         self.link_ids: list[str] = list(capacities)
         self._index = {link: i for i, link in enumerate(self.link_ids)}
-        self.capacity = np.array([float(capacities[k]) for k in self.link_ids])
-        if np.any(self.capacity <= 0):
+        self.capacity = [float(capacities[k]) for k in self.link_ids]
+        if any(not c > 0 for c in self.capacity):
             raise ValueError("every link capacity must be positive")
-        self._bytes = np.zeros(len(self.link_ids))
+        self._bytes = [0.0] * len(self.link_ids)
         self._flows: list[_Flow] = []  # active, in the order they started moving
         # usage tuples already turned into routes, by identity: collectives start the same
         # cached plan many times per step; and every route by its content, so that alike
@@ -144,7 +183,7 @@ class Fabric:
         self.record_history = record_history
         self.history: list[UsageSample] = []
         self._readout = _Readout(self.link_ids)
-        self._rates = np.zeros(len(self.link_ids))  # every link's rate since the last change
+        self._rates = [0.0] * len(self.link_ids)  # every link's rate since the last change
         self.flows_started = 0
 
     # --- public -------------------------------------------------------------------------
@@ -182,20 +221,19 @@ class Fabric:
         used = tuple((self._index[k], float(w)) for k, w in pairs if w > 0)
         route = self._routes.get(used)
         if route is None:
-            links = np.array([i for i, _ in used], dtype=np.intp)
-            weights = np.array([w for _, w in used])
-            on = np.zeros(len(self.link_ids), dtype=bool)
-            on[links] = True
-            mask = int.from_bytes(np.packbits(on, bitorder="little").tobytes(), "little")
-            widest = float(np.min(self.capacity[links] / weights)) if used else math.inf
-            route = self._routes[used] = _Route(links, weights, mask, widest)
+            mask = 0
+            for i, _ in used:
+                mask |= 1 << i
+            widest = min((self.capacity[i] / w for i, w in used), default=math.inf)
+            route = self._routes[used] = _Route(tuple(i for i, _ in used),
+                                                tuple(w for _, w in used), mask, widest)
         if isinstance(usage, tuple):
             self._compiled[id(usage)] = (usage, route)
         return route
 
     def capacity_of(self, link: str) -> float:
         """A link's capacity, B/s."""
-        return float(self.capacity[self._index[link]])
+        return self.capacity[self._index[link]]
 
     @property
     def active_flows(self) -> int:
@@ -206,7 +244,7 @@ class Fabric:
     def link_bytes(self) -> dict[str, float]:
         """Bytes each link has carried so far (up to the last rate change)."""
         self._advance()
-        return dict(zip(self.link_ids, self._bytes.tolist(), strict=True))
+        return dict(zip(self.link_ids, self._bytes, strict=True))
 
     def utilization(self, start: float = 0.0, end: float | None = None) -> dict[str, float]:
         """Mean share of capacity used by each link over ``[start, end]`` (default: until now).
@@ -218,8 +256,8 @@ class Fabric:
         if end <= start:
             return dict.fromkeys(self.link_ids, 0.0)
         carried = self._bytes_between(start, end)
-        return dict(zip(self.link_ids, (carried / (self.capacity * (end - start))).tolist(),
-                        strict=True))
+        return {k: c / (cap * (end - start))
+                for k, c, cap in zip(self.link_ids, carried, self.capacity, strict=True)}
 
     def bottleneck(self, start: float = 0.0, end: float | None = None) -> tuple[str, float]:
         """The link with the highest mean utilisation over the window, and that utilisation."""
@@ -229,22 +267,22 @@ class Fabric:
 
     # --- internals ----------------------------------------------------------------------
 
-    def _bytes_between(self, start: float, end: float) -> np.ndarray:
+    def _bytes_between(self, start: float, end: float) -> list[float]:
         self._advance()
         if start <= 0.0 and math.isclose(end, self.env.now):
             return self._bytes.copy()
         if not self.record_history:
             raise ValueError("utilisation over a window needs record_history=True")
-        total = np.zeros(len(self.link_ids))
+        total = [0.0] * len(self.link_ids)
         samples = self.history
         for k, sample in enumerate(samples):
             t0 = max(sample.time, start)
             t1 = min(samples[k + 1].time if k + 1 < len(samples) else self.env.now, end)
             if t1 > t0:
-                total += sample.rates * (t1 - t0)
+                total = [t + r * (t1 - t0) for t, r in zip(total, sample.rates, strict=True)]
         return total
 
-    def _sample(self, done: list[_Flow], refilled: list[tuple[np.ndarray, np.ndarray]]
+    def _sample(self, done: list[_Flow], refilled: list[tuple[Sequence[int], Sequence[float]]]
                 ) -> None:
         """Record every link's rate from now on. Only the links of finished flows and of
         refilled groups change: the others keep theirs, and a refilled group's links take
@@ -253,9 +291,11 @@ class Fabric:
         if done or refilled:
             rates = rates.copy()
             for f in done:
-                rates[f.links] = 0.0
+                for i in f.links:
+                    rates[i] = 0.0
             for links, link_rates in refilled:
-                rates[links] = link_rates
+                for i, r in zip(links, link_rates, strict=True):
+                    rates[i] = r
             self._rates = rates
         sample = UsageSample(self.env.now, rates, self._readout)
         if self.history and self.history[-1].time == self.env.now:
@@ -267,15 +307,17 @@ class Fabric:
         """Account progress and link bytes since the last rate change."""
         dt = self.env.now - self._last_update
         if dt > 0:
+            carried = self._bytes
             for f in self._flows:
                 moved = f.rate * dt
                 f.remaining -= moved
-                self._bytes[f.links] += f.weights * moved
+                for i, w in zip(f.links, f.weights, strict=True):
+                    carried[i] += w * moved
         self._last_update = self.env.now
 
     def _add(self, flow: _Flow) -> None:
         self._advance()
-        if flow.remaining <= 0 or (flow.links.size == 0 and math.isinf(flow.max_rate)):
+        if flow.remaining <= 0 or (not flow.links and math.isinf(flow.max_rate)):
             flow.event.succeed()
             return
         self._flows.append(flow)
@@ -340,14 +382,13 @@ class Fabric:
             groups.append([f for f in self._flows if id(f) in members])
         return groups
 
-    def _assign_rates(self, flows: list[_Flow]) -> tuple[np.ndarray, np.ndarray]:
+    def _assign_rates(self, flows: list[_Flow]) -> tuple[Sequence[int], Sequence[float]]:
         """Weighted max-min fair rates of one connected group of flows by progressive
-        filling (vectorised over the group's flows and links); returns the group's links
-        and the rate each then carries."""
-        if len(flows) == 1 and flows[0].links.size:  # filling ends at its first step
+        filling; returns the group's links and the rate each then carries."""
+        if len(flows) == 1 and flows[0].links:  # filling ends at its first step
             f = flows[0]
             f.rate = max(min(f.route.widest, f.max_rate - 0.0), 0.0)
-            return f.links, f.weights * f.rate
+            return f.links, [w * f.rate for w in f.weights]
         key = tuple((f.route, f.max_rate) for f in flows)
         known = self._fills.get(key)
         if known is None:
@@ -363,37 +404,37 @@ class Fabric:
     def _fill(self, flows: list[_Flow]) -> _Filled:
         """Progressive filling of the group: its rates in the group's order, its links in
         link order and what each carries (summed over the flows in order, as from zero)."""
-        links = np.concatenate([f.links for f in flows])
-        used = np.zeros(len(self.link_ids), dtype=bool)
-        used[links] = True
-        cols = np.flatnonzero(used)  # the group's links, in link order
-        weights = np.zeros((len(flows), len(cols)))
-        rows = np.repeat(np.arange(len(flows)), [f.links.size for f in flows])
-        weights[rows, np.cumsum(used)[links] - 1] = np.concatenate([f.weights for f in flows])
-        uses = weights > 0
-        max_rate = np.array([f.max_rate for f in flows])
-        capped = max_rate * (1 - _EPS)  # a flow this close to its cap is frozen
-        rate = np.zeros(len(flows))
-        capacity = self.capacity[cols]
-        full_at = _EPS * capacity  # a link with this little left is full
+        cols = tuple(sorted({i for f in flows for i in f.links}))  # the group's links
+        column = {link: j for j, link in enumerate(cols)}
+        width = len(cols)
+        weights = []  # a row per flow: its weight on each of the group's links, else 0
+        for f in flows:
+            row = [0.0] * width
+            for i, w in zip(f.links, f.weights, strict=True):
+                row[column[i]] = w
+            weights.append(row)
+        max_rate = [f.max_rate for f in flows]
+        capped = [r * (1 - _EPS) for r in max_rate]  # a flow this close to its cap is frozen
+        rate = [0.0] * len(flows)
+        capacity = [self.capacity[i] for i in cols]
+        full_at = [_EPS * c for c in capacity]  # a link with this little left is full
         residual = capacity.copy()
-        active = np.ones(len(flows), dtype=bool)
-        while active.any():
-            load = weights[active].sum(axis=0)  # link load per unit of common increment
-            loaded = load > 0
-            step = math.inf
-            if loaded.any():
-                step = float((residual[loaded] / load[loaded]).min())
-            step = min(step, float((max_rate[active] - rate[active]).min()))
+        active = list(range(len(flows)))
+        while active:
+            load = _column_sums([weights[k] for k in active], width)  # per unit increment
+            loaded = [j for j in range(width) if load[j] > 0]
+            step = min((residual[j] / load[j] for j in loaded), default=math.inf)
+            step = min(step, min(max_rate[k] - rate[k] for k in active))
             if math.isinf(step):
                 raise ValueError("a flow with no links needs a finite max_rate")
             step = max(step, 0.0)
-            rate[active] += step
-            residual -= load * step
-            full = loaded & (residual <= full_at)
-            frozen = uses[:, full].any(axis=1) | (rate >= capped)
-            active &= ~frozen
-        carried = np.zeros(len(cols))
-        for row in range(len(flows)):
-            carried += weights[row] * rate[row]  # 0 where the flow is not: adds nothing
-        return rate.tolist(), cols, carried
+            for k in active:
+                rate[k] += step
+            residual = [r - x * step for r, x in zip(residual, load, strict=True)]
+            full = [j for j in loaded if residual[j] <= full_at[j]]
+            active = [k for k in active
+                      if not (rate[k] >= capped[k] or any(weights[k][j] > 0 for j in full))]
+        carried = [0.0] * width
+        for row, r in zip(weights, rate, strict=True):
+            carried = [c + w * r for c, w in zip(carried, row, strict=True)]  # 0 off its links
+        return rate, cols, carried
