@@ -13,12 +13,14 @@ larger half (where the simulation, not start-up, is most of the time).
     python scripts/bench.py --scaling       # the scaling table only
     python scripts/bench.py --repeat 5      # runs per point (default 5 for cases, 3 scaling)
 
-Not a timed test: the figures depend on the machine and on what else runs on it.
+The package is byte-compiled first, as pip compiles an installed wheel. Not a timed test: the
+figures depend on the machine and on what else runs on it.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import importlib.util
 import json
 import math
@@ -52,17 +54,18 @@ def program() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "simulator"]
 
 
-# not stepsim: the interpreter importing the two libraries every simulation needs (as the
-# `stepsim` program starts them, OpenBLAS on one thread), the floor under any `run` of a preset
-FOUNDATIONS = [sys.executable, "-c", "import numpy, simpy"]
+# not stepsim: the interpreter alone (its start-up, with whatever the site's .pth files load),
+# and the interpreter importing the library every simulation needs: the floors under any run
+INTERPRETER = [sys.executable, "-c", "pass"]
+FOUNDATIONS = [sys.executable, "-c", "import simpy"]
 
 
 def wall_times(argv: list[str], repeat: int) -> tuple[list[float], list[float], str]:
     """Wall seconds and CPU seconds (user + system, the process and its workers) of
     ``repeat`` whole `stepsim ARGV` processes (each must exit 0), and what the last printed.
-    ``argv`` that is FOUNDATIONS runs as it is. On a busy machine the wall time waits for
-    other work; the CPU time hardly does."""
-    command = argv if argv is FOUNDATIONS else [*program(), *argv]
+    ``argv`` that is a floor (INTERPRETER, FOUNDATIONS) runs as it is. On a busy machine the
+    wall time waits for other work; the CPU time hardly does."""
+    command = argv if argv in (INTERPRETER, FOUNDATIONS) else [*program(), *argv]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
     walls, cpus, printed = [], [], ""
     for _ in range(repeat):
@@ -104,7 +107,8 @@ def cases(folder: Path) -> list[tuple[str, list[str], float | None]]:
         ("stepsim --version", ["--version"], 0.06),
         ("stepsim presets", ["presets"], 0.06),
         ("collective 8 B..8 GiB, 31 sizes (8x5090-dual-socket)", COLLECTIVE, 0.25),
-        ("floor: python importing numpy and simpy (no stepsim)", FOUNDATIONS, None),
+        ("floor: python alone (no stepsim)", INTERPRETER, None),
+        ("floor: python importing simpy (no stepsim)", FOUNDATIONS, None),
         ("run llama2-7b fsdp --json (8x5090-switch)",
          ["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp", "--json"], 0.3),
         ("run as above, --no-ranges (the step alone: one simulation, not five)",
@@ -188,6 +192,16 @@ def print_scaling(folder: Path, repeat: int) -> None:
         print(f"{title}\n  {unit}: {cells}\n  k = {growth(points):.2f}", flush=True)
 
 
+def byte_compile() -> None:
+    """Compile the package's modules as pip does when it installs the wheel, so that an
+    editable checkout (or PYTHONDONTWRITEBYTECODE) is timed as an installed package runs."""
+    spec = importlib.util.find_spec("simulator")
+    assert spec is not None and spec.submodule_search_locations
+    for folder in spec.submodule_search_locations:
+        compileall.compile_dir(folder, quiet=1)
+        print(f"byte-compiled {folder}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", action="store_true", help="only the cases table")
@@ -196,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="runs per point (default 5 for cases, 3 for scaling)")
     args = parser.parse_args(argv)
     both = not (args.cases or args.scaling)
+    byte_compile()
     with tempfile.TemporaryDirectory(prefix="stepsim-bench-") as tmp:
         folder = Path(tmp)
         if args.cases or both:
