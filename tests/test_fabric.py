@@ -7,7 +7,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.engine.fabric import Fabric, UsageSample, _column_sums
+from simulator.engine.fabric import Fabric, UsageSample, _column_sums, _Flow
 
 
 def run_flows(capacities, flows):
@@ -345,3 +345,30 @@ def test_a_single_columns_sum_is_numpys_pairwise_sum_at_every_length(n):
     rng = np.random.default_rng(n)
     column = (rng.random(n) * rng.choice([0.0, 1.0, 3e9], size=n)).reshape(n, 1)
     assert _column_sums(column.tolist(), 1) == column.sum(axis=0).tolist()
+
+
+# groups as a large machine's host-memory traffic makes them: many flows, each on a route of
+# a few to a few dozen of the group's links (one shared by all), capped or not
+group_of_flows = st.integers(2, 40).flatmap(lambda links: st.lists(
+    st.tuples(st.lists(st.tuples(st.integers(1, links - 1), st.sampled_from([0.5, 1.0, 2.0])),
+                       max_size=12, unique_by=lambda pair: pair[0]),
+              st.sampled_from([math.inf, 3.0, 7.5])),
+    min_size=1, max_size=60).map(lambda flows: (links, flows)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(group_of_flows)
+def test_the_array_fill_of_a_large_group_is_the_float_fill_to_the_bit(group):
+    """Large groups go to numpy's arrays (engine/fill_arrays.py), the rest stay in Python;
+    both must give one group the same rates, links and link loads, bit for bit."""
+    pytest.importorskip("numpy")
+    from simulator.engine.fill_arrays import fill
+
+    links, routes = group
+    env = simpy.Environment()
+    fabric = Fabric(env, {f"l{i}": (10.0, 3.0, 25.0, 7.5)[i % 4] for i in range(links)})
+    flows = []
+    for route, cap in routes:
+        r = fabric._compile((("l0", 1.0), *((f"l{i}", w) for i, w in route)))
+        flows.append(_Flow(r, r.links, r.weights, r.mask, 1.0, cap, env.event(), None))
+    assert fill(flows, fabric.capacity) == fabric._fill_floats(flows)

@@ -17,10 +17,12 @@ completion (a generation counter makes older timeouts no-ops). Each event record
 link's rate (the usage history); only the links of the flows that changed are summed again.
 No packets, no queues: a link is a capacity.
 
-Plain Python floats throughout: a step's groups are a few flows on a few dozen links (and
+Plain Python floats: a step's groups are mostly a few flows on a few dozen links (and
 identical groups are one flow), where array code costs more in dispatch, and in importing
-numpy, than it saves. Every sum is taken in the order numpy's reductions took it when this
-module used them, so the figures did not move by a bit (``_column_sums``).
+numpy, than it saves; only the large groups of machines with hundreds of GPUs are filled
+with numpy's arrays (engine/fill_arrays.py). Every sum is taken in the order numpy's
+reductions take it, so both fills, and this module before it left numpy, give the same
+floats (``_column_sums``).
 
 Assumes capacities in bytes/s, times in seconds; the fabric knows nothing about NCCL.
 
@@ -45,6 +47,12 @@ _FEW_LINKS = 64  # up to this many links, a usage sample's busy links are not re
 _MAX_KEPT_RATES = 1 << 21  # link rates kept by _Readout, over all its vectors
 _MAX_FILLS = 1 << 14  # remembered group fills (a step meets far fewer distinct groups)
 _PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE (loops_utils.h): blocks summed 8 lanes at a time
+# A group of this many flows on this many (flow, link) pairs is filled with numpy's arrays
+# (engine/fill_arrays.py): there the vectorised matrix costs half Python's loops (timed on the
+# fills of 1,024-GPU PCIe-tree runs). Only machines of hundreds of GPUs meet such groups, and
+# they meet many, which pays numpy's import; a few flows on long rings stay in Python.
+_ARRAY_FILL_FLOWS = 16
+_ARRAY_FILL_PAIRS = 4096
 
 
 # a group's fill: its flows' rates in order, its links in link order, what each carries
@@ -404,37 +412,73 @@ class Fabric:
     def _fill(self, flows: list[_Flow]) -> _Filled:
         """Progressive filling of the group: its rates in the group's order, its links in
         link order and what each carries (summed over the flows in order, as from zero)."""
+        if (len(flows) >= _ARRAY_FILL_FLOWS
+                and sum(len(f.links) for f in flows) >= _ARRAY_FILL_PAIRS):
+            from simulator.engine.fill_arrays import fill
+            return fill(flows, self.capacity)
+        return self._fill_floats(flows)
+
+    def _fill_floats(self, flows: list[_Flow]) -> _Filled:
+        """``_fill`` in Python's floats. A link's load is summed over the flows on it alone,
+        in the group's order: a flow off the link would add 0.0, which changes no sum, so this
+        is the whole matrix's column sum (``_column_sums``) at the cost of the links each flow
+        really uses. Links with the same flows at the same weights and the same capacity fill
+        alike to the bit (the hops of one ring's route are often such links), so each such
+        class of links is filled once."""
         cols = tuple(sorted({i for f in flows for i in f.links}))  # the group's links
         column = {link: j for j, link in enumerate(cols)}
-        width = len(cols)
-        weights = []  # a row per flow: its weight on each of the group's links, else 0
-        for f in flows:
-            row = [0.0] * width
+        users: list[list[tuple[int, float]]] = [[] for _ in cols]  # each link's (flow, weight)
+        for k, f in enumerate(flows):
             for i, w in zip(f.links, f.weights, strict=True):
-                row[column[i]] = w
-            weights.append(row)
+                users[column[i]].append((k, w))
+        classes: dict[tuple[tuple[tuple[int, float], ...], float], int] = {}
+        class_of = [classes.setdefault((tuple(u), self.capacity[i]), len(classes))
+                    for u, i in zip(users, cols, strict=True)]
+        kinds = list(classes)  # in class order: (the links' flows and weights, capacity)
+        on = [list(u) for u, _ in kinds]  # each class's growing flows
+        capacity = [cap for _, cap in kinds]
+        uses: list[set[int]] = [set() for _ in flows]  # the classes of links each flow is on
+        for c, u in enumerate(on):
+            for k, _ in u:
+                uses[k].add(c)
+        total = [0.0] * len(classes)  # what each class carries at the end, from the rates
         max_rate = [f.max_rate for f in flows]
         capped = [r * (1 - _EPS) for r in max_rate]  # a flow this close to its cap is frozen
         rate = [0.0] * len(flows)
-        capacity = [self.capacity[i] for i in cols]
         full_at = [_EPS * c for c in capacity]  # a link with this little left is full
         residual = capacity.copy()
         active = list(range(len(flows)))
+        live = [c for c in range(len(classes)) if on[c]]  # links a growing flow still uses
         while active:
-            load = _column_sums([weights[k] for k in active], width)  # per unit increment
-            loaded = [j for j in range(width) if load[j] > 0]
-            step = min((residual[j] / load[j] for j in loaded), default=math.inf)
+            if len(cols) == 1:  # one column: numpy summed it pairwise
+                load = {0: 0.0 + _pairwise_sum([w for _, w in on[0]], 0, len(on[0]))}
+            else:
+                load = {}
+                for c in live:
+                    sum_ = 0.0
+                    for _, w in on[c]:
+                        sum_ += w
+                    load[c] = sum_
+            loaded = [c for c in live if load[c] > 0]  # per unit of common increment
+            step = min((residual[c] / load[c] for c in loaded), default=math.inf)
             step = min(step, min(max_rate[k] - rate[k] for k in active))
             if math.isinf(step):
                 raise ValueError("a flow with no links needs a finite max_rate")
             step = max(step, 0.0)
             for k in active:
                 rate[k] += step
-            residual = [r - x * step for r, x in zip(residual, load, strict=True)]
-            full = [j for j in loaded if residual[j] <= full_at[j]]
-            active = [k for k in active
-                      if not (rate[k] >= capped[k] or any(weights[k][j] > 0 for j in full))]
-        carried = [0.0] * width
-        for row, r in zip(weights, rate, strict=True):
-            carried = [c + w * r for c, w in zip(carried, row, strict=True)]  # 0 off its links
-        return rate, cols, carried
+            for c in loaded:  # an unloaded link loses load * step = 0.0: nothing
+                residual[c] = residual[c] - load[c] * step
+            full = {c for c in loaded if residual[c] <= full_at[c]}
+            frozen = {k for k in active if rate[k] >= capped[k] or not uses[k].isdisjoint(full)}
+            if frozen:
+                active = [k for k in active if k not in frozen]
+                for c in {c for k in frozen for c in uses[k]}:
+                    on[c] = [(k, w) for k, w in on[c] if k not in frozen]
+                live = [c for c in live if on[c]]
+        for c, (on_link, _) in enumerate(kinds):  # each link's flows in order, as from zero
+            sum_ = 0.0
+            for k, w in on_link:
+                sum_ += w * rate[k]
+            total[c] = sum_
+        return rate, cols, [total[c] for c in class_of]
