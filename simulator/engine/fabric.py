@@ -48,11 +48,12 @@ _MAX_KEPT_RATES = 1 << 21  # link rates kept by _Readout, over all its vectors
 _MAX_FILLS = 1 << 14  # remembered group fills (a step meets far fewer distinct groups)
 _PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE (loops_utils.h): blocks summed 8 lanes at a time
 # A group of this many flows on this many (flow, link) pairs is filled with numpy's arrays
-# (engine/fill_arrays.py): there the vectorised matrix costs half Python's loops (timed on the
-# fills of 1,024-GPU PCIe-tree runs). Only machines of hundreds of GPUs meet such groups, and
-# they meet many, which pays numpy's import; a few flows on long rings stay in Python.
+# (engine/fill_arrays.py): there the vectorised matrix costs a half to a quarter of Python's
+# loops (timed on the fills of 1,024-GPU PCIe-tree runs: TP x FSDP, and 8 pipeline stages).
+# Only machines of hundreds of GPUs meet such groups, and they meet many, which pays numpy's
+# import; a few flows on long rings stay in Python.
 _ARRAY_FILL_FLOWS = 16
-_ARRAY_FILL_PAIRS = 4096
+_ARRAY_FILL_PAIRS = 1024
 
 
 # a group's fill: its flows' rates in order, its links in link order, what each carries
@@ -67,6 +68,7 @@ class _Route:
     weights: tuple[float, ...]  # bytes on each link per byte of progress
     mask: int  # bit i set where the route uses link i: two routes share a link iff AND != 0
     widest: float  # the rate its thinnest link lets it reach alone (inf without links)
+    arrays: object = None  # its links and weights as fill_arrays.py keeps them, once it has
 
 
 @dataclass(eq=False, slots=True)  # a flow is itself: equal only to itself

@@ -12,33 +12,60 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 _EPS = 1e-9  # the fabric's tolerance for "link full" (engine/fabric.py)
 
 
-class _Flow(Protocol):
+class _Route(Protocol):
     links: tuple[int, ...]
     weights: tuple[float, ...]
-    max_rate: float
+    arrays: Any  # this module's copy of the two, made when the route first meets it
+
+
+class _Flow(Protocol):
+    @property
+    def route(self) -> _Route: ...
+    @property
+    def max_rate(self) -> float: ...
+
+
+_capacity: tuple[Sequence[float], np.ndarray] | None = None  # the last fabric's, as an array
+
+
+def _capacity_array(capacity: Sequence[float]) -> np.ndarray:
+    global _capacity
+    if _capacity is None or _capacity[0] is not capacity:
+        _capacity = (capacity, np.array(capacity, dtype=float))
+    return _capacity[1]
+
+
+def _arrays(route: _Route) -> tuple[np.ndarray, np.ndarray]:
+    if route.arrays is None:  # a route meets fill after fill: its arrays are made once
+        route.arrays = (np.array(route.links, dtype=np.intp),
+                        np.array(route.weights, dtype=float))
+    return route.arrays  # type: ignore[no-any-return]
 
 
 def fill(flows: Sequence[_Flow], capacity: Sequence[float]
          ) -> tuple[list[float], tuple[int, ...], list[float]]:
     """The group's rates in its order, its links in link order and what each carries."""
-    links = np.fromiter((i for f in flows for i in f.links), dtype=np.intp)
-    cols = np.unique(links)  # the group's links, in link order
+    routes = [_arrays(f.route) for f in flows]
+    links = np.concatenate([route_links for route_links, _ in routes])
+    all_capacity = _capacity_array(capacity)
+    used = np.zeros(len(all_capacity), dtype=bool)
+    used[links] = True
+    cols = np.flatnonzero(used)  # the group's links, in link order
     weights = np.zeros((len(flows), len(cols)))
-    rows = np.repeat(np.arange(len(flows)), [len(f.links) for f in flows])
-    weights[rows, np.searchsorted(cols, links)] = np.fromiter(
-        (w for f in flows for w in f.weights), dtype=float)
+    rows = np.repeat(np.arange(len(flows)), [len(route_links) for route_links, _ in routes])
+    weights[rows, np.cumsum(used)[links] - 1] = np.concatenate([w for _, w in routes])
     uses = weights > 0
     max_rate = np.array([f.max_rate for f in flows])
     capped = max_rate * (1 - _EPS)  # a flow this close to its cap is frozen
     rate = np.zeros(len(flows))
-    group_capacity = np.array([capacity[i] for i in cols.tolist()])
+    group_capacity = all_capacity[cols]
     full_at = _EPS * group_capacity  # a link with this little left is full
     residual = group_capacity.copy()
     active = np.ones(len(flows), dtype=bool)
