@@ -215,9 +215,23 @@ def test_a_flow_elsewhere_leaves_a_groups_rates_as_they_were():
     fabric._assign_rates = lambda flows: filled.append(len(flows)) or fill(flows)  # type: ignore
     fabric.transfer({"l": 1.0}, 100.0, max_rate=3.0)
     fabric.transfer({"l": 1.0}, 100.0)
-    fabric.transfer({"m": 1.0}, 100.0)  # shares no link: the l group is not refilled
-    assert filled == [1, 2, 1]
+    fabric.transfer({"m": 1.0}, 100.0, latency=1.0)  # shares no link: l's group is not refilled
+    env.run(until=2.0)
+    assert filled == [2, 1]
     assert [f.rate for f in fabric._flows] == [3.0, 7.0, 10.0]
+
+
+def test_flows_that_start_together_are_filled_once():
+    env = simpy.Environment()
+    fabric = Fabric(env, {"l": 10.0})
+    filled: list[int] = []
+    fill = fabric._assign_rates
+    fabric._assign_rates = lambda flows: filled.append(len(flows)) or fill(flows)  # type: ignore
+    done = [fabric.transfer({"l": 1.0}, 10.0, latency=0.5) for _ in range(50)]
+    env.run()
+    assert filled == [50]  # not 1, 2, ..., 50
+    assert all(event.processed for event in done) and env.now == pytest.approx(50.5)
+
 
 
 class _Forgetful(dict):  # type: ignore[type-arg]
@@ -372,3 +386,27 @@ def test_the_array_fill_of_a_large_group_is_the_float_fill_to_the_bit(group):
         r = fabric._compile((("l0", 1.0), *((f"l{i}", w) for i, w in route)))
         flows.append(_Flow(r, r.links, r.weights, r.mask, 1.0, cap, env.event(), None))
     assert fill(flows, fabric.capacity) == fabric._fill_floats(flows)
+
+
+class EagerFabric(Fabric):
+    """The reference: each flow's group is filled again the moment the flow starts."""
+
+    def _add(self, flow):  # noqa: ANN001, ANN202
+        self._advance()
+        if flow.remaining <= 0 or (not flow.links and math.isinf(flow.max_rate)):
+            flow.event.succeed()
+            return
+        self._flows.append(flow)
+        self._seeds.append(flow)
+        self._reschedule()
+
+
+@settings(max_examples=80, deadline=None)
+@given(alike_flows)
+def test_filling_an_instants_starts_together_changes_no_figure(flows):
+    together, fabric = run_on(Fabric, caps, flows)
+    one_by_one, reference = run_on(EagerFabric, caps, flows)
+    assert together == one_by_one  # float for float
+    assert fabric.link_bytes == reference.link_bytes
+    assert [(s.time, s.rates) for s in fabric.history] == [
+        (s.time, s.rates) for s in reference.history]

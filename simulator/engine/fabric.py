@@ -190,6 +190,9 @@ class Fabric:
         self._fills: dict[tuple[tuple[_Route, float], ...], _Filled] = {}
         self._last_update = env.now
         self._generation = 0
+        self._seeds: list[_Flow] = []  # flows whose groups are to be filled again
+        self._done: list[_Flow] = []  # flows ended since the last sample
+        self._flush_due = False
         self.record_history = record_history
         self.history: list[UsageSample] = []
         self._readout = _Readout(self.link_ids)
@@ -326,27 +329,46 @@ class Fabric:
         self._last_update = self.env.now
 
     def _add(self, flow: _Flow) -> None:
+        """A flow starts moving. Flows that start at one instant are filled together, once,
+        when the instant's other events have run (``_flush``): a collective's flows start
+        together, and filling their growing group once per flow cost the square of their
+        number. Flows that end meanwhile end now, as they would have."""
         self._advance()
         if flow.remaining <= 0 or (not flow.links and math.isinf(flow.max_rate)):
             flow.event.succeed()
             return
         self._flows.append(flow)
-        self._reschedule(flow)
+        self._seeds.append(flow)
+        self._finish()
+        self._generation += 1  # the wait set before this flow started no longer holds
+        if not self._flush_due:
+            self._flush_due = True
+            self.env.timeout(0).callbacks.append(lambda _ev: self._flush())
 
-    def _reschedule(self, started: _Flow | None = None) -> None:
-        """Finish flows that are done, recompute the fair rates of the flows linked to what
-        changed, wait for the next completion."""
+    def _finish(self) -> None:
+        """End the flows that are done; the flows they shared a link with (and everything
+        linked to those) are to be filled again."""
         done = [f for f in self._flows if f.remaining <= _EPS * max(1.0, f.rate)]
-        seeds = [] if started is None else [started]
-        if done:
-            self._flows = [f for f in self._flows if f.remaining > _EPS * max(1.0, f.rate)]
-            freed = 0  # the finished flows' links, as a mask
-            for f in done:
-                f.event.succeed()
-                freed |= f.mask
-            # the flows whose rates can change: the new one, those that shared a link with a
-            # finished one, and everything linked to them
-            seeds += [f for f in self._flows if f.mask & freed]
+        if not done:
+            return
+        self._flows = [f for f in self._flows if f.remaining > _EPS * max(1.0, f.rate)]
+        freed = 0  # the finished flows' links, as a mask
+        for f in done:
+            f.event.succeed()
+            freed |= f.mask
+        self._seeds += [f for f in self._flows if f.mask & freed]
+        self._done += done
+
+    def _flush(self) -> None:
+        self._flush_due = False
+        self._reschedule()
+
+    def _reschedule(self) -> None:
+        """Finish flows that are done, recompute the fair rates of the flows linked to what
+        changed (started or ended), wait for the next completion."""
+        self._finish()
+        seeds, done = self._seeds, self._done
+        self._seeds, self._done = [], []
         # (a new flow that is done at once leaves its group empty)
         refilled = [self._assign_rates(group) for group in self._groups(seeds) if group]
         if self.record_history:
@@ -368,28 +390,30 @@ class Fabric:
     def _groups(self, seeds: list[_Flow]) -> list[list[_Flow]]:
         """The connected groups of active flows (sharing links, directly or through others)
         that hold a seed, each in the order the flows started moving."""
-        placed: set[int] = set()
         groups = []
+        rest = self._flows  # the flows no group holds yet, in the order they started
+        placed: set[_Flow] = set()  # flows are hashed by identity
         for seed in seeds:
-            if id(seed) in placed:
+            if seed in placed:
                 continue
             links = seed.mask  # the group's links so far
-            members = {id(seed)}
-            rest = [f for f in self._flows if id(f) not in placed and f is not seed]
+            members = {seed}
+            outside = [f for f in rest if f is not seed]
             grew = True
             while grew:
                 grew = False
-                outside = []
-                for f in rest:
+                unlinked = []
+                for f in outside:
                     if f.mask & links:
-                        members.add(id(f))
+                        members.add(f)
                         links |= f.mask
                         grew = True
                     else:
-                        outside.append(f)
-                rest = outside
+                        unlinked.append(f)
+                outside = unlinked
             placed |= members
-            groups.append([f for f in self._flows if id(f) in members])
+            groups.append([f for f in rest if f in members])
+            rest = outside
         return groups
 
     def _assign_rates(self, flows: list[_Flow]) -> tuple[Sequence[int], Sequence[float]]:
