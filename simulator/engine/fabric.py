@@ -330,9 +330,10 @@ class Fabric:
 
     def _add(self, flow: _Flow) -> None:
         """A flow starts moving. Flows that start at one instant are filled together, once,
-        when the instant's other events have run (``_flush``): a collective's flows start
-        together, and filling their growing group once per flow cost the square of their
-        number. Flows that end meanwhile end now, as they would have."""
+        after the events already due at that instant (``_flush``, a wait of zero): a
+        collective's flows start together, and filling their growing group once per flow cost
+        the square of their number. No time passes before the fill, so no byte moves at the
+        old rates; flows that end meanwhile end now, as they would have."""
         self._advance()
         if flow.remaining <= 0 or (not flow.links and math.isinf(flow.max_rate)):
             flow.event.succeed()
