@@ -5,8 +5,9 @@ every link of its ``usage`` (bytes on that link per byte of progress: 2 for a ri
 crosses a link twice, more where a protocol sends flags with the data). Rates are
 weighted max-min fair (progressive filling, Bertsekas & Gallager, *Data Networks*, 6.5.2):
 all unfrozen flows grow at the same pace until a link fills or a flow reaches its own
-``max_rate``; those flows freeze and the rest keep growing. Rates are recomputed only when a
-flow starts or ends, and only for the flows connected to it through shared links: max-min
+``max_rate``; those flows freeze and the rest keep growing. Rates are recomputed only when
+flows start (those of one instant together) or end, and only for the flows connected to them
+through shared links: max-min
 fairness splits over the connected groups of flows (a flow's rate depends only on flows it
 is linked to, directly or through others), so each group is filled on its own, and a group the
 change does not touch keeps its rates. A group's fill depends only on its flows' routes and
