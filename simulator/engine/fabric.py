@@ -7,16 +7,15 @@ weighted max-min fair (progressive filling, Bertsekas & Gallager, *Data Networks
 all unfrozen flows grow at the same pace until a link fills or a flow reaches its own
 ``max_rate``; those flows freeze and the rest keep growing. Rates are recomputed only when
 flows start (those of one instant together) or end, and only for the flows connected to them
-through shared links: max-min
-fairness splits over the connected groups of flows (a flow's rate depends only on flows it
-is linked to, directly or through others), so each group is filled on its own, and a group the
-change does not touch keeps its rates. A group's fill depends only on its flows' routes and
-caps, so it is remembered: the same groups meet again layer after layer. Routes (a usage's
-links and weights) are made once per distinct usage and carry their links as an integer bit
-mask, so finding whether flows share a link is one AND. One SimPy timeout waits for the next
-completion (a generation counter makes older timeouts no-ops). Each event records every
-link's rate (the usage history); only the links of the flows that changed are summed again.
-No packets, no queues: a link is a capacity.
+through shared links: max-min fairness splits over the connected groups of flows (a flow's
+rate depends only on flows it is linked to, directly or through others), so each group is
+filled on its own, and a group the change does not touch keeps its rates. A group's fill
+depends only on its flows' routes and caps, so it is remembered: the same groups meet again
+layer after layer. Routes (a usage's links and weights) are made once per distinct usage and
+carry their links as an integer bit mask, so finding whether flows share a link is one AND.
+One SimPy timeout waits for the next completion (a generation counter makes older timeouts
+no-ops). Each event records every link's rate (the usage history); only the links of the
+flows that changed are summed again. No packets, no queues: a link is a capacity.
 
 Plain Python floats: a step's groups are mostly a few flows on a few dozen links (and
 identical groups are one flow), where array code costs more in dispatch, and in importing
