@@ -389,16 +389,13 @@ def test_the_array_fill_of_a_large_group_is_the_float_fill_to_the_bit(group):
 
 
 class EagerFabric(Fabric):
-    """The reference: each flow's group is filled again the moment the flow starts."""
+    """The reference: each flow's group is filled again the moment the flow starts (the
+    zero wait the fabric set for the instant then finds nothing left to fill)."""
 
     def _add(self, flow):  # noqa: ANN001, ANN202
-        self._advance()
-        if flow.remaining <= 0 or (not flow.links and math.isinf(flow.max_rate)):
-            flow.event.succeed()
-            return
-        self._flows.append(flow)
-        self._seeds.append(flow)
-        self._reschedule()
+        super()._add(flow)
+        if self._flush_due:
+            self._flush()
 
 
 @settings(max_examples=80, deadline=None)
