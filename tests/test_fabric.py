@@ -256,15 +256,21 @@ alike_flows = st.lists(st.tuples(st.sampled_from([{"a": 1.0}, {"a": 2.0, "b": 1.
                                  st.sampled_from([0.0, 0.5, 1.0, 1.5])), min_size=1, max_size=14)
 
 
+def assert_the_same_run(flows, reference_class):  # noqa: ANN001, ANN201
+    """The fabric and the reference give every flow's finish, every link's bytes and every
+    rate sample, float for float."""
+    finish, fabric = run_on(Fabric, caps, flows)
+    expected, reference = run_on(reference_class, caps, flows)
+    assert finish == expected
+    assert fabric.link_bytes == reference.link_bytes
+    assert [(s.time, s.rates) for s in fabric.history] == [
+        (s.time, s.rates) for s in reference.history]
+
+
 @settings(max_examples=80, deadline=None)
 @given(alike_flows)
 def test_a_remembered_fill_is_the_fill_itself(flows):
-    remembered, fabric = run_on(Fabric, caps, flows)
-    fresh, reference = run_on(FreshFabric, caps, flows)
-    assert remembered == fresh  # float for float
-    assert fabric.link_bytes == reference.link_bytes
-    assert [s.time for s in fabric.history] == [s.time for s in reference.history]
-    assert [s.rates for s in fabric.history] == [r.rates for r in reference.history]
+    assert_the_same_run(flows, FreshFabric)
 
 
 def test_alike_usages_share_one_route_and_a_group_is_filled_once():
@@ -401,9 +407,4 @@ class EagerFabric(Fabric):
 @settings(max_examples=80, deadline=None)
 @given(alike_flows)
 def test_filling_an_instants_starts_together_changes_no_figure(flows):
-    together, fabric = run_on(Fabric, caps, flows)
-    one_by_one, reference = run_on(EagerFabric, caps, flows)
-    assert together == one_by_one  # float for float
-    assert fabric.link_bytes == reference.link_bytes
-    assert [(s.time, s.rates) for s in fabric.history] == [
-        (s.time, s.rates) for s in reference.history]
+    assert_the_same_run(flows, EagerFabric)
