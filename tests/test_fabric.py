@@ -7,7 +7,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.engine.fabric import Fabric, UsageSample, _column_sums, _Flow
+from simulator.engine.fabric import Fabric, UsageSample, _Flow, _pairwise_sum
 
 
 def run_flows(capacities, flows):
@@ -344,27 +344,12 @@ def test_a_repeated_link_load_is_read_the_same_and_each_reader_gets_its_own():
     assert second.busy(fabric.link_ids) == first.busy(fabric.link_ids) == {"l": 10.0, "n": 5.0}
 
 
-# weights as routes carry them: 0 off a flow's links, else a few bytes per byte of progress,
-# at the scales the fabric meets (bytes/s of PCIe to NVSwitch)
-weight = st.one_of(st.just(0.0), st.floats(1e-3, 1e10, allow_subnormal=False))
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.integers(1, 4).flatmap(lambda width: st.lists(
-    st.lists(weight, min_size=width, max_size=width), min_size=1, max_size=300)))
-def test_column_sums_are_numpys_to_the_bit(rows):
-    """The fill's loads are summed as numpy summed them (row by row, or pairwise down a
-    single column), so its rates are the ones the array code gave, bit for bit."""
-    np = pytest.importorskip("numpy")
-    assert _column_sums(rows, len(rows[0])) == np.array(rows).sum(axis=0).tolist()
-
-
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 17, 127, 128, 129, 200, 257, 1000, 4099])
 def test_a_single_columns_sum_is_numpys_pairwise_sum_at_every_length(n):
     np = pytest.importorskip("numpy")
     rng = np.random.default_rng(n)
     column = (rng.random(n) * rng.choice([0.0, 1.0, 3e9], size=n)).reshape(n, 1)
-    assert _column_sums(column.tolist(), 1) == column.sum(axis=0).tolist()
+    assert [0.0 + _pairwise_sum(column[:, 0].tolist(), 0, n)] == column.sum(axis=0).tolist()
 
 
 # groups as a large machine's host-memory traffic makes them: many flows, each on a route of

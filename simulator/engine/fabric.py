@@ -21,8 +21,9 @@ Plain Python floats: a step's groups are mostly a few flows on a few dozen links
 identical groups are one flow), where array code costs more in dispatch, and in importing
 numpy, than it saves; only the large groups of machines with hundreds of GPUs are filled
 with numpy's arrays (engine/fill_arrays.py). Every sum is taken in the order numpy's
-reductions take it, so both fills, and this module before it left numpy, give the same
-floats (``_column_sums``).
+reductions take it (``np.sum(axis=0)`` of the group's matrix adds its rows one after the
+other, and a single column pairwise, ``_pairwise_sum``), so both fills, and this module before
+it left numpy, give the same floats.
 
 Assumes capacities in bytes/s, times in seconds; the fabric knows nothing about NCCL.
 
@@ -152,19 +153,6 @@ def _pairwise_sum(values: list[float], start: int, n: int) -> float:
     half = n // 2
     half -= half % 8
     return _pairwise_sum(values, start, half) + _pairwise_sum(values, start + half, n - half)
-
-
-def _column_sums(rows: list[list[float]], width: int) -> list[float]:
-    """The sum of each column of ``rows`` (each ``width`` long), as ``np.sum(axis=0)`` of
-    their matrix adds them: row after row where there are several columns, and by numpy's
-    pairwise summation down a single column (the reduction is then along contiguous
-    memory)."""
-    if width == 1:
-        return [0.0 + _pairwise_sum([row[0] for row in rows], 0, len(rows))]
-    total = [0.0] * width
-    for row in rows:
-        total = [t + w for t, w in zip(total, row, strict=True)]
-    return total
 
 
 class Fabric:
@@ -448,7 +436,7 @@ class Fabric:
     def _fill_floats(self, flows: list[_Flow]) -> _Filled:
         """``_fill`` in Python's floats. A link's load is summed over the flows on it alone,
         in the group's order: a flow off the link would add 0.0, which changes no sum, so this
-        is the whole matrix's column sum (``_column_sums``) at the cost of the links each flow
+        is the whole matrix's column sum (module docstring) at the cost of the links each flow
         really uses. Links with the same flows at the same weights and the same capacity fill
         alike to the bit (the hops of one ring's route are often such links), so each such
         class of links is filled once."""

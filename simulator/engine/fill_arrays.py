@@ -4,7 +4,7 @@ float, vectorised over the group's flows and links.
 A group of hundreds of flows on thousands of links (a 1,024-GPU PCIe tree's traffic through
 host memory) costs Python's loops several times what the matrix costs numpy, so the fabric
 hands such groups here, and numpy is imported only when one meets. The sums are numpy's own
-reductions, whose order ``fabric._column_sums`` follows: both fills give the same rates to the
+reductions, whose order the fabric's own fill follows: both give the same rates to the
 bit (tests/test_fabric.py).
 """
 
