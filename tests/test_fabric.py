@@ -393,3 +393,16 @@ class EagerFabric(Fabric):
 @given(alike_flows)
 def test_filling_an_instants_starts_together_changes_no_figure(flows):
     assert_the_same_run(flows, EagerFabric)
+
+
+def test_the_history_read_mid_instant_holds_the_flows_started_so_far():
+    """A reader at the instant flows start (the engine marking where a repeated unit begins)
+    sees them filled, as if each had been filled when it started."""
+    env = simpy.Environment()
+    fabric = Fabric(env, {"l": 10.0, "m": 10.0})
+    fabric.transfer({"l": 1.0}, 100.0)
+    assert [(s.time, s.rates) for s in fabric.history] == [(0.0, [10.0, 0.0])]
+    fabric.transfer({"m": 1.0}, 50.0)  # later the same instant: the sample at 0 is replaced
+    env.run()
+    assert [(s.time, s.rates) for s in fabric.history] == [
+        (0.0, [10.0, 10.0]), (5.0, [10.0, 0.0]), (10.0, [0.0, 0.0])]

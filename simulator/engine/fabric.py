@@ -182,7 +182,7 @@ class Fabric:
         self._done: list[_Flow] = []  # flows ended since the last sample
         self._flush_due = False
         self.record_history = record_history
-        self.history: list[UsageSample] = []
+        self._history: list[UsageSample] = []
         self._readout = _Readout(self.link_ids)
         self._rates = [0.0] * len(self.link_ids)  # every link's rate since the last change
         self.flows_started = 0
@@ -235,6 +235,13 @@ class Fabric:
     def capacity_of(self, link: str) -> float:
         """A link's capacity, B/s."""
         return self.capacity[self._index[link]]
+
+    @property
+    def history(self) -> list[UsageSample]:
+        """Every link's rate from each event on (with ``record_history``), the flows that
+        started this instant filled first: read now, it is what the fabric carries now."""
+        self._flush()
+        return self._history
 
     @property
     def active_flows(self) -> int:
@@ -299,10 +306,10 @@ class Fabric:
                     rates[i] = r
             self._rates = rates
         sample = UsageSample(self.env.now, rates, self._readout)
-        if self.history and self.history[-1].time == self.env.now:
-            self.history[-1] = sample
+        if self._history and self._history[-1].time == self.env.now:
+            self._history[-1] = sample
         else:
-            self.history.append(sample)
+            self._history.append(sample)
 
     def _advance(self) -> None:
         """Account progress and link bytes since the last rate change."""
@@ -349,8 +356,10 @@ class Fabric:
         self._done += done
 
     def _flush(self) -> None:
-        self._flush_due = False
-        self._reschedule()
+        """Fill the flows that started this instant (once: a later call finds none)."""
+        if self._flush_due:
+            self._flush_due = False
+            self._reschedule()
 
     def _reschedule(self) -> None:
         """Finish flows that are done, recompute the fair rates of the flows linked to what
