@@ -446,63 +446,55 @@ class Fabric:
         """``_fill`` in Python's floats. A link's load is summed over the flows on it alone,
         in the group's order: a flow off the link would add 0.0, which changes no sum, so this
         is the whole matrix's column sum (module docstring) at the cost of the links each flow
-        really uses. Links with the same flows at the same weights and the same capacity fill
-        alike to the bit (the hops of one ring's route are often such links), so each such
-        class of links is filled once."""
+        really uses."""
         cols = tuple(sorted({i for f in flows for i in f.links}))  # the group's links
         column = {link: j for j, link in enumerate(cols)}
         users: list[list[tuple[int, float]]] = [[] for _ in cols]  # each link's (flow, weight)
         for k, f in enumerate(flows):
             for i, w in zip(f.links, f.weights, strict=True):
                 users[column[i]].append((k, w))
-        classes: dict[tuple[tuple[tuple[int, float], ...], float], int] = {}
-        class_of = [classes.setdefault((tuple(u), self.capacity[i]), len(classes))
-                    for u, i in zip(users, cols, strict=True)]
-        kinds = list(classes)  # in class order: (the links' flows and weights, capacity)
-        on = [list(u) for u, _ in kinds]  # each class's growing flows
-        capacity = [cap for _, cap in kinds]
-        uses: list[set[int]] = [set() for _ in flows]  # the classes of links each flow is on
-        for c, u in enumerate(on):
-            for k, _ in u:
-                uses[k].add(c)
-        total = [0.0] * len(classes)  # what each class carries at the end, from the rates
+        uses = [[column[i] for i in f.links] for f in flows]  # each flow's links
         max_rate = [f.max_rate for f in flows]
         capped = [r * (1 - _EPS) for r in max_rate]  # a flow this close to its cap is frozen
         rate = [0.0] * len(flows)
+        capacity = [self.capacity[i] for i in cols]
         full_at = [_EPS * c for c in capacity]  # a link with this little left is full
         residual = capacity.copy()
         active = list(range(len(flows)))
-        live = [c for c in range(len(classes)) if on[c]]  # links a growing flow still uses
+        on = [u.copy() for u in users]  # each link's growing flows
+        live = [j for j in range(len(cols)) if on[j]]  # links a growing flow still uses
         while active:
             if len(cols) == 1:  # one column: numpy summed it pairwise
                 load = {0: 0.0 + _pairwise_sum([w for _, w in on[0]], 0, len(on[0]))}
             else:
                 load = {}
-                for c in live:
+                for j in live:
                     sum_ = 0.0
-                    for _, w in on[c]:
+                    for _, w in on[j]:
                         sum_ += w
-                    load[c] = sum_
-            loaded = [c for c in live if load[c] > 0]  # per unit of common increment
-            step = min((residual[c] / load[c] for c in loaded), default=math.inf)
+                    load[j] = sum_
+            loaded = [j for j in live if load[j] > 0]  # per unit of common increment
+            step = min((residual[j] / load[j] for j in loaded), default=math.inf)
             step = min(step, min(max_rate[k] - rate[k] for k in active))
             if math.isinf(step):
                 raise ValueError("a flow with no links needs a finite max_rate")
             step = max(step, 0.0)
             for k in active:
                 rate[k] += step
-            for c in loaded:  # an unloaded link loses load * step = 0.0: nothing
-                residual[c] = residual[c] - load[c] * step
-            full = {c for c in loaded if residual[c] <= full_at[c]}
-            frozen = {k for k in active if rate[k] >= capped[k] or not uses[k].isdisjoint(full)}
+            for j in loaded:  # an unloaded link loses load * step = 0.0: nothing
+                residual[j] = residual[j] - load[j] * step
+            full = {j for j in loaded if residual[j] <= full_at[j]}
+            frozen = {k for k in active
+                      if rate[k] >= capped[k] or not full.isdisjoint(uses[k])}
             if frozen:
                 active = [k for k in active if k not in frozen]
-                for c in {c for k in frozen for c in uses[k]}:
-                    on[c] = [(k, w) for k, w in on[c] if k not in frozen]
-                live = [c for c in live if on[c]]
-        for c, (on_link, _) in enumerate(kinds):  # each link's flows in order, as from zero
+                for j in {j for k in frozen for j in uses[k]}:
+                    on[j] = [(k, w) for k, w in on[j] if k not in frozen]
+                live = [j for j in live if on[j]]
+        carried = []
+        for on_link in users:  # each link's flows in order, as from zero
             sum_ = 0.0
             for k, w in on_link:
                 sum_ += w * rate[k]
-            total[c] = sum_
-        return rate, cols, [total[c] for c in class_of]
+            carried.append(sum_)
+        return rate, cols, carried
