@@ -185,6 +185,7 @@ class Fabric:
         self._history: list[UsageSample] = []
         self._readout = _Readout(self.link_ids)
         self._rates = [0.0] * len(self.link_ids)  # every link's rate since the last change
+        self._unchecked = False  # bytes left or rates changed since _finish last looked
         self.flows_started = 0
 
     # --- public -------------------------------------------------------------------------
@@ -321,6 +322,7 @@ class Fabric:
                 f.remaining -= moved
                 for i, w in zip(f.links, f.weights, strict=True):
                     carried[i] += w * moved
+            self._unchecked = True
         self._last_update = self.env.now
 
     def _add(self, flow: _Flow) -> None:
@@ -335,6 +337,8 @@ class Fabric:
             return
         self._flows.append(flow)
         self._seeds.append(flow)
+        if flow.remaining <= _EPS:  # so little that it is done as it starts (rate still 0)
+            self._unchecked = True
         self._finish()
         self._generation += 1  # the wait set before this flow started no longer holds
         if not self._flush_due:
@@ -343,7 +347,12 @@ class Fabric:
 
     def _finish(self) -> None:
         """End the flows that are done; the flows they shared a link with (and everything
-        linked to those) are to be filled again."""
+        linked to those) are to be filled again. Whether a flow is done changes only with
+        its bytes left and its rate: unless one of them has changed since the last look, the
+        look is skipped (the starts of one instant would each scan every flow)."""
+        if not self._unchecked:
+            return
+        self._unchecked = False
         done = [f for f in self._flows if f.remaining <= _EPS * max(1.0, f.rate)]
         if not done:
             return
@@ -369,6 +378,7 @@ class Fabric:
         self._seeds, self._done = [], []
         # (a new flow that is done at once leaves its group empty)
         refilled = [self._assign_rates(group) for group in self._groups(seeds) if group]
+        self._unchecked = True  # rates changed
         if self.record_history:
             self._sample(done, refilled)
         self._generation += 1
