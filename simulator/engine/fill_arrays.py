@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-_EPS = 1e-9  # the fabric's tolerance for "link full" (engine/fabric.py)
+from simulator.engine.fabric import _EPS  # its tolerance for "link full" (loaded by then)
 
 
 class _Route(Protocol):
