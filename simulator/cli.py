@@ -13,20 +13,19 @@ finished run costs a tenth of a short run and changes nothing the user sees).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
 import importlib
-import json
 import os
-import re
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from simulator import __version__
-from simulator.commands.parsing import Parser, UsageError
 from simulator.errors import InputError
-from simulator.outputs.jsondoc import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import argparse
 
 # command -> its one-line help (tests/test_cli.py checks each module registers the same line)
 COMMANDS: dict[str, str] = {
@@ -48,8 +47,12 @@ def _command_of(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser with ``command``'s full flags (every command's when None)."""
+def build_parser(command: str | None = None, *, listed: bool = True) -> argparse.ArgumentParser:
+    """The parser with ``command``'s full flags (every command's when None); ``listed``: the
+    other commands too, by their help line, for the top-level help and the unknown-command
+    error (each costs argparse a parser and its message-catalogue lookups)."""
+    from simulator.commands.parsing import Parser
+
     parser = Parser(
         prog="stepsim",
         description="Simulate one multi-GPU training step on a modelled machine, without a GPU.",
@@ -60,7 +63,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, help_line in COMMANDS.items():
         if command is None or name == command:
             importlib.import_module(f"simulator.commands.{name}").add_parser(sub)
-        else:
+        elif listed:
             sub.add_parser(name, help=help_line)
     return parser
 
@@ -68,10 +71,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> int:
     """Run one command; ``whole_process``: the process ends with it (the `stepsim` program)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv == ["--version"]:  # argparse's own answer, without building (or importing) it
+        print(f"stepsim {__version__}")
+        return 0
+    from simulator.commands.parsing import UsageError
+
     prog = "stepsim"
     command = _command_of(argv)
     try:
-        args = build_parser(command if command in COMMANDS else "").parse_args(argv)
+        known = command if command in COMMANDS else None
+        # the others are listed only where argparse may print them: an unknown command, or a
+        # help flag before the command (`stepsim --help run` is the top-level help)
+        listed = known is None or any(a in ("-h", "--help") for a in argv[:argv.index(known)])
+        args = build_parser(known or "", listed=listed).parse_args(argv)
         prog = f"stepsim {args.command}"
         if whole_process:
             # what the imports built (modules, the models' schemas) lives until the process
@@ -97,6 +109,11 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
 
 def _fail(prog: str, exc: InputError, argv: Sequence[str]) -> int:
     """One line on stderr; under --json also ``{"error": {...}}`` on stdout. Exit status 2."""
+    import json
+    import re
+
+    from simulator.outputs.jsondoc import SCHEMA_VERSION
+
     print(f"{prog}: error: {exc}", file=sys.stderr)
     if "--json" in argv:
         key, message = exc.key, exc.message

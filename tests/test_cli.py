@@ -63,6 +63,22 @@ def test_every_command_module_is_listed() -> None:
     assert set(cli.COMMANDS) <= modules
 
 
+def test_the_top_level_help_and_an_unknown_command_list_every_command(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--help"], ["--help", "run"], ["-h", "presets", "--json"]):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        listed = capsys.readouterr().out
+        assert all(f"    {name}" in listed for name in cli.COMMANDS), argv
+    assert cli.main(["no-such-command"]) == 2
+    error = capsys.readouterr().err
+    assert all(f"'{name}'" in error for name in cli.COMMANDS)
+
+
+def test_version_answers_without_argparse() -> None:
+    assert _imported_after(["--version"], ("argparse", "json")) == set()
+
+
 def test_presets_load_neither_the_models_nor_the_simulator() -> None:
     assert _imported_after(["presets", "--json"]) == set()
 
