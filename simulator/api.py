@@ -365,6 +365,21 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
     return result
 
 
+def step_time(spec: RunSpec, programs: list[Program] | None = None) -> float:
+    """The step time alone of a spec ``simulate`` has run (its checks passed): no report, no
+    link history. ``programs``: the ones ``simulate`` built for the same job and machine
+    where the caller has them; a re-run that changes only the transports' rates runs the same
+    programs (the strategies read no transport, tests/test_ranges.py)."""
+    spec = configured(spec)
+    job = job_of(spec)
+    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl).for_job(job.name)
+    with blame(spec.workload, "workloads", machine, spec.topology):
+        if programs is None:
+            programs = strategies.build(spec.strategy, job, machine,
+                                        strategy_options(spec, job, machine))
+        return engine.step_time(programs, machine, compute_slowdown=spec.compute_slowdown)
+
+
 def run(spec: RunSpec, **options: Any) -> dict[str, Any]:
     """``simulate(spec, **options).report``: the JSON-able answer alone, what a worker process
     sends back (a module-level function, so executors pickle it by name)."""

@@ -47,6 +47,28 @@ def test_mechanisms_are_those_the_collectives_cross() -> None:
     assert used("8xh100-nvswitch") == ["compute", "nvlink"]
 
 
+@pytest.mark.parametrize(("strategy", "flags"), [
+    ("ddp", {}), ("zero1", {}), ("zero3", {"offload": "params"}), ("fsdp", {}), ("tp", {}),
+    ("tp+fsdp", {"tp": 2}), ("ddp", {"pp": 2, "grad_accum": 4})])
+def test_a_transport_alone_rerun_runs_the_points_programs(strategy: str,
+                                                          flags: dict[str, object]) -> None:
+    """The width shares' step-time re-runs reuse the point's programs where only transports
+    change: so no strategy may read a transport's rate, and ``step_time`` is the step's."""
+    from dataclasses import replace
+
+    from simulator.scales import RateScales
+
+    spec = api.RunSpec("8x5090-switch", "llama3.2-1b", strategy, **flags)  # type: ignore[arg-type]
+    point = api.simulate(spec, baseline=False)
+    for scales in (RateScales(shm=0.6), RateScales(compute=0.8, shm=1.3)):
+        again = api.simulate(replace(point.spec, scales=scales), baseline=False)
+        if scales.compute == 1.0:
+            assert again.programs == point.programs
+        alone = api.step_time(replace(point.spec, scales=scales),
+                              point.programs if scales.compute == 1.0 else None)
+        assert alone == again.report["step_time_s"] != point.report["step_time_s"]
+
+
 def test_an_uncalibrated_no_p2p_box_is_wide_and_says_shm_sets_it() -> None:
     r = ranged("2x5090", "llama3.2-1b", "tp")
     basis = r["range_basis"]

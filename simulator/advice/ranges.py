@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -207,7 +207,12 @@ def add_ranges(result: RunResult, prices: Prices | None = None) -> dict[str, Any
         values = [r["cost"][key] for r in corners]
         if all(v is not None for v in values):
             report["cost"][f"{key}_range"] = [min(values), max(values)]
-    shares = _width_shares(report, slow, wide, rerun)
+    def step_time(scales: RateScales) -> float:  # the point's programs, where they hold
+        same = scales.compute == result.spec.scales.compute
+        return api.step_time(replace(result.spec, scales=scales),
+                             result.programs if same else None)
+
+    shares = _width_shares(report, slow, wide, step_time)
     report["range_basis"] = {
         "mechanisms": {m: {"low": s.low, "high": s.high, "basis": s.basis}
                        for m, s in spreads.items()},
@@ -219,14 +224,14 @@ def add_ranges(result: RunResult, prices: Prices | None = None) -> dict[str, Any
 
 
 def _width_shares(point: dict[str, Any], slow: dict[str, Any], wide: dict[str, Spread],
-                  rerun: Any) -> dict[str, float]:
+                  step_time: Callable[[RateScales], float]) -> dict[str, float]:
     """Each mechanism's share of the step-time width: itself alone at its slow end."""
     width = slow["step_time_s"] - point["step_time_s"]
     if not wide or width <= 0:
         return {}
     if len(wide) == 1:
         return {next(iter(wide)): 1.0}
-    alone = {m: rerun(RateScales(**{m: s.low}))["step_time_s"] - point["step_time_s"]
+    alone = {m: step_time(RateScales(**{m: s.low})) - point["step_time_s"]
              for m, s in wide.items()}
     total = sum(max(0.0, v) for v in alone.values()) or 1.0
     return {m: max(0.0, v) / total for m, v in alone.items()}

@@ -109,12 +109,12 @@ class _Run:
     """One simulation: the environment, the fabric, the meetings, and the spans so far."""
 
     def __init__(self, programs: Sequence[Program], machine: Machine,
-                 slowdown: float | None) -> None:
+                 slowdown: float | None, history: bool = True) -> None:
         self.programs = programs
         self.machine = machine
         self.env = Clock()
         self.capacity = {lid: link.capacity for lid, link in machine.links.items()}
-        self.fabric = Fabric(self.env, self.capacity)
+        self.fabric = Fabric(self.env, self.capacity, record_history=history)
         self.sms = [_Sms(self.env, machine.gpu_of(p.members[0]).sms, slowdown)
                     for p in programs]
         # per task: True once done, else the event its waiters wait on (made by the first)
@@ -408,13 +408,34 @@ def simulate(programs: Program | Sequence[Program], machine: Machine, *,
     ``compute_slowdown``: None (default) slows compute by NCCL channels / SMs while
     collectives run; a number in [0, 1] is a fixed slowdown while any collective runs.
     """
+    run = _ran(programs, machine, compute_slowdown, history=True)
+    progs = run.programs
+    spans = [span for per in run.spans for _, span in sorted(per, key=lambda item: item[0])]
+    step_time = max((s.end for s in spans), default=0.0)
+    groups = () if len(progs) == 1 else tuple(p.members for p in progs)
+    return Timeline(spans=spans, world=progs[0].world, step_time=step_time,
+                    link_bytes=run.link_bytes(), link_capacity=run.capacity,
+                    link_usage=run.usage(), meta=dict(progs[0].meta), groups=groups)
+
+
+def step_time(programs: Program | Sequence[Program], machine: Machine, *,
+              compute_slowdown: float | None = None) -> float:
+    """``simulate(...).step_time`` alone: the same run, without the links' rate history and
+    the timeline it would assemble (what a re-run that reads only the step's length needs)."""
+    run = _ran(programs, machine, compute_slowdown, history=False)
+    return max((span.end for per in run.spans for _, span in per), default=0.0)
+
+
+def _ran(programs: Program | Sequence[Program], machine: Machine,
+         compute_slowdown: float | None, history: bool) -> _Run:
+    """The programs run to their end (``history``: the fabric records its links' rates)."""
     if compute_slowdown is not None and not 0.0 <= compute_slowdown <= 1.0:
         raise ValueError(f"compute_slowdown must be in [0, 1], got {compute_slowdown}")
     progs = [programs] if isinstance(programs, Program) else list(programs)
     covered = [r for p in progs for r in p.members]
     if sorted(covered) != list(range(progs[0].world)):
         raise ValueError("the programs must stand for every rank exactly once")
-    run = _Run(progs, machine, compute_slowdown)
+    run = _Run(progs, machine, compute_slowdown, history)
     for p, program in enumerate(progs):
         by_stream: dict[str, list[Task]] = {}
         for task in program.tasks:
@@ -427,9 +448,4 @@ def simulate(programs: Program | Sequence[Program], machine: Machine, *,
         if stuck:
             raise RuntimeError(f"program deadlocks: tasks {stuck[:5]} of the program for GPU "
                                f"{program.members[0]} never became ready")
-    spans = [span for per in run.spans for _, span in sorted(per, key=lambda item: item[0])]
-    step_time = max((s.end for s in spans), default=0.0)
-    groups = () if len(progs) == 1 else tuple(p.members for p in progs)
-    return Timeline(spans=spans, world=progs[0].world, step_time=step_time,
-                    link_bytes=run.link_bytes(), link_capacity=run.capacity,
-                    link_usage=run.usage(), meta=dict(progs[0].meta), groups=groups)
+    return run
