@@ -24,11 +24,12 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.scales import MECHANISMS, RateScales, hop_mechanism
+from simulator.advice import forked
+from simulator.scales import MECHANISMS, NEUTRAL, RateScales, hop_mechanism
 
 if TYPE_CHECKING:
     from simulator.advice.cost import Prices
@@ -185,21 +186,37 @@ def add_ranges(result: RunResult, prices: Prices | None = None) -> dict[str, Any
     wide = {m: s for m, s in spreads.items() if (s.low, s.high) != (1.0, 1.0)}
 
     def rerun(scales: RateScales) -> dict[str, Any]:
-        if scales.neutral:
-            return report
         return api.simulate(replace(result.spec, scales=scales), baseline=False,
                             prices=prices).report
 
+    def step_time(scales: RateScales) -> float:  # the point's programs, where they hold
+        same = scales.compute == result.spec.scales.compute
+        return api.step_time(replace(result.spec, scales=scales),
+                             result.programs if same else None)
+
+    def one_gpu(scales: RateScales) -> float | None:
+        return api.single_gpu_tokens_per_s(replace(result.spec, scales=scales))
+
     slow_scales, fast_scales = _scales(wide, "low"), _scales(wide, "high")
-    slow, fast = rerun(slow_scales), rerun(fast_scales)
+    # every re-run is independent of the others: they may share two cores (forked.py)
+    calls: list[Callable[[], Any]] = []
+    if wide:
+        calls += [partial(rerun, slow_scales), partial(rerun, fast_scales)]
+        if len(wide) > 1:  # the width shares: each mechanism alone at its slow end
+            calls += [partial(step_time, RateScales(**{m: s.low})) for m, s in wide.items()]
+        if report.get("scaling_efficiency") is not None:
+            calls += [partial(one_gpu, slow_scales), partial(one_gpu, fast_scales)]
+    done = iter(forked.run_all(calls))
+    slow, fast = (next(done), next(done)) if wide else (report, report)
+    alone = {m: next(done) for m in wide} if len(wide) > 1 else {}
     corners = (report, slow, fast)
     for key in HEADLINE:
         values = [r[key] for r in corners]
         report[f"{key}_range"] = [min(values), max(values)]
     if report.get("scaling_efficiency") is not None:  # against one GPU at the same scales
         values = [report["scaling_efficiency"]]
-        for r, scales in ((slow, slow_scales), (fast, fast_scales)):
-            one = api.single_gpu_tokens_per_s(replace(result.spec, scales=scales))
+        for r in (slow, fast):
+            one = next(done, None) if wide else one_gpu(NEUTRAL)
             if one:
                 values.append(r["tokens_per_s_per_gpu"] / one)
         report["scaling_efficiency_range"] = [min(values), max(values)]
@@ -207,12 +224,7 @@ def add_ranges(result: RunResult, prices: Prices | None = None) -> dict[str, Any
         values = [r["cost"][key] for r in corners]
         if all(v is not None for v in values):
             report["cost"][f"{key}_range"] = [min(values), max(values)]
-    def step_time(scales: RateScales) -> float:  # the point's programs, where they hold
-        same = scales.compute == result.spec.scales.compute
-        return api.step_time(replace(result.spec, scales=scales),
-                             result.programs if same else None)
-
-    shares = _width_shares(report, slow, wide, step_time)
+    shares = _width_shares(report, slow, wide, alone)
     report["range_basis"] = {
         "mechanisms": {m: {"low": s.low, "high": s.high, "basis": s.basis}
                        for m, s in spreads.items()},
@@ -224,15 +236,15 @@ def add_ranges(result: RunResult, prices: Prices | None = None) -> dict[str, Any
 
 
 def _width_shares(point: dict[str, Any], slow: dict[str, Any], wide: dict[str, Spread],
-                  step_time: Callable[[RateScales], float]) -> dict[str, float]:
-    """Each mechanism's share of the step-time width: itself alone at its slow end."""
+                  alone_step_times: dict[str, float]) -> dict[str, float]:
+    """Each mechanism's share of the step-time width: itself alone at its slow end (the
+    step times of those re-runs, where more than one mechanism is wide)."""
     width = slow["step_time_s"] - point["step_time_s"]
     if not wide or width <= 0:
         return {}
     if len(wide) == 1:
         return {next(iter(wide)): 1.0}
-    alone = {m: step_time(RateScales(**{m: s.low})) - point["step_time_s"]
-             for m, s in wide.items()}
+    alone = {m: t - point["step_time_s"] for m, t in alone_step_times.items()}
     total = sum(max(0.0, v) for v in alone.values()) or 1.0
     return {m: max(0.0, v) / total for m, v in alone.items()}
 
