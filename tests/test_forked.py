@@ -33,7 +33,8 @@ def test_every_other_call_runs_in_a_child_and_the_results_keep_their_order(allow
     assert [here for _, here in out] == [False, True, False, True, False]
 
 
-def test_a_process_not_allowed_to_fork_runs_every_call_here(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_process_not_allowed_to_fork_runs_every_call_here(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     for pid in (None, os.getpid() + 1):  # a library caller; a process forked from the program
         monkeypatch.setattr(forked, "_allowed_pid", pid)
         assert forked.run_all([partial(_where, k) for k in range(3)]) == [
