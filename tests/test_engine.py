@@ -167,13 +167,14 @@ def test_same_inputs_give_the_same_timeline() -> None:
 
 
 @st.composite
-def programs(draw: st.DrawFn) -> Program:
+def programs(draw: st.DrawFn, compute_streams: tuple[str, ...] = ("compute",)) -> Program:
     p = Program(world=2)
     n = draw(st.integers(1, 12))
     for i in range(n):
         deps = tuple(sorted(draw(st.sets(st.integers(0, i - 1), max_size=2)))) if i else ()
         if draw(st.booleans()):
-            p.add("compute", Compute(f"c{i}", "backward", draw(st.floats(0.01, 1.0))), deps)
+            p.add(draw(st.sampled_from(compute_streams)),
+                  Compute(f"c{i}", "backward", draw(st.floats(0.01, 1.0))), deps)
         else:
             stream = draw(st.sampled_from(["nccl", "allgather"]))
             p.add(stream, comm(f"x{i}", draw(st.integers(1, 200))), deps)
@@ -207,6 +208,23 @@ def test_spans_on_one_stream_never_overlap(p: Program) -> None:
         spans = [s for s in t.spans if s.stream == stream]
         for a, b in zip(spans, spans[1:], strict=False):
             assert b.start >= a.end - 1e-12
+
+
+@settings(max_examples=150, deadline=None)
+@given(programs(compute_streams=("compute", "side")), st.sampled_from([None, 0.0, 0.5]))
+def test_kernels_run_back_to_back_without_timeouts_time_as_with_them(
+        p: Program, slowdown: float | None) -> None:
+    """``Clock.skip`` (a kernel with nothing due before its end takes no timeout) gives the
+    timeline that waiting on a timeout for every kernel gives; two compute streams wake on
+    the same task, where a stream that skipped first would move the other's clock."""
+    def timeline() -> Any:
+        t = engine.simulate(p, machine(), compute_slowdown=slowdown)
+        return [(s.stream, s.name, s.start, s.end, s.args) for s in t.spans], t.link_usage
+
+    skipped = timeline()
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(clock.Clock, "skip", lambda self, delay: False)
+        assert timeline() == skipped
 
 
 def _resumptions(waits: list[tuple[list[float], str]], ours: bool) -> list[tuple[float, int]]:
