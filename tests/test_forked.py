@@ -59,11 +59,23 @@ def _fails_here(k: int) -> int:
 
 
 @can_fork
-def test_an_error_here_is_raised_and_leaves_no_child_behind(allowed: None) -> None:
+def test_an_error_here_is_raised_and_leaves_no_child_behind(
+        allowed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    children: list[int] = []
+    fork = os.fork
+
+    def recorded() -> int:
+        pid = fork()
+        if pid:
+            children.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", recorded)
     with pytest.raises(ValueError, match="bad input"):
         forked.run_all([partial(_fails_here, k) for k in range(2)])
+    assert len(children) == 1
     with pytest.raises(ChildProcessError):  # the child was reaped
-        os.waitpid(-1, os.WNOHANG)
+        os.waitpid(children[0], os.WNOHANG)
 
 
 @can_fork
