@@ -86,7 +86,6 @@ def run_all(calls: Sequence[Callable[[], Any]]) -> list[Any]:
             there = None
     if there is None:
         there = [call() for call in theirs]
-    out: list[Any] = []
-    for k in range(len(calls)):
-        out.append(there[k // 2] if k % 2 == 0 else here[k // 2])
+    out: list[Any] = [None] * len(calls)
+    out[0::2], out[1::2] = there, here
     return out
