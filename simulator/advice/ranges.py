@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.advice import forked
-from simulator.scales import MECHANISMS, NEUTRAL, RateScales, hop_mechanism
+from simulator.scales import MECHANISMS, RateScales, hop_mechanism
 
 if TYPE_CHECKING:
     from simulator.advice.cost import Prices
@@ -200,12 +200,12 @@ def add_ranges(result: RunResult, prices: Prices | None = None) -> dict[str, Any
     slow_scales, fast_scales = _scales(wide, "low"), _scales(wide, "high")
     # every re-run is independent of the others: they may share two cores (forked.py)
     calls: list[Callable[[], Any]] = []
-    if wide:
+    if wide:  # else both ends are the point
         calls += [partial(rerun, slow_scales), partial(rerun, fast_scales)]
-        if len(wide) > 1:  # the width shares: each mechanism alone at its slow end
-            calls += [partial(step_time, RateScales(**{m: s.low})) for m, s in wide.items()]
-        if report.get("scaling_efficiency") is not None:
-            calls += [partial(one_gpu, slow_scales), partial(one_gpu, fast_scales)]
+    if len(wide) > 1:  # the width shares: each mechanism alone at its slow end
+        calls += [partial(step_time, RateScales(**{m: s.low})) for m, s in wide.items()]
+    if report.get("scaling_efficiency") is not None:
+        calls += [partial(one_gpu, slow_scales), partial(one_gpu, fast_scales)]
     done = iter(forked.run_all(calls))
     slow, fast = (next(done), next(done)) if wide else (report, report)
     alone = {m: next(done) for m in wide} if len(wide) > 1 else {}
@@ -215,8 +215,7 @@ def add_ranges(result: RunResult, prices: Prices | None = None) -> dict[str, Any
         report[f"{key}_range"] = [min(values), max(values)]
     if report.get("scaling_efficiency") is not None:  # against one GPU at the same scales
         values = [report["scaling_efficiency"]]
-        for r in (slow, fast):
-            one = next(done, None) if wide else one_gpu(NEUTRAL)
+        for r, one in zip((slow, fast), done, strict=True):
             if one:
                 values.append(r["tokens_per_s_per_gpu"] / one)
         report["scaling_efficiency_range"] = [min(values), max(values)]
