@@ -286,10 +286,20 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
 _ONE_GPU_RUNS: dict[tuple[RunSpec, bool, cost.Prices | None, bool], RunResult] = {}
 
 
+def _job_and_machine(spec: RunSpec) -> tuple[Job, Machine]:
+    """The spec's job, and its machine as that job runs on it (scaled, NCCL variables, the
+    compute fraction measured for the job)."""
+    job = job_of(spec)
+    return job, load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl).for_job(job.name)
+
+
+def _programs(spec: RunSpec, job: Job, machine: Machine) -> list[Program]:
+    return strategies.build(spec.strategy, job, machine, strategy_options(spec, job, machine))
+
+
 def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
               ranges: bool) -> RunResult:
-    job = job_of(spec)
-    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl).for_job(job.name)
+    job, machine = _job_and_machine(spec)
     check_recipe(spec.strategy, tp=_tp_degree(spec, machine), overlap=spec.overlap,
                        grad_compression=spec.grad_compression,
                        gradient_as_bucket_view=spec.gradient_as_bucket_view,
@@ -305,8 +315,7 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
     check_size(job)
     # a job the strategy cannot split, too long a step; or a route the machine lacks
     with blame(spec.workload, "workloads", machine, spec.topology):
-        programs = strategies.build(spec.strategy, job, machine,
-                                    strategy_options(spec, job, machine))
+        programs = _programs(spec, job, machine)
         timeline = engine.simulate(programs, machine, compute_slowdown=spec.compute_slowdown)
     meta = programs[0].meta
     mem = _memory_verdict(spec, job, machine, meta.get("pipeline"))
@@ -371,12 +380,10 @@ def step_time(spec: RunSpec, programs: list[Program] | None = None) -> float:
     where the caller has them; a re-run that changes only the transports' rates runs the same
     programs (the strategies read no transport, tests/test_ranges.py)."""
     spec = configured(spec)
-    job = job_of(spec)
-    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl).for_job(job.name)
+    job, machine = _job_and_machine(spec)
     with blame(spec.workload, "workloads", machine, spec.topology):
         if programs is None:
-            programs = strategies.build(spec.strategy, job, machine,
-                                        strategy_options(spec, job, machine))
+            programs = _programs(spec, job, machine)
         return engine.step_time(programs, machine, compute_slowdown=spec.compute_slowdown)
 
 
