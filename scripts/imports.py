@@ -1,8 +1,9 @@
 """The import graph between stepsim's subpackages, from the code's own imports.
 
-Every ``import`` and ``from ... import`` in ``simulator/`` counts, function-local ones and
-those under ``if TYPE_CHECKING:`` included, so a circle hidden inside a function shows. A
-top-level module (``api.py``, ``units.py``) is its own node; a subpackage is one node.
+Every ``import`` and ``from ... import`` that runs counts, function-local ones included, so a
+circle hidden inside a function shows; those under ``if TYPE_CHECKING:`` never run and name
+types only, so they are left out (``--typing`` counts them too). A top-level module
+(``units.py``) is its own node; a subpackage is one node.
 
     python scripts/imports.py            # edges, then any cycle, then the layering rules
     python scripts/imports.py --modules  # the same at file level: cycles between modules
@@ -39,12 +40,26 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imported_modules(path: Path, known: set[str]) -> set[str]:
-    """The simulator modules a file imports, wherever in the file the import stands."""
+def _typing_only(tree: ast.AST) -> set[int]:
+    """ids of the import statements under ``if TYPE_CHECKING:``."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
+
+
+def imported_modules(path: Path, known: set[str], typing: bool = False) -> set[str]:
+    """The simulator modules a file imports, wherever in the file the import stands (with
+    ``typing``, those it imports for type annotations only as well)."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    skip = set() if typing else _typing_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -62,13 +77,13 @@ def imported_modules(path: Path, known: set[str]) -> set[str]:
     return found
 
 
-def module_graph() -> nx.DiGraph:
+def module_graph(typing: bool = False) -> nx.DiGraph:
     files = sorted(PACKAGE.rglob("*.py"))
     known = {module_name(f) for f in files}
     graph = nx.DiGraph()
     for f in files:
         graph.add_node(module_name(f))
-        for target in imported_modules(f, known):
+        for target in imported_modules(f, known, typing):
             # `import simulator.a.b` also runs simulator/a/__init__.py; count the module itself
             graph.add_edge(module_name(f), target)
     return graph
@@ -105,8 +120,10 @@ def broken_rules(modules: nx.DiGraph) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modules", action="store_true", help="cycles between files")
+    parser.add_argument("--typing", action="store_true",
+                        help="count the imports under `if TYPE_CHECKING:` too")
     args = parser.parse_args(argv)
-    modules = module_graph()
+    modules = module_graph(args.typing)
     graph = modules if args.modules else package_graph(modules)
     if not args.modules:
         for node in sorted(graph):

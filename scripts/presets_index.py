@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's simulator, not an installed copy
 
-from simulator.inputs import catalog  # noqa: E402
+from simulator.api import listing as catalog  # noqa: E402
 
 
 def text(kind: str) -> str:

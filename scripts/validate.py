@@ -11,9 +11,9 @@ one function returning rows, listed in SECTIONS. Always exits 0: it reports, the
 the tolerances.
 
 Each row names the mechanism it measures (``shm``, ``pcie_p2p``, ``nvlink`` collectives,
-``compute:<GPU line>`` for one-GPU steps; simulator/scales.py). ``--write-residuals`` writes
+``compute:<GPU line>`` for one-GPU steps; simulator/machine/scales.py). ``--write-residuals`` writes
 their spread per mechanism to validation/residuals.json, which the ranges read
-(simulator/advice/ranges.py, docs/accuracy.md).
+(simulator/api/ranges.py, docs/accuracy.md).
 
     python scripts/validate.py [--section NAME|all] [--write-residuals]
 """
@@ -37,11 +37,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # This checkout's simulator (not whichever stepsim is installed) and its sibling scripts.
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
+from simulator.catalog import gpus as gpu_catalog  # noqa: E402
 from simulator.inputs.config import load_topology  # noqa: E402
-from simulator.machine import collectives, hardware  # noqa: E402
-from simulator.machine.nccl_env import NcclEnv  # noqa: E402
 from simulator.machine.topology import Machine  # noqa: E402
-from simulator.scales import hop_mechanism  # noqa: E402
+from simulator.nccl import collectives  # noqa: E402
+from simulator.nccl.communicator import Communicator  # noqa: E402
+from simulator.nccl.env import NcclEnv  # noqa: E402
+from simulator.nccl.perf import time_alone  # noqa: E402
 
 MEASUREMENTS = ROOT / "validation" / "measurements.yaml"
 FRAMEWORKS = ROOT / "validation" / "frameworks.yaml"
@@ -61,7 +63,7 @@ COLLECTIVE_MACHINES = {
     "a100-nvlink-pair-then-sys": str(VALIDATION_TOPOLOGIES / "a100-nvlink-pairs-dual-socket.yaml"),
     "8xgb202-wrx90-2switch-p2p": str(VALIDATION_TOPOLOGIES / "8xgb202-wrx90-2switch-p2p.yaml"),
 }
-# Points that fixed a constant (see the dataset comments in simulator/machine/wire.py): they
+# Points that fixed a constant (see the dataset comments in simulator/nccl/wire.py): they
 # show the fit, not a prediction. Every other row is a check.
 CALIBRATION = {
     ("2x2080ti-gen3-switch-shm", "allreduce", 8),  # SHM per-step latency: the latency floor
@@ -79,7 +81,7 @@ CALIBRATION = {
     ("8xgb202-wrx90-2switch-p2p", "allreduce", 1073741824),  # Simple cap per PCIe channel
     ("8xgb202-wrx90-2switch-p2p", "allreduce", 16777216),  # Simple P2P per-step sync: the
     ("8xgb202-wrx90-2switch-p2p", "allreduce", 67108864),  # start-up left by these two
-    # each GPU's plain GEMM rate in simulator/machine/hardware.py is its gemm point
+    # each GPU's plain GEMM rate in simulator/catalog/ is its gemm point
     ("gemm-4090-8192", "gemm", None), ("gemm-5090-8192", "gemm", None),
     ("gemm-h100sxm-8192", "gemm", None), ("gemm-a800pcie-8192", "gemm", None),
 }
@@ -138,24 +140,26 @@ def load_all() -> dict[str, Any]:
 
 def gemm_rows(data: dict[str, Any]) -> list[Row]:
     """One m = n = k = 8192 GEMM per GPU, TFLOP/s, as the catalog rates time it."""
+    from simulator.catalog import gpus as gpu_catalog
     from simulator.job import compute
-    from simulator.machine import hardware
 
     rows = []
     for point in data.get("gemm", []):
-        rate = compute.gemm_rate(8192, 8192, 8192, hardware.gpu(point["gpu"]))
+        rate = compute.gemm_rate(8192, 8192, 8192, gpu_catalog.gpu(point["gpu"]))
         rows.append(Row(point["id"], "gemm", 1, None, "TFLOP/s", point["tflops"], rate / 1e12))
     return rows
-def plan_mechanism(machine: Machine, plan: collectives.Plan) -> str | None:
+
+
+def plan_mechanism(comm: Communicator, plan: collectives.Plan) -> str | None:
     """The slowest transport a collective's ring crosses: SHM, then PCIe P2P, then NVLink."""
     order = plan.order
-    hops = {hop_mechanism(machine, a, order[(i + 1) % len(order)]) for i, a in enumerate(order)}
+    hops = {comm.mechanism(a, order[(i + 1) % len(order)]) for i, a in enumerate(order)}
     return next((m for m in ("shm", "pcie_p2p", "nvlink") if m in hops), None)
 
 
 def compute_mechanism(gpu_name: str) -> str:
     """One-GPU steps measure the achieved compute of the GPU's product line."""
-    return f"compute:{hardware.GPUS[gpu_name].line}"
+    return f"compute:{gpu_catalog.GPUS[gpu_name].line}"
 
 
 def collective_rows(data: dict[str, Any]) -> list[Row]:
@@ -163,10 +167,10 @@ def collective_rows(data: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     machines: dict[str, Machine] = {}
 
-    def machine(dataset: str, gpus: int) -> Machine:
+    def machine(dataset: str, gpus: int) -> Communicator:
         if dataset not in machines:
             machines[dataset] = Machine.from_config(load_topology(COLLECTIVE_MACHINES[dataset]))
-        return machines[dataset].subset(gpus)
+        return Communicator(machines[dataset].subset(gpus))
 
     for entry in data["collectives"]:
         dataset = entry["id"]
@@ -177,7 +181,7 @@ def collective_rows(data: dict[str, Any]) -> list[Row]:
             m = machine(dataset, entry["gpus"])
             for size, t_us, busbw in zip(table["bytes"], table["time_us"],
                                          table["busbw_gbps"], strict=True):
-                r = collectives.simulate(m, entry["op"], size)
+                r = time_alone(m, entry["op"], size)
                 tags = _tags(m, entry["op"], size)
                 if busbw > 0.05:  # nccl-tests rounds to 0.01: below, compare the time
                     rows.append(Row(dataset, entry["op"], m.n_gpus, size, "busbw GB/s",
@@ -186,28 +190,28 @@ def collective_rows(data: dict[str, Any]) -> list[Row]:
                     rows.append(Row(dataset, entry["op"], m.n_gpus, size, "time us", t_us,
                                     r.time_us, *tags))
             for size, busbw in entry.get("also", {}).get("allgather_busbw_gbps", {}).items():
-                r = collectives.simulate(m, "allgather", int(size))
+                r = time_alone(m, "allgather", int(size))
                 rows.append(Row(dataset, "allgather", m.n_gpus, int(size), "busbw GB/s",
                                 busbw, r.busbw_gbps, *_tags(m, "allgather", int(size))))
         for point in entry.get("points", []):
             m = machine(dataset, point["gpus"])
             size = int(point.get("bytes", PLATEAU_BYTES))
             algo = point.get("algorithm", "auto")
-            r = collectives.simulate(m, point["op"], size, algo=algo)
+            r = time_alone(m, point["op"], size, algo=algo)
             rows.append(Row(dataset, point["op"], m.n_gpus, size, "busbw GB/s",
                             point["busbw_gbps"], r.busbw_gbps,
                             *_tags(m, point["op"], size, algo)))
     return rows
 
 
-def _tags(m: Machine, op: str, size: int, algo: str = "auto") -> tuple[str | None, str]:
+def _tags(m: Communicator, op: str, size: int, algo: str = "auto") -> tuple[str | None, str]:
     """A collective row's mechanism and machine name."""
-    return plan_mechanism(m, collectives.plan(m, op, size, algo=algo)), m.name
+    return plan_mechanism(m, m.plan(op, size, algo=algo)), m.machine.name
 
 
 def box_rows(_data: dict[str, Any]) -> list[Row]:
     """No-P2P boxes of validation/box-spread.yaml, each on the machine that describes it."""
-    from simulator.api import load_machine
+    from simulator.api import load_communicator
 
     spread = load_measurements(BOX_SPREAD)
     rows: list[Row] = []
@@ -219,9 +223,9 @@ def box_rows(_data: dict[str, Any]) -> list[Row]:
                                        for size, busbw in box["busbw_gbps"].items()]
         env = NcclEnv.from_environ({k: str(v) for k, v in box.get("nccl_env", {}).items()})
         for point in points:
-            m = load_machine(topology, point["gpus"], nccl=env)  # the run's NCCL_* variables
+            m = load_communicator(topology, point["gpus"], env=env)  # the run's NCCL_* variables
             size = int(point["bytes"])
-            r = collectives.simulate(m, box["op"], size)
+            r = time_alone(m, box["op"], size)
             rows.append(Row(box["id"], box["op"], m.n_gpus, size, "busbw GB/s",
                             point["busbw_gbps"], r.busbw_gbps, *_tags(m, box["op"], size)))
     return rows
@@ -458,12 +462,12 @@ def residual_table(rows: list[Row]) -> dict[str, Any]:
 # The table's own note, first in the file (JSON: every run reads it with the standard library)
 RESIDUALS_ABOUT = (
     "Generated by `python scripts/validate.py --write-residuals`; do not edit by hand (a test "
-    "checks it matches what the models give now). Per mechanism (simulator/scales.py): the "
+    "checks it matches what the models give now). Per mechanism (simulator/machine/scales.py): the "
     "factor by which measured rates differ from simulated ones (measured / simulated; a time "
     "counts inverted), over every validation point of that mechanism at 1 MiB and up and every "
     "one-GPU step. low/high: over all boxes (an uncalibrated machine); boxes: each box's own "
     "spread, and whether its points fixed a constant of the model (fit). docs/accuracy.md says "
-    "how simulator/advice/ranges.py turns these into ranges.")
+    "how simulator/api/ranges.py turns these into ranges.")
 
 
 def all_rows() -> list[Row]:
@@ -504,7 +508,7 @@ def render(rows: list[Row]) -> str:
             inside = [r for r in ranged if r.simulated_range is not None
                       and r.simulated_range[0] <= r.measured <= r.simulated_range[1]]
             lines.append(f"{len(inside)} of {len(ranged)} points fall inside their simulated "
-                         "ranges (simulator/advice/ranges.py)")
+                         "ranges (simulator/api/ranges.py)")
     return "\n".join(lines)
 
 

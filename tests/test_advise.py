@@ -12,9 +12,9 @@ import pytest
 
 from simulator import api
 from simulator.advice import advise, bound, candidates, explain, spec_text
-from simulator.advice.cost import Prices
 from simulator.cli import main
-from simulator.scales import NEUTRAL
+from simulator.machine.scales import NEUTRAL
+from simulator.outputs.cost import Prices
 
 KEYS = {"candidates", "best", "nothing_fits", "what_would_fit", "explanation"}
 SIMULATED: list[api.RunSpec] = []  # what the fixture's search simulated, ranged runs apart

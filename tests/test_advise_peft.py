@@ -11,8 +11,8 @@ import pytest
 
 from simulator import api
 from simulator.advice import advise
-from simulator.advice.cost import Prices
 from simulator.cli import main
+from simulator.outputs.cost import Prices
 
 PEFT = str(Path(__file__).resolve().parent / "fixtures" / "peft" / "adapter_config.json")
 

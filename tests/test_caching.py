@@ -9,12 +9,14 @@ from dataclasses import replace
 import pytest
 
 from simulator import api
+from simulator.api import runner
+from simulator.catalog import gpus as gpu_catalog
 from simulator.engine.program import Compute, Program
 from simulator.inputs import config
 from simulator.job import compute, ops
 from simulator.job.workload import Job
-from simulator.machine import build, hardware
-from simulator.scales import RateScales
+from simulator.machine import build
+from simulator.machine.scales import RateScales
 from simulator.strategies import steps
 
 
@@ -60,7 +62,7 @@ def test_a_sweep_simulates_one_gpu_once() -> None:
     for bucket in (1, 25, 400):
         for gpus in (2, 4, 8):
             api.simulate(replace(base, bucket_mb=bucket, gpus=gpus, overlap=gpus != 4))
-    info = api._single_gpu.cache_info()
+    info = runner._single_gpu.cache_info()
     assert (info.misses, info.hits) == (1, 8)
 
 
@@ -71,7 +73,7 @@ def test_one_gpu_ignores_the_transports_rate_scales() -> None:
     plain = api.single_gpu_tokens_per_s(replace(base, scales=RateScales(compute=0.8)))
     shm = api.single_gpu_tokens_per_s(replace(base, scales=RateScales(compute=0.8, shm=0.3)))
     assert shm == plain
-    info = api._single_gpu.cache_info()
+    info = runner._single_gpu.cache_info()
     assert (info.misses, info.hits) == (1, 1)
     assert api.single_gpu_tokens_per_s(base) != plain  # the compute scale does count
 
@@ -81,10 +83,10 @@ def test_one_gpu_ignores_the_transports_rate_scales() -> None:
 def test_an_ops_time_is_remembered_per_card_and_each_input_of_it(change: dict[str, float]
                                                                   ) -> None:
     job = api.load_job("gpt2-medium", None, None, None)
-    plain = hardware.GPUS["rtx5090"]
+    plain = gpu_catalog.GPUS["rtx5090"]
     other = replace(plain, **change)
 
-    def durations(gpu: hardware.GPU) -> list[float]:
+    def durations(gpu: gpu_catalog.GPU) -> list[float]:
         program = Program(1)
         steps.add_ops(program, job.forward_ops(), steps.compute_only(gpu))
         return [t.work.duration for t in program.tasks if isinstance(t.work, Compute)]
@@ -205,9 +207,9 @@ def test_per_token_activations_are_built_once_per_job_shape_for_every_micro_batc
 def test_memory_reports_across_micro_batches_match_fresh_ones() -> None:
     """Per-shape figures (state lines, parameter counts, per-token activations) give every
     micro-batch's report exactly as a first estimate does."""
-    from simulator.job import memory
+    from simulator.memory import estimate as memory
 
-    gpu = hardware.GPUS["rtx5090"]
+    gpu = gpu_catalog.GPUS["rtx5090"]
     jobs = [api.load_job("llama2-7b", b, None, 4, "selective") for b in (1, 2, 5)]
     warm = [memory.estimate(j, gpu, "zero2", world=8, tp=2) for j in jobs]
     cold = []
@@ -242,7 +244,7 @@ def test_a_jobs_blocks_time_each_shared_kernel_and_op_once(monkeypatch: pytest.M
     from simulator.strategies.tensor import shard_ops
 
     job = api.load_job("llama2-7b", 2, None, None)
-    gpu = hardware.GPUS["rtx5090"]
+    gpu = gpu_catalog.GPUS["rtx5090"]
     timed: list[int] = []
     work = compute.kernel_work_time
     monkeypatch.setattr(compute, "kernel_work_time",

@@ -15,8 +15,10 @@ from simulator.cli import main
 from simulator.inputs import nccl_tests_log
 from simulator.inputs.config import load_topology, resolve
 from simulator.inputs.schema import CalibrationConfig, FittedValue
-from simulator.machine import collectives
 from simulator.machine.topology import Machine
+from simulator.nccl import collectives
+from simulator.nccl.communicator import Communicator
+from simulator.nccl.perf import time_alone
 from simulator.outputs import nccl_tests
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +42,7 @@ def synthetic_log(tmp_path: Path, topology: str, op: str, noise: float, seed: in
     rows = []
     for k in range(3, 31):
         size = 1 << k
-        r = collectives.simulate(machine, op, size)
+        r = time_alone(Communicator(machine), op, size)
         t = r.time_us * (1 + noise * rng.standard_normal())
         rows.append(nccl_tests.Row(size, size // 4, t, size / t / 1e3,
                                    size / t / 1e3 * collectives.bus_factor(op, machine.n_gpus)))
@@ -59,7 +61,8 @@ def synthetic_log(tmp_path: Path, topology: str, op: str, noise: float, seed: in
 def test_recovers_known_parameters_from_noisy_stepsim_logs(tmp_path, preset, truth):
     log = synthetic_log(tmp_path, truth_topology(tmp_path, preset, truth), "allreduce", 0.02)
     machine = Machine.from_config(load_topology(preset))
-    result = collectives_fit.fit(machine, [nccl_tests_log.parse(log.read_text())], None)
+    result = collectives_fit.fit(Communicator(machine), [nccl_tests_log.parse(log.read_text())],
+                                 None)
     for name, value in truth.items():
         assert result.fitted[name] == pytest.approx(value, rel=0.15), name
     assert result.rms_error < 0.04  # the noise, not a misfit
@@ -106,7 +109,7 @@ def test_the_calibrated_topology_runs_and_says_so(capsys, tmp_path):
     capsys.readouterr()
     machine = Machine.from_config(load_topology(str(out)))
     fitted = {f.parameter: f.value for f in machine.calibration.fitted}
-    assert machine.wire.shm_pcie_efficiency == fitted["shm_pcie_efficiency"]
+    assert Communicator(machine).wire.shm_pcie_efficiency == fitted["shm_pcie_efficiency"]
     original = (resolve("2x2080ti-switch", "topologies").read_text())
     assert out.read_text().startswith(original.rstrip("\n"))  # the user's file, kept
     assert main(["collective", "-t", str(out), "--op", "allreduce", "-b", "1G"]) == 0

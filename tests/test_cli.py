@@ -27,8 +27,8 @@ UNUSED_BY_AN_FSDP_RUN = (
     "simulator.strategies.ddp", "simulator.strategies.zero", "simulator.strategies.tensor",
     "simulator.strategies.paging", "simulator.strategies.buckets", "simulator.outputs.trace",
     "simulator.outputs.kineto", "simulator.job.compiled", "simulator.job.fused",
-    "simulator.engine.lone_flow", "simulator.machine.collective_run",
-    "simulator.job.memory_search", "difflib", "gzip", "statistics", "numpy")
+    "simulator.engine.lone_flow", "simulator.nccl.perf",
+    "simulator.memory.search", "difflib", "gzip", "statistics", "numpy")
 
 
 def _imported_after(argv: list[str], modules: tuple[str, ...] = HEAVY, *,

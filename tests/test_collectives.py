@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import astuple
 from pathlib import Path
 
 import pytest
@@ -9,11 +10,15 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.catalog import links as link_catalog
 from simulator.cli import main
+from simulator.engine.fabric import Fabric
 from simulator.inputs.config import load_topology
-from simulator.machine import collectives, hardware
-from simulator.machine import nccl_tuning as nt
 from simulator.machine.topology import Machine
+from simulator.nccl import collectives
+from simulator.nccl import tuning as nt
+from simulator.nccl.communicator import Communicator
+from simulator.nccl.perf import time_alone
 from simulator.units import GB, US, GiB, MiB
 
 
@@ -52,35 +57,35 @@ links:
 def test_ring_allreduce_on_equal_links_matches_closed_form(tmp_path):
     m = machine_from(tmp_path, "sw", SWITCH_P2P)
     n, size = 4, GiB
-    plan = collectives.plan(m, "allreduce", size)
+    plan = collectives.plan(Communicator(m), "allreduce", size)
     assert (plan.algorithm, plan.protocol, plan.transport) == ("ring", "Simple", "P2P")
     # every GPU link carries one hop each way; Simple P2P runs at its calibrated PCIe
     # efficiency; each step crosses two PCIe links (GPU -> switch -> GPU) then syncs
-    w = m.wire
-    bandwidth = hardware.pcie_bandwidth(4, 16) * w.p2p_pcie_simple_efficiency
-    step = 2 * hardware.PCIE_HOP_LATENCY + w.p2p_simple_sync_us * US
+    w = Communicator(m).wire
+    bandwidth = link_catalog.pcie_bandwidth(4, 16) * w.p2p_pcie_simple_efficiency
+    step = 2 * link_catalog.PCIE_HOP_LATENCY + w.p2p_simple_sync_us * US
     latency = w.call_latency_us * US + 2 * (n - 1) * step
     expected = 2 * (n - 1) / n * size / bandwidth + latency
-    assert collectives.simulate(m, "allreduce", size).time_us * US == pytest.approx(expected,
+    assert time_alone(Communicator(m), "allreduce", size).time_us * US == pytest.approx(expected,
                                                                                     rel=1e-6)
 
 
 def test_allgather_moves_half_the_bytes_of_allreduce(tmp_path):
     m = machine_from(tmp_path, "sw", SWITCH_P2P)
-    ar = collectives.simulate(m, "allreduce", GiB)
-    ag = collectives.simulate(m, "allgather", GiB)
+    ar = time_alone(Communicator(m), "allreduce", GiB)
+    ag = time_alone(Communicator(m), "allgather", GiB)
     assert ag.time_us == pytest.approx(ar.time_us / 2, rel=0.02)
     assert ag.busbw_gbps == pytest.approx(ar.busbw_gbps, rel=0.02)
 
 
 def test_two_concurrent_allreduces_share_the_links(tmp_path):
     m = machine_from(tmp_path, "sw", SWITCH_P2P)
-    plan = collectives.plan(m, "allreduce", GiB)
+    plan = collectives.plan(Communicator(m), "allreduce", GiB)
     env = simpy.Environment()
-    fabric = collectives.fabric_for(env, m)
-    both = env.all_of([collectives.start(env, fabric, plan) for _ in range(2)])
+    fabric = Fabric(env, Communicator(m).capacities())
+    both = env.all_of([fabric.transfer(*astuple(plan.flow)) for _ in range(2)])
     env.run(both)
-    alone = collectives.simulate(m, "allreduce", GiB).time_us * US
+    alone = time_alone(Communicator(m), "allreduce", GiB).time_us * US
     assert env.now == pytest.approx(2 * alone - plan.latency, rel=0.01)
 
 
@@ -105,17 +110,18 @@ def test_ll128_only_on_nvlink():
     assert nt.bus_bandwidth_gbps(nt.Graph(8, 4, 24.0, False, "ampere"), "allreduce", "ring",
                                  "LL128") == 0
     h200 = preset("8xh200-nvswitch")
-    protocols = {collectives.plan(h200, "allreduce", 2**k).protocol for k in range(3, 34)}
+    protocols = {collectives.plan(Communicator(h200), "allreduce", 2**k).protocol
+                 for k in range(3, 34)}
     assert "LL128" in protocols
     pcie = preset("8x5090-switch-p2p")
-    assert all(collectives.plan(pcie, "allreduce", 2**k).protocol != "LL128"
+    assert all(collectives.plan(Communicator(pcie), "allreduce", 2**k).protocol != "LL128"
                for k in range(3, 34, 2))
 
 
 def test_small_messages_use_fewer_channels():
     h200 = preset("8xh200-nvswitch")
-    assert collectives.plan(h200, "allreduce", 8).n_channels == 1
-    assert collectives.plan(h200, "allreduce", GiB).n_channels > 8
+    assert collectives.plan(Communicator(h200), "allreduce", 8).n_channels == 1
+    assert collectives.plan(Communicator(h200), "allreduce", GiB).n_channels > 8
 
 
 # --- rules from the measurements -----------------------------------------------------------
@@ -152,9 +158,9 @@ links:
 
 def test_geforce_same_switch_slower_without_p2p(tmp_path):
     """Rule geforce-same-switch-slower-without-p2p (NVIDIA/nccl issue 1309)."""
-    switch = collectives.simulate(machine_from(tmp_path, "a", PAIR_BEHIND_SWITCH),
+    switch = time_alone(Communicator(machine_from(tmp_path, "a", PAIR_BEHIND_SWITCH)),
                                   "allreduce", GiB)
-    sockets = collectives.simulate(machine_from(tmp_path, "b", PAIR_ON_TWO_SOCKETS),
+    sockets = time_alone(Communicator(machine_from(tmp_path, "b", PAIR_ON_TWO_SOCKETS)),
                                    "allreduce", GiB)
     assert switch.transport == sockets.transport == "SHM"
     assert switch.time_us > 1.2 * sockets.time_us
@@ -162,21 +168,21 @@ def test_geforce_same_switch_slower_without_p2p(tmp_path):
 
 
 def test_p2p_on_is_faster_than_off_behind_a_switch():
-    off = collectives.simulate(preset("8x5090-switch"), "allreduce", GiB)
-    on = collectives.simulate(preset("8x5090-switch-p2p"), "allreduce", GiB)
+    off = time_alone(Communicator(preset("8x5090-switch")), "allreduce", GiB)
+    on = time_alone(Communicator(preset("8x5090-switch-p2p")), "allreduce", GiB)
     assert (off.transport, on.transport) == ("SHM", "P2P")
     assert on.time_us < off.time_us / 2
 
 
 def test_8x5090_switch_bottleneck_is_uplink_or_host_memory():
-    r = collectives.simulate(preset("8x5090-switch"), "allreduce", GiB)
+    r = time_alone(Communicator(preset("8x5090-switch")), "allreduce", GiB)
     assert r.bottleneck_link in ("cpu0->sw0", "sw0->cpu0", "mem:cpu0")
     assert r.bottleneck_utilization > 0.9
 
 
 def test_busbw_rises_with_size_and_plateaus():
     m = preset("2x2080ti-switch")
-    busbw = [collectives.simulate(m, "allreduce", 2**k).busbw_gbps for k in range(3, 31)]
+    busbw = [time_alone(Communicator(m), "allreduce", 2**k).busbw_gbps for k in range(3, 31)]
     assert all(b2 >= b1 * 0.999 for b1, b2 in zip(busbw, busbw[1:], strict=False))
     assert busbw[-1] == pytest.approx(busbw[-3], rel=0.01)
     assert busbw[-1] > 20 * busbw[7]
@@ -192,33 +198,33 @@ ANTHONY_HOO_2080TI = {  # bytes: busbw GB/s
 
 @pytest.mark.parametrize("size,measured", ANTHONY_HOO_2080TI.items())
 def test_2x2080ti_allreduce_busbw(size, measured):
-    r = collectives.simulate(preset("2x2080ti-switch"), "allreduce", size)
+    r = time_alone(Communicator(preset("2x2080ti-switch")), "allreduce", size)
     tolerance = 0.10 if size >= MiB else 0.30
     assert r.busbw_gbps == pytest.approx(measured, rel=tolerance)
     assert r.transport == "SHM"
 
 
 def test_2x2080ti_small_message_time():
-    r = collectives.simulate(preset("2x2080ti-switch"), "allreduce", 8)
+    r = time_alone(Communicator(preset("2x2080ti-switch")), "allreduce", 8)
     assert r.time_us == pytest.approx(12.25, rel=0.30)  # Anthony-Hoo table, 8 bytes
 
 
 @pytest.mark.parametrize("op,measured", [("allreduce", 367.2), ("allgather", 361.4),
                                          ("reducescatter", 362.9)])
 def test_h200_ring_16g_stas00(op, measured):
-    r = collectives.simulate(preset("8xh200-nvswitch"), op, 16 * GiB, algo="ring")
+    r = time_alone(Communicator(preset("8xh200-nvswitch")), op, 16 * GiB, algo="ring")
     assert r.busbw_gbps == pytest.approx(measured, rel=0.05)  # stas00 ml-engineering, NVLS off
 
 
 @pytest.mark.parametrize("gpus,measured", [(4, 363.3), (6, 365.1)])
 def test_h200_ring_fewer_gpus_stas00(gpus, measured):
     m = preset("8xh200-nvswitch").subset(gpus)
-    r = collectives.simulate(m, "allreduce", 8 * GiB, algo="ring")
+    r = time_alone(Communicator(m), "allreduce", 8 * GiB, algo="ring")
     assert r.busbw_gbps == pytest.approx(measured, rel=0.05)
 
 
 def test_a100_nvswitch_nccl_tests_issue_175():
-    r = collectives.simulate(preset("8xa100-nvswitch"), "allreduce", 4 * GiB)
+    r = time_alone(Communicator(preset("8xa100-nvswitch")), "allreduce", 4 * GiB)
     assert r.busbw_gbps == pytest.approx(232.5, rel=0.10)
 
 
@@ -229,17 +235,17 @@ def test_a100_nvswitch_nccl_tests_issue_175():
 def test_collective_invariants(op, log_size, gpus):
     m = preset("8x5090-dual-socket").subset(gpus)
     size = 2**log_size
-    r1 = collectives.simulate(m, op, size)
-    assert r1 == collectives.simulate(m, op, size)  # deterministic
-    plan = collectives.plan(m, op, size)
+    r1 = time_alone(Communicator(m), op, size)
+    assert r1 == time_alone(Communicator(m), op, size)  # deterministic
+    plan = collectives.plan(Communicator(m), op, size)
     # never faster than its latency plus the bytes through its tightest link
     tightest = min(m.links[lid].capacity / w for lid, w in plan.usage)
     assert r1.time_us * US >= (plan.latency + plan.bus_bytes / min(tightest, plan.max_rate)) * (
         1 - 1e-6)
     # bytes are conserved: each link carries its weight times the progress
     env = simpy.Environment()
-    fabric = collectives.fabric_for(env, m)
-    env.run(collectives.start(env, fabric, plan))
+    fabric = Fabric(env, Communicator(m).capacities())
+    env.run(fabric.transfer(*astuple(plan.flow)))
     carried = fabric.link_bytes
     for lid, weight in plan.usage:
         assert carried[lid] == pytest.approx(weight * plan.bus_bytes, rel=1e-6)
@@ -250,21 +256,21 @@ def test_more_bandwidth_is_never_slower(tmp_path):
     fast = machine_from(tmp_path, "fast", PAIR_ON_TWO_SOCKETS.replace(
         "kind: upi}", "kind: upi, bandwidth_gb_per_s: 80}"))
     for size in (8, MiB, GiB):
-        assert (collectives.simulate(fast, "allreduce", size).time_us
-                <= collectives.simulate(slow, "allreduce", size).time_us * (1 + 1e-9))
+        assert (time_alone(Communicator(fast), "allreduce", size).time_us
+                <= time_alone(Communicator(slow), "allreduce", size).time_us * (1 + 1e-9))
 
 
 def test_single_gpu_costs_only_the_call():
-    r = collectives.simulate(preset("8xh200-nvswitch").subset(1), "allreduce", GiB)
+    r = time_alone(Communicator(preset("8xh200-nvswitch").subset(1)), "allreduce", GiB)
     assert r.busbw_gbps == 0 and 0 < r.time_us < 20
 
 
 def test_tree_can_be_forced_for_allreduce_only():
     m = preset("8xh200-nvswitch")
-    assert collectives.plan(m, "allreduce", GiB, algo="tree").algorithm == "tree"
-    assert math.isfinite(collectives.simulate(m, "allreduce", GiB, algo="tree").time_us)
+    assert collectives.plan(Communicator(m), "allreduce", GiB, algo="tree").algorithm == "tree"
+    assert math.isfinite(time_alone(Communicator(m), "allreduce", GiB, algo="tree").time_us)
     with pytest.raises(Exception, match="tree"):
-        collectives.plan(m, "allgather", GiB, algo="tree")
+        collectives.plan(Communicator(m), "allgather", GiB, algo="tree")
 
 
 # --- CLI -----------------------------------------------------------------------------------
@@ -310,7 +316,7 @@ def test_cli_unknown_preset_lists_presets(capsys):
 
 
 def test_bandwidth_units_are_gb_per_s():
-    r = collectives.simulate(preset("8xh200-nvswitch"), "allreduce", GiB)
+    r = time_alone(Communicator(preset("8xh200-nvswitch")), "allreduce", GiB)
     assert r.algbw_gbps == pytest.approx(GiB / (r.time_us * US) / GB)
 
 

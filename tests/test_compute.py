@@ -4,12 +4,12 @@ from dataclasses import replace
 
 import pytest
 
+from simulator.catalog.gpus import GPU, gpu
 from simulator.inputs.config import load_workload
 from simulator.job import compute
 from simulator.job.kernels import gemm, memory
 from simulator.job.ops import Kernel, Op
 from simulator.job.workload import Job
-from simulator.machine.hardware import GPU, gpu
 
 A100 = gpu("a100-sxm4-80gb")
 

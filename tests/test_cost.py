@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from simulator.advice import cost
-from simulator.advice.cost import Prices
 from simulator.cli import main
+from simulator.outputs import cost
+from simulator.outputs.cost import Prices
 
 
 def priced(**kw: object) -> tuple[dict, dict]:
@@ -93,7 +93,7 @@ def test_bad_price_flags_are_one_line(flags: list[str], capsys: pytest.CaptureFi
 
 
 def test_every_catalog_card_price_names_its_source_and_date() -> None:
-    from simulator.machine.hardware import GPUS, PRICE_SOURCES
+    from simulator.catalog.gpus import GPUS, PRICE_SOURCES
 
     priced = {name for name, gpu in GPUS.items() if gpu.price_usd}
     assert priced <= set(PRICE_SOURCES)

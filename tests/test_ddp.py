@@ -14,6 +14,7 @@ from simulator.inputs.config import load_topology, load_workload
 from simulator.inputs.schema import WorkloadConfig
 from simulator.job.workload import Job
 from simulator.machine.topology import Machine
+from simulator.nccl.communicator import Communicator
 from simulator.strategies import StrategyOptions
 from simulator.strategies import build as build_programs
 from simulator.strategies.buckets import MIB, bucket_plan, legacy_bucket_plan, size_limits
@@ -70,7 +71,7 @@ def test_lora_reduces_only_trainable_gradients() -> None:
 def test_buckets_launch_in_order_and_never_before_their_gradients() -> None:
     job = tiny()
     program = build("ddp", job, machine(), StrategyOptions(bucket_mb=1))
-    timeline = engine.simulate(program, machine())
+    timeline = engine.simulate(program, Communicator(machine()))
     buckets = program.meta["buckets"]
     assert len(buckets) >= 5
     by_task = {s.args["task"]: s for s in timeline.spans}
@@ -167,7 +168,7 @@ def test_no_sync_reduces_only_on_the_last_micro_step() -> None:
     assert sum(t.work.kind == "forward" for t in computes) == 2 * len(job.forward_ops())
     [replay] = [t.work for t in four.tasks if isinstance(t.work, Repeat)]
     assert replay.times == 2 and four.tasks[replay.first].work.name.startswith("micro0.")
-    spans = engine.simulate(four, machine()).spans
+    spans = engine.simulate(four, Communicator(machine())).spans
     assert sum(s.kind == "forward" for s in spans) == 4 * len(job.forward_ops())
     assert {s.name.split(".")[0] for s in spans if s.kind == "forward"} == \
         {"micro0", "micro1", "micro2", "micro3"}
@@ -183,7 +184,7 @@ def test_no_sync_reduces_only_on_the_last_micro_step() -> None:
 def test_no_overlap_reduces_after_the_whole_backward_then_steps() -> None:
     job = Job.from_config(load_workload("gpt2-medium"))
     program = build("ddp", job, machine(), StrategyOptions(no_overlap=True))
-    timeline = engine.simulate(program, machine())
+    timeline = engine.simulate(program, Communicator(machine()))
     backward_end = max(s.end for s in timeline.spans if s.kind == "backward")
     reduces = [s for s in timeline.spans if s.kind == "allreduce"]
     assert len(reduces) == 1  # Megatron's contiguous fp32 gradient buffer
@@ -195,9 +196,10 @@ def test_no_overlap_reduces_after_the_whole_backward_then_steps() -> None:
 
 def test_overlap_is_never_slower_than_no_overlap() -> None:
     job = tiny()
-    with_overlap = engine.simulate(build("ddp", job, machine(), StrategyOptions()), machine())
+    with_overlap = engine.simulate(build("ddp", job, machine(), StrategyOptions()),
+                                   Communicator(machine()))
     without = engine.simulate(build("ddp", job, machine(), StrategyOptions(no_overlap=True)),
-                              machine())
+                              Communicator(machine()))
     assert with_overlap.step_time <= without.step_time * 1.02
 
 

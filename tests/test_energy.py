@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from simulator import api
-from simulator.advice import energy
 from simulator.engine.timeline import Span, Timeline
+from simulator.outputs import energy
 
 
 def step() -> Timeline:
@@ -42,7 +42,7 @@ def test_a_busy_gpu_never_draws_more_than_its_limit() -> None:
 
 
 def test_every_catalog_gpu_has_a_board_power_with_its_source() -> None:
-    from simulator.machine.hardware import GPUS
+    from simulator.catalog.gpus import GPUS
 
     assert all(g.tdp_w > 0 and " W" in g.source for g in GPUS.values())
 

@@ -1,13 +1,12 @@
 """The engine: closed-form timings, compute slowed by NCCL kernels, determinism, invariants.
 
-A stand-in for `collectives` moves a collective's bytes as one flow over named links with a
-given channel count, so every expected time below is a closed form.
+A stand-in for NCCL (FakeNetwork) moves a collective's bytes as one flow over named links with
+a given channel count, so every expected time below is a closed form.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,51 +16,43 @@ from hypothesis import strategies as st
 
 from simulator import engine
 from simulator.engine import clock
-from simulator.engine import core as engine_core
-from simulator.engine.program import Comm, Compute, Program
-from simulator.machine.links import Link
+from simulator.engine.program import Comm, Compute, Flow, Program
 from simulator.outputs.report import time_split
 
 
 @dataclass(frozen=True)
 class FakePlan:
-    nbytes: int
-    usage: tuple[tuple[str, float], ...]
+    flow: Flow
     n_channels: int
     algorithm: str = "ring"
     protocol: str = "Simple"
     transport: str = "P2P"
-    latency: float = 0.0
 
 
-class FakeCollectives:
-    """plan(): all bytes over every link of the machine once; start(): one fabric flow
-    (start_groups(): one per group)."""
+class FakeNetwork:
+    """The engine's Network (engine/network.py) in closed form: every collective moves its
+    bytes once over every link, as one flow, with ``channels`` channels; a send moves its
+    bytes over the link from its sender to its receiver on two."""
 
-    def __init__(self, channels: int) -> None:
-        self.channels = channels
+    def __init__(self, links: dict[str, float], sms: int = 100, channels: int = 10) -> None:
+        self.links, self._sms, self.channels = links, sms, channels
 
-    def plan(self, machine, op, nbytes, group):  # noqa: ANN001, ANN201
-        return FakePlan(nbytes, tuple((k, 1.0) for k in machine.links), self.channels)
+    def capacities(self) -> dict[str, float]:
+        return dict(self.links)
 
-    @staticmethod
-    def start(env, fabric, plan):  # noqa: ANN001, ANN205
-        return fabric.transfer(dict(plan.usage), plan.nbytes, latency=plan.latency)
+    def sms(self, rank: int) -> int:
+        return self._sms
 
-    @staticmethod
-    def start_groups(env, fabric, plans, machine):  # noqa: ANN001, ANN205
-        return env.all_of([FakeCollectives.start(env, fabric, p) for p in plans])
+    def collective(self, op: str, nbytes: int, ranks: tuple[int, ...]) -> FakePlan:
+        return FakePlan(Flow(tuple((k, 1.0) for k in self.links), nbytes), self.channels)
 
-
-def machine(bandwidth: float = 100.0, sms: int = 100):  # noqa: ANN201
-    link = Link("g0->g1", "g0", "g1", "pcie", bandwidth, 0.0)
-    gpu = SimpleNamespace(sms=sms)
-    return SimpleNamespace(links={link.id: link}, gpu=gpu, gpu_of=lambda _rank: gpu, n_gpus=2)
+    def sendrecv(self, src: int, dst: int, nbytes: int) -> FakePlan:
+        return FakePlan(Flow(((f"g{src}->g{dst}", 1.0),), nbytes), 2)
 
 
-@pytest.fixture(autouse=True)
-def fake_collectives(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_core, "collectives", FakeCollectives(channels=10))
+def machine(bandwidth: float = 100.0, sms: int = 100) -> FakeNetwork:
+    """Two GPUs joined by one link of ``bandwidth`` B/s."""
+    return FakeNetwork({"g0->g1": bandwidth}, sms)
 
 
 def comm(name: str, nbytes: int) -> Comm:

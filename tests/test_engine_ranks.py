@@ -1,13 +1,11 @@
 """Ranks that differ: programs per group of ranks, joined collectives, point-to-point
 transfers, copies on the fabric and replayed micro-steps, on closed-form steps.
 
-As in test_engine.py, a stand-in for `collectives` moves every collective's (and every
-send's) bytes as one flow over the machine's links, so expected times are closed forms.
+As in test_engine.py, a stand-in for NCCL moves every collective's (and every send's) bytes as
+one flow over the machine's links, so expected times are closed forms.
 """
 
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import pytest
 
@@ -23,29 +21,15 @@ from simulator.engine.program import (
     SendRecv,
     Transfer,
 )
-from simulator.machine.links import Link
 from simulator.outputs.report import rank_split, step_report, time_split
-from tests.test_engine import FakeCollectives, FakePlan
+from tests.test_engine import FakeNetwork
 
 
-class FakeP2p(FakeCollectives):
-    def p2p_plan(self, machine, src, dst, nbytes):  # noqa: ANN001, ANN201
-        return FakePlan(nbytes, ((f"g{src}->g{dst}", 1.0),), 2)
-
-
-def machine(world: int = 2, bandwidth: float = 100.0, sms: int = 100):  # noqa: ANN201
-    links = {}
-    for a in range(world):
-        for b in range(world):
-            if a != b:
-                links[f"g{a}->g{b}"] = Link(f"g{a}->g{b}", f"g{a}", f"g{b}", "pcie", bandwidth, 0)
-    gpu = SimpleNamespace(sms=sms)
-    return SimpleNamespace(links=links, gpu=gpu, gpu_of=lambda _rank: gpu, n_gpus=world)
-
-
-@pytest.fixture(autouse=True)
-def fake_collectives(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_core, "collectives", FakeP2p(channels=0))
+def machine(world: int = 2, bandwidth: float = 100.0, sms: int = 100) -> FakeNetwork:
+    """``world`` GPUs, a link of ``bandwidth`` B/s from each to each; no channels, so compute
+    runs at full speed beside communication."""
+    links = {f"g{a}->g{b}": bandwidth for a in range(world) for b in range(world) if a != b}
+    return FakeNetwork(links, sms, channels=0)
 
 
 def rank(r: int, world: int = 2) -> Program:

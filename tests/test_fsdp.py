@@ -11,6 +11,7 @@ from simulator.inputs.config import load_topology
 from simulator.inputs.schema import WorkloadConfig
 from simulator.job.workload import Job
 from simulator.machine.topology import Machine
+from simulator.nccl.communicator import Communicator
 from simulator.strategies import StrategyOptions
 from simulator.strategies import build as build_programs
 
@@ -66,7 +67,7 @@ def test_bytes_gathered_and_reduced() -> None:
 
 def test_prefetch_one_ahead_and_one_reduce_scatter_in_flight() -> None:
     program = build("fsdp", job(), machine(), StrategyOptions())
-    timeline = engine.simulate(program, machine())
+    timeline = engine.simulate(program, Communicator(machine()))
     spans = {s.name: s for s in timeline.spans}
     fwd_start = {b: min(s.start for s in timeline.spans
                         if s.kind == "forward" and s.args.get("block") == b)
@@ -90,9 +91,9 @@ def test_prefetch_one_ahead_and_one_reduce_scatter_in_flight() -> None:
 
 def test_no_prefetch_is_not_faster() -> None:
     with_prefetch = engine.simulate(build("fsdp", job(), machine(), StrategyOptions()),
-                                    machine())
+                                    Communicator(machine()))
     without = engine.simulate(build("fsdp", job(), machine(), StrategyOptions(
-        forward_prefetch=False, backward_prefetch=False)), machine())
+        forward_prefetch=False, backward_prefetch=False)), Communicator(machine()))
     assert with_prefetch.step_time <= without.step_time
 
 

@@ -2,8 +2,8 @@
 
 from simulator.inputs.config import load_workload
 from simulator.job import loss
-from simulator.job.activations import activation_lines
 from simulator.job.workload import Job
+from simulator.memory.activations import activation_lines
 
 
 def _head_lines(cross_entropy: str) -> dict[str, float]:

@@ -8,12 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from simulator.catalog import gpus as gpu_catalog
+from simulator.catalog import power
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology
 from simulator.inputs.schema import GpuSpec
 from simulator.job import compute
 from simulator.job.kernels import gemm, memory
-from simulator.machine import hardware, power
+from simulator.machine.cards import resolve_gpu
 from simulator.machine.topology import Machine
 from simulator.units import GB, GiB
 
@@ -21,26 +23,26 @@ from simulator.units import GB, GiB
 @pytest.mark.parametrize("name", ["l40s", "rtx6000-ada", "rtx-pro-6000", "rtx-a6000",
                                   "h100-nvl", "b200"])
 def test_new_catalog_gpus_have_sources_and_power_limits(name: str) -> None:
-    g = hardware.gpu(name)
+    g = gpu_catalog.gpu(name)
     assert "datasheet" in g.source or "brief" in g.source
     assert g.tdp_w > 0 and g.memory_bytes > 32 * GiB and g.matmul_flops > 100e12
 
 
 def test_every_catalog_gpu_has_a_default_power_limit() -> None:
-    assert all(g.tdp_w > 0 for g in hardware.GPUS.values())
+    assert all(g.tdp_w > 0 for g in gpu_catalog.GPUS.values())
 
 
 def test_a_name_and_a_bare_mapping_are_the_same_card() -> None:
-    assert hardware.resolve_gpu(GpuSpec.from_data("h100-sxm")) == hardware.gpu("h100-sxm")
-    assert hardware.resolve_gpu(GpuSpec(base="h100-sxm")) == hardware.gpu("h100-sxm")
-    assert hardware.resolve_gpu("h100-sxm") == hardware.gpu("h100-sxm")
+    assert resolve_gpu(GpuSpec.from_data("h100-sxm")) == gpu_catalog.gpu("h100-sxm")
+    assert resolve_gpu(GpuSpec(base="h100-sxm")) == gpu_catalog.gpu("h100-sxm")
+    assert resolve_gpu("h100-sxm") == gpu_catalog.gpu("h100-sxm")
 
 
 def test_overrides_replace_only_their_numbers() -> None:
-    base = hardware.gpu("h100-sxm")
+    base = gpu_catalog.gpu("h100-sxm")
     spec = GpuSpec(base="h100-sxm", memory_gib=96, memory_bandwidth_gb_per_s=2400,
                    power_limit_w=500, sms=128)
-    g = hardware.resolve_gpu(spec)
+    g = resolve_gpu(spec)
     assert g.memory_bytes == 96 * GiB and g.memory_bandwidth == 2400 * GB
     assert g.power_limit == 500 and g.tdp_w == base.tdp_w and g.sms == 128
     assert g.matmul_flops == base.matmul_flops and g.plain_matmul_flops == base.plain_matmul_flops
@@ -48,10 +50,10 @@ def test_overrides_replace_only_their_numbers() -> None:
 
 
 def test_spec_peak_alone_keeps_the_achieved_share_and_matmul_sets_the_rate() -> None:
-    base = hardware.gpu("rtx4090")
-    half = hardware.resolve_gpu(GpuSpec(base="rtx4090", bf16_tflops=base.matmul_flops / 2e12))
+    base = gpu_catalog.gpu("rtx4090")
+    half = resolve_gpu(GpuSpec(base="rtx4090", bf16_tflops=base.matmul_flops / 2e12))
     assert compute.matmul_rate(half) == pytest.approx(compute.matmul_rate(base) / 2)
-    set_rate = hardware.resolve_gpu(GpuSpec(base="rtx4090", matmul_tflops=100))
+    set_rate = resolve_gpu(GpuSpec(base="rtx4090", matmul_tflops=100))
     assert compute.matmul_rate(set_rate) == pytest.approx(100e12)
 
 
@@ -86,15 +88,15 @@ def test_bad_gpu_specs_name_the_key(tmp_path: Path, gpu: str, key: str, says: st
 
 
 def test_power_limit_at_or_above_the_default_changes_nothing() -> None:
-    h100 = hardware.gpu("h100-sxm")
+    h100 = gpu_catalog.gpu("h100-sxm")
     for limit in (700, 800):
-        g = hardware.resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=limit))
+        g = resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=limit))
         assert power.clock_share(g) == 1.0
         assert compute.matmul_rate(g) == compute.matmul_rate(h100)
 
 
 def test_power_limit_follows_the_cubic_dvfs_model() -> None:
-    g = hardware.resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=500))
+    g = resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=500))
     static = power.STATIC_SHARE * 700
     assert power.clock_share(g) == pytest.approx(((500 - static) / (700 - static)) ** (1 / 3))
     assert 0.8 < power.clock_share(g) < 0.9
@@ -103,14 +105,14 @@ def test_power_limit_follows_the_cubic_dvfs_model() -> None:
 @given(st.floats(50, 1200), st.floats(50, 1200))
 def test_a_lower_power_limit_is_never_faster(a: float, b: float) -> None:
     low, high = sorted((a, b))
-    slow = hardware.resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=low))
-    fast = hardware.resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=high))
+    slow = resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=low))
+    fast = resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=high))
     for kernel in (gemm(8192, 4096, 4096, 2), memory(1e9),
                    compute.Kernel("attention_fwd", 1e13, 1e8)):
         assert compute.kernel_time(kernel, slow) >= compute.kernel_time(kernel, fast)
 
 
 def test_memory_bound_kernels_keep_their_bandwidth_under_a_power_limit() -> None:
-    capped = hardware.resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=400))
+    capped = resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=400))
     k = memory(1e9)
-    assert compute.kernel_time(k, capped) == compute.kernel_time(k, hardware.gpu("h100-sxm"))
+    assert compute.kernel_time(k, capped) == compute.kernel_time(k, gpu_catalog.gpu("h100-sxm"))

@@ -7,13 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.catalog.gpus import gpu
 from simulator.inputs.config import load_workload
 from simulator.inputs.schema import WorkloadConfig
 from simulator.job import checkpointing, compute
-from simulator.job.activations import activations_per_token
 from simulator.job.transformer_ops import builder
 from simulator.job.workload import Job
-from simulator.machine.hardware import gpu
+from simulator.memory.activations import activations_per_token
 
 
 def llama(**training: object) -> Job:

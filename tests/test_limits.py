@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from simulator import engine, strategies
 from simulator.cli import main
-from simulator.engine import core as engine_core
 from simulator.engine.clock import StalledClock
 from simulator.engine.program import Comm, Compute, Program
 from simulator.inputs.config import preset_dir
-from simulator.machine.links import Link
+from tests.test_engine import FakeNetwork
 
 WORKLOADS = preset_dir("workloads")
 TOPOLOGIES = preset_dir("topologies")
@@ -165,32 +163,12 @@ def test_sweep_refuses_an_empty_list_item(capsys: pytest.CaptureFixture[str]) ->
 
 # --- the engine's stalled-clock guard ------------------------------------------------------
 
-class _OneFlow:
-    """collectives stand-in: a collective is one flow over every link."""
-
-    @staticmethod
-    def plan(machine, op, nbytes, group):  # noqa: ANN001, ANN205
-        return SimpleNamespace(nbytes=nbytes, n_channels=1, algorithm="ring",
-                               protocol="Simple", transport="P2P")
-
-    @staticmethod
-    def start(env, fabric, plan):  # noqa: ANN001, ANN205
-        return fabric.transfer({lid: 1.0 for lid in fabric.link_ids}, plan.nbytes)
-
-    @staticmethod
-    def start_groups(env, fabric, plans, machine):  # noqa: ANN001, ANN205
-        return env.all_of([_OneFlow.start(env, fabric, p) for p in plans])
+def _machine(capacity: float) -> FakeNetwork:
+    """Two GPUs on one link; a collective is one flow over it on one channel."""
+    return FakeNetwork({"g0->g1": capacity}, channels=1)
 
 
-def _machine(capacity: float):  # noqa: ANN202
-    link = Link("g0->g1", "g0", "g1", "pcie", capacity, 0.0)
-    gpu = SimpleNamespace(sms=100)
-    return SimpleNamespace(links={link.id: link}, gpu=gpu, gpu_of=lambda _rank: gpu, n_gpus=2)
-
-
-def test_a_wait_below_the_clocks_resolution_is_an_error_not_a_spin(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_core, "collectives", _OneFlow())
+def test_a_wait_below_the_clocks_resolution_is_an_error_not_a_spin() -> None:
     p = Program(world=2)
     first = p.add("compute", Compute("long", "forward", 1e12))  # the clock is now 1e12 s
     p.add("nccl", Comm("ar", "allreduce", 1_000, ((0, 1),)), deps=(first,))  # 1 us of work
@@ -200,19 +178,16 @@ def test_a_wait_below_the_clocks_resolution_is_an_error_not_a_spin(
     assert time.process_time() - started < CPU_BOUND_S
 
 
-def test_a_rate_too_small_to_finish_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_core, "collectives", _OneFlow())
+def test_a_rate_too_small_to_finish_is_an_error() -> None:
     p = Program(world=2)
     p.add("nccl", Comm("ar", "allreduce", 10**9, ((0, 1),)))
     with pytest.raises(StalledClock, match="never end"):
         engine.simulate(p, _machine(5e-324))
 
 
-def test_long_steps_with_interrupted_compute_still_finish(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_long_steps_with_interrupted_compute_still_finish() -> None:
     # a 1e6 s step whose compute is re-timed by collectives: round-off below the clock's
     # resolution counts as done rather than tripping the guard
-    monkeypatch.setattr(engine_core, "collectives", _OneFlow())
     p = Program(world=2)
     p.add("compute", Compute("bwd", "backward", 1e6 + 1e-7))
     for i in range(5):

@@ -9,12 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.catalog.gpus import gpu
 from simulator.cli import main
 from simulator.errors import InputError
 from simulator.inputs.config import load_workload
-from simulator.job import memory, memory_search
 from simulator.job.workload import Job
-from simulator.machine.hardware import gpu
+from simulator.memory import estimate as memory
+from simulator.memory import search as memory_search
 from simulator.units import GiB
 
 RTX5090 = gpu("rtx5090")

@@ -9,6 +9,7 @@ from simulator import engine, strategies
 from simulator.inputs.config import load_topology, load_workload
 from simulator.job.workload import Job
 from simulator.machine.topology import Machine
+from simulator.nccl.communicator import Communicator
 from simulator.outputs.report import time_split
 
 JOB = Job.from_config(load_workload("gpt2-medium").with_training(
@@ -26,7 +27,7 @@ def box(cards: tuple[str, ...] | None = None) -> Machine:
 
 
 def step(machine: Machine, strategy: str = "ddp") -> tuple[float, object]:
-    timeline = engine.simulate(strategies.build(strategy, JOB, machine), machine)
+    timeline = engine.simulate(strategies.build(strategy, JOB, machine), Communicator(machine))
     return timeline.step_time, timeline
 
 
@@ -61,7 +62,7 @@ def test_a_mixed_box_is_bought_and_powered_card_by_card() -> None:
     """Purchase: two 5090s and two 4090s at their own prices; power: each card at its own
     board limit (575 W and 450 W), so the box draws less than four 5090s would."""
     from simulator import api
-    from simulator.machine.hardware import GPUS
+    from simulator.catalog.gpus import GPUS
 
     mixed = api.simulate(api.RunSpec("2x5090-2x4090", "gpt2-medium", "ddp")).report
     price = 2 * GPUS["rtx5090"].price_usd + 2 * GPUS["rtx4090"].price_usd

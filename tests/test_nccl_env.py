@@ -10,14 +10,17 @@ import pytest
 from simulator.cli import main
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology
-from simulator.machine import collectives
-from simulator.machine.nccl_env import NcclEnv, strtoll
 from simulator.machine.topology import Machine
+from simulator.nccl import collectives
+from simulator.nccl.communicator import Communicator
+from simulator.nccl.env import NcclEnv, strtoll
+from simulator.nccl.perf import time_alone
 from simulator.units import GiB, MiB
 
 
-def machine(name: str, **env: str) -> Machine:
-    return Machine.from_config(load_topology(name)).with_nccl(NcclEnv.from_environ(env))
+def machine(name: str, **env: str) -> Communicator:
+    """NCCL over a preset under these variables."""
+    return Communicator(Machine.from_config(load_topology(name)), NcclEnv.from_environ(env))
 
 
 @pytest.mark.parametrize("text, value", [("1", 1), (" 1", 1), ("0x1", 1), ("010", 8),
@@ -62,9 +65,9 @@ def test_channel_bounds_clamp_as_connect_cc():
 
 
 def test_p2p_disable_equals_the_no_p2p_box():
-    off = collectives.simulate(machine("8x5090-switch-p2p", NCCL_P2P_DISABLE="1"),
+    off = time_alone(machine("8x5090-switch-p2p", NCCL_P2P_DISABLE="1"),
                                "allreduce", GiB)
-    stock = collectives.simulate(machine("8x5090-switch"), "allreduce", GiB)
+    stock = time_alone(machine("8x5090-switch"), "allreduce", GiB)
     assert off.transport == stock.transport == "SHM"
     assert off.time_us == pytest.approx(stock.time_us, rel=1e-9)
 
@@ -100,8 +103,8 @@ def test_algo_and_proto_change_the_choice_and_say_so(capsys, monkeypatch, variab
 def test_min_channels_lifts_a_channel_bound_plateau():
     """8x5090 over two sockets without P2P: NCCL's 2 channels bind at 23 GB/s; with
     NCCL_MIN_NCHANNELS=8 host memory binds, at the 28 GB/s of NVIDIA/nccl#1639."""
-    default = collectives.simulate(machine("8x5090-dual-socket"), "allreduce", GiB)
-    eight = collectives.simulate(machine("8x5090-dual-socket", NCCL_MIN_NCHANNELS="8"),
+    default = time_alone(machine("8x5090-dual-socket"), "allreduce", GiB)
+    eight = time_alone(machine("8x5090-dual-socket", NCCL_MIN_NCHANNELS="8"),
                                  "allreduce", GiB)
     assert (default.n_channels, eight.n_channels) == (2, 8)
     assert eight.busbw_gbps == pytest.approx(28.0, rel=0.10)
@@ -113,8 +116,8 @@ def test_shm_disable_falls_back_to_net_over_loopback():
     assert m.transport(0, 1) == "NET"
     mem = dict(m.route(0, 1))["mem:cpu0"]
     assert mem == 6  # GPU write, the socket's two copies (read + write each), GPU read
-    slower = collectives.simulate(m, "allreduce", MiB).time_us
-    assert slower > collectives.simulate(machine("8x5090-switch"), "allreduce", MiB).time_us
+    slower = time_alone(m, "allreduce", MiB).time_us
+    assert slower > time_alone(machine("8x5090-switch"), "allreduce", MiB).time_us
 
 
 def test_proto_ll128_enables_it_off_nvlink_as_nccl_does():

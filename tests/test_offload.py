@@ -8,9 +8,12 @@ import simpy
 
 from simulator import api, engine, strategies
 from simulator.cli import main
+from simulator.engine.fabric import Fabric
 from simulator.engine.program import Comm, Move, Program
-from simulator.job import memory
-from simulator.machine import collectives, host
+from simulator.machine import host
+from simulator.memory import estimate as memory
+from simulator.nccl import collectives
+from simulator.nccl.communicator import Communicator
 from simulator.strategies import StrategyOptions
 
 SWITCH = api.load_machine("8x5090-switch")
@@ -44,7 +47,7 @@ def test_parameter_offload_fetches_every_unit_forward_and_backward() -> None:
 def test_one_gpu_copies_cross_only_its_own_link_and_host_memory() -> None:
     one = api.load_machine("1x4090")
     [program] = strategies.build("fsdp", JOB, one, StrategyOptions(offload="params"))
-    t = engine.simulate(program, one)
+    t = engine.simulate(program, Communicator(one))
     meta = program.meta["offload"]
     assert t.link_bytes["gpu0->cpu0"] == pytest.approx(meta["d2h_bytes_per_gpu"])
     assert t.link_bytes["cpu0->gpu0"] == pytest.approx(meta["h2d_bytes_per_gpu"])
@@ -55,7 +58,7 @@ def run_together(machine, *works: Comm | Move) -> float:  # noqa: ANN001
     p = Program(world=machine.n_gpus)
     for k, work in enumerate(works):
         p.add(f"s{k}", work)
-    return engine.simulate(p, machine).step_time
+    return engine.simulate(p, Communicator(machine)).step_time
 
 
 def test_offload_copies_and_shm_collectives_share_the_switch_uplink() -> None:
@@ -70,7 +73,7 @@ def test_offload_copies_and_shm_collectives_share_the_switch_uplink() -> None:
     # (on separate links they would take the max)
     assert both > 1.6 * max(alone)
     assert both == pytest.approx(sum(alone), rel=0.1)
-    plan = collectives.plan(SWITCH, "allreduce", nbytes)
+    plan = collectives.plan(Communicator(SWITCH), "allreduce", nbytes)
     assert "sw0->cpu0" in dict(plan.usage) and "sw0->cpu0" in dict(copies.flows[0].usage)
 
 
@@ -81,7 +84,7 @@ def test_pageable_copies_are_a_sixth_of_pinned_ones() -> None:
     times = []
     for flow in (pinned, pageable):
         env = simpy.Environment()
-        fabric = collectives.fabric_for(env, one)
+        fabric = Fabric(env, Communicator(one).capacities())
         env.run(fabric.transfer(dict(flow.usage), flow.nbytes, flow.max_rate))
         times.append(env.now)
     assert times[1] == pytest.approx(host.PAGEABLE_SLOWDOWN * times[0], rel=1e-6)
@@ -90,7 +93,7 @@ def test_pageable_copies_are_a_sixth_of_pinned_ones() -> None:
 
 def cpu_step_time(machine, strategy: str, what: str) -> float:  # noqa: ANN001
     [program] = strategies.build(strategy, JOB, machine, StrategyOptions(offload=what))
-    t = engine.simulate(program, machine)
+    t = engine.simulate(program, Communicator(machine))
     return sum(s.duration for s in t.spans if s.kind == "cpu_optimizer")
 
 
@@ -126,7 +129,7 @@ def test_torchrun_runs_the_cpu_optimizer_on_one_thread_per_rank() -> None:
     job = with_recipe("torchtune")  # tune run is torchrun; pure bf16 keeps bf16 states
     [program] = strategies.build("fsdp", job, fast_memory("8x5090-switch"),
                                  StrategyOptions(offload="params"))
-    t = engine.simulate(program, fast_memory("8x5090-switch"))
+    t = engine.simulate(program, Communicator(fast_memory("8x5090-switch")))
     step = sum(s.duration for s in t.spans if s.kind == "cpu_optimizer")
     expected = job.n_trainable / 8 / host.TORCH_FUSED_ADAMW.thread_rate(2)
     assert step == pytest.approx(expected, rel=1e-6)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.catalog.gpus import gpu
 from simulator.inputs.config import load_workload
-from simulator.job import memory, optimizer
+from simulator.job import optimizer
 from simulator.job.workload import Job
-from simulator.machine.hardware import gpu
+from simulator.memory import estimate as memory
 
 
 def per_param(name: str, impl: str, p: int = 4, s: int = 4, clip: bool = False) -> float:

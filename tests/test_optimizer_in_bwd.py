@@ -11,7 +11,7 @@ import pytest
 
 from simulator import api
 from simulator.cli import main
-from simulator.job import memory
+from simulator.memory import estimate as memory
 
 # a small Llama: embeddings 1000 x 64, 2 blocks of q/k/v/o 64 x 64, gate/up/down 64 x 128, two
 # norms of 64; final norm 64; an untied LM head 64 x 1000

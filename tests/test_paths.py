@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from simulator.inputs.config import load_topology, preset_names
 from simulator.machine.paths import PATH_RANK, PATH_TYPES, Hop, PathFinder
 from simulator.machine.topology import Machine
+from simulator.nccl.communicator import Communicator
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("boxes", ROOT / "scripts" / "boxes.py")
@@ -91,8 +92,10 @@ def test_generated_boxes_of_eight_are_the_presets(tmp_path: Path) -> None:
     for family, preset in (("nvswitch", "8xh100-nvswitch"), ("pcie_tree", "8x5090-switch")):
         made, bundled = _generated(tmp_path, getattr(boxes, family)(8)), \
             Machine.from_config(load_topology(preset))
-        assert made.ring() == bundled.ring()
-        assert [made.route(0, j) for j in range(8)] == [bundled.route(0, j) for j in range(8)]
+        assert Communicator(made).ring() == Communicator(bundled).ring()
+        made_comm, bundled_comm = Communicator(made), Communicator(bundled)
+        assert [made_comm.route(0, j) for j in range(8)] == \
+            [bundled_comm.route(0, j) for j in range(8)]
 
 
 def test_nearest_lists_gpus_by_path_type(tmp_path: Path) -> None:

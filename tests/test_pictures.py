@@ -6,7 +6,7 @@ import pytest
 
 from simulator import api
 from simulator.api import RunSpec
-from simulator.job import memory as memory_model
+from simulator.memory import estimate as memory_model
 from simulator.outputs import memory_plot, plots
 
 

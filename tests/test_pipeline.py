@@ -3,19 +3,17 @@ placement and balance, activations in flight, and whole pipelines on a real box.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from simulator import api, engine
 from simulator.cli import main
-from simulator.engine import core as engine_core
-from simulator.engine.program import Compute, Program, SendRecv, Transfer
+from simulator.engine.program import Compute, Flow, Program, SendRecv, Transfer
 from simulator.engine.timeline import union_length
-from simulator.machine import collectives
+from simulator.nccl import collectives
+from simulator.nccl.communicator import Communicator
 from simulator.strategies import pipeline_layout, schedules
 from simulator.strategies.schedules import Call, Work
-from tests.test_engine import FakeCollectives, FakePlan
+from tests.test_engine import FakeNetwork, FakePlan
 
 CASES = [("gpipe", 4, 8, 1), ("1f1b", 4, 8, 1), ("1f1b", 4, 2, 1), ("1f1b", 3, 7, 1),
          ("interleaved", 4, 8, 2), ("interleaved", 2, 6, 3), ("interleaved", 4, 4, 2)]
@@ -63,9 +61,11 @@ def test_interleaved_warms_up_with_megatrons_count() -> None:
         assert [w.chunk for w in forwards[:2 * p]] == [0] * p + [1] * p
 
 
-class FreeTransfers(FakeCollectives):
-    def p2p_plan(self, machine, src, dst, nbytes):  # noqa: ANN001, ANN201
-        return FakePlan(0, (), 0)
+class FreeTransfers(FakeNetwork):
+    """No links: every send is free and takes no SMs."""
+
+    def sendrecv(self, src: int, dst: int, nbytes: int) -> FakePlan:
+        return FakePlan(Flow((), 0), 0)
 
 
 def synthetic(schedule: str, p: int, m: int, v: int, tf: float, tb: float) -> list[Program]:
@@ -93,12 +93,9 @@ def synthetic(schedule: str, p: int, m: int, v: int, tf: float, tb: float) -> li
 
 
 @pytest.mark.parametrize("schedule, p, m, v", CASES)
-def test_equal_stages_idle_for_the_closed_form_bubble(schedule: str, p: int, m: int, v: int,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_core, "collectives", FreeTransfers(0))
-    gpu = SimpleNamespace(sms=100)
-    machine = SimpleNamespace(links={}, gpu=gpu, gpu_of=lambda _r: gpu, n_gpus=p)
-    t = engine.simulate(synthetic(schedule, p, m, v, 1.0, 2.0), machine)
+def test_equal_stages_idle_for_the_closed_form_bubble(schedule: str, p: int, m: int,
+                                                      v: int) -> None:
+    t = engine.simulate(synthetic(schedule, p, m, v, 1.0, 2.0), FreeTransfers({}))
     for r in range(p):
         busy = union_length((s.start, s.end) for s in t.spans_of(r) if s.is_compute)
         assert 1 - busy / t.step_time == pytest.approx(schedules.bubble_closed_form(p, m, v))
@@ -162,7 +159,8 @@ def test_1f1b_on_a_dual_socket_box_idles_for_about_its_closed_form() -> None:
     # one b x s x h bf16 activation per data-parallel replica, over the machine's paths
     sends = [s for s in r.timeline.spans_of(0) if s.kind == "p2p" and s.args["sends"]]
     assert sends[0].args["bytes"] == 2 * 4096 * 4096 * 2
-    assert collectives.p2p_plan(r.machine, 2, 4, 1 << 25).transport == "SHM"  # across sockets
+    # across sockets
+    assert collectives.p2p_plan(Communicator(r.machine), 2, 4, 1 << 25).transport == "SHM"
     stages = r.report["memory"]["stages"]
     assert stages[0]["activations_bytes"] > stages[1]["activations_bytes"] > \
         stages[2]["activations_bytes"]

@@ -114,7 +114,7 @@ def test_a_changed_rule_or_catalog_is_a_different_entry(folder: Path,
     real = Path.read_bytes
 
     def edited(path: Path) -> bytes:
-        return real(path) + (b"\n# edited\n" if path.name == "hardware.py" else b"")
+        return real(path) + (b"\n# edited\n" if path.name == "gpus.py" else b"")
 
     monkeypatch.setattr(Path, "read_bytes", edited)
     preset_cache._salt.cache_clear()

@@ -5,7 +5,8 @@ import shutil
 
 import pytest
 
-from simulator.inputs import bundled, catalog
+from simulator.api import listing as catalog
+from simulator.inputs import bundled
 
 
 @pytest.mark.parametrize("kind", catalog.KINDS)

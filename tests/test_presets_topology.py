@@ -11,6 +11,7 @@ import pytest
 from simulator.cli import main
 from simulator.inputs.config import load_topology, preset_names
 from simulator.machine.topology import Machine
+from simulator.nccl.communicator import Communicator
 
 REQUIRED = {"1x4090", "1x5090", "2x5090", "4x5090", "8x5090-switch", "8x5090-switch-p2p",
             "8x5090-dual-socket", "8x4090-dual-socket", "8xa100-nvswitch", "8xh100-nvswitch",
@@ -31,7 +32,7 @@ def test_preset_loads_and_says_what_machine_it_is(name: str) -> None:
     # "8x5090-switch": 8; a mixed box names each kind: "2x5090-2x4090": 4
     expected_gpus = sum(int(n) for n in re.findall(r"(?:^|-)(\d+)x", name))
     assert machine.n_gpus == expected_gpus
-    ring = machine.ring()
+    ring = Communicator(machine).ring()
     assert sorted(ring.order) == list(range(expected_gpus)) and ring.n_channels >= 1
 
 

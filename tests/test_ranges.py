@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from simulator import api
-from simulator.advice import ranges
+from simulator.api import ranges
 from simulator.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def test_a_transport_alone_rerun_runs_the_points_programs(strategy: str,
     change: so no strategy may read a transport's rate, and ``step_time`` is the step's."""
     from dataclasses import replace
 
-    from simulator.scales import RateScales
+    from simulator.machine.scales import RateScales
 
     spec = api.RunSpec("8x5090-switch", "llama3.2-1b", strategy, **flags)  # type: ignore[arg-type]
     point = api.simulate(spec, baseline=False)
@@ -139,7 +139,7 @@ def test_the_residual_table_is_what_validate_gives_now() -> None:
 
 
 def test_a_topology_calibrated_on_its_own_logs_narrows_its_range(tmp_path: Path) -> None:
-    from simulator.machine import wire
+    from simulator.nccl import wire
 
     config = yaml.safe_load((ROOT / "topologies" / "2x5090.yaml").read_text())
     config["name"] = "my-2x5090"

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from simulator import api
+from simulator.api import runner
 from simulator.cli import main
 from simulator.engine.program import Comm, Compute, Program
 from simulator.outputs import report
@@ -68,7 +69,7 @@ def build_one(name, job, machine, options):  # noqa: ANN001, ANN201
 def fake_strategies(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     api.clear_caches()
     if "real" not in request.node.name:
-        monkeypatch.setattr(api, "strategies", SimpleNamespace(Options=Options, build=build))
+        monkeypatch.setattr(runner, "strategies", SimpleNamespace(Options=Options, build=build))
 
 
 def test_run_json_has_every_contract_key(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,15 +6,16 @@ import pytest
 
 from simulator import api
 from simulator.job import compute
-from simulator.machine import collectives
-from simulator.scales import RateScales, hop_mechanism
+from simulator.machine.scales import RateScales
+from simulator.nccl.communicator import Communicator
+from simulator.nccl.perf import time_alone
 
 
 def test_neutral_scales_change_nothing() -> None:
     machine = api.load_machine("8x5090-switch")
     same = machine.with_scales(RateScales())
-    a = collectives.simulate(machine, "allreduce", 1 << 28)
-    b = collectives.simulate(same, "allreduce", 1 << 28)
+    a = time_alone(Communicator(machine), "allreduce", 1 << 28)
+    b = time_alone(Communicator(same), "allreduce", 1 << 28)
     assert a.time_us == pytest.approx(b.time_us)
 
 
@@ -23,13 +24,13 @@ def test_neutral_scales_change_nothing() -> None:
                                                      ("8xh100-nvswitch", "nvlink")])
 def test_a_transport_factor_scales_its_plateau_bandwidth(topology: str, mechanism: str) -> None:
     machine = api.load_machine(topology)
-    assert hop_mechanism(machine, 0, 1) == mechanism
-    base = collectives.simulate(machine, "allreduce", 1 << 32).busbw_gbps
-    half = collectives.simulate(machine.with_scales(RateScales(**{mechanism: 0.5})),
+    assert Communicator(machine).mechanism(0, 1) == mechanism
+    base = time_alone(Communicator(machine), "allreduce", 1 << 32).busbw_gbps
+    half = time_alone(Communicator(machine.with_scales(RateScales(**{mechanism: 0.5}))),
                                 "allreduce", 1 << 32).busbw_gbps
     assert half == pytest.approx(base / 2, rel=0.02)  # bandwidth-bound: latency is tiny here
     other = "nvlink" if mechanism != "nvlink" else "shm"
-    untouched = collectives.simulate(machine.with_scales(RateScales(**{other: 0.5})),
+    untouched = time_alone(Communicator(machine.with_scales(RateScales(**{other: 0.5}))),
                                      "allreduce", 1 << 32).busbw_gbps
     assert untouched == pytest.approx(base)
 

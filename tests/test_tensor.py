@@ -11,6 +11,7 @@ from simulator.inputs.config import load_topology
 from simulator.inputs.schema import TopologyConfig, WorkloadConfig
 from simulator.job.workload import Job
 from simulator.machine.topology import Machine
+from simulator.nccl.communicator import Communicator
 from simulator.strategies import StrategyOptions
 from simulator.strategies import build as build_programs
 from simulator.strategies.tensor import place_groups
@@ -81,7 +82,8 @@ def test_compute_per_gpu_shrinks_with_tp() -> None:
 
 
 def test_collectives_sit_on_the_critical_path() -> None:
-    timeline = engine.simulate(build("tp", job(), machine(), StrategyOptions(tp=8)), machine())
+    timeline = engine.simulate(build("tp", job(), machine(), StrategyOptions(tp=8)),
+                               Communicator(machine()))
     compute = sum(s.duration for s in timeline.spans if s.stream == "compute")
     tp = sum(s.duration for s in timeline.spans if s.stream == "tp")
     assert timeline.step_time >= compute + tp - 1e-9
@@ -116,7 +118,7 @@ def test_tp_fsdp_shards_over_the_dp_groups() -> None:
                if t.stream == "allgather" and isinstance(t.work, Comm)]
     assert gathers and all(len(c.groups) == 2 and len(c.groups[0]) == 4  # type: ignore[union-attr]
                            for c in gathers)
-    engine.simulate(program, machine())
+    engine.simulate(program, Communicator(machine()))
 
 
 def test_sequence_parallel_backward_regathers_each_column_input() -> None:
@@ -167,6 +169,6 @@ def _serialized(program: Program) -> Program:
 def test_overlapped_column_backward_is_not_slower_than_serialized() -> None:
     m = machine()  # NVSwitch: fast links
     program = build("tp", job(hidden=2048), m, StrategyOptions(tp=8, sequence_parallel=True))
-    overlapped = engine.simulate(program, m).step_time
-    serialized = engine.simulate(_serialized(program), m).step_time
+    overlapped = engine.simulate(program, Communicator(m)).step_time
+    serialized = engine.simulate(_serialized(program), Communicator(m)).step_time
     assert overlapped < serialized

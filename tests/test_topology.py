@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.catalog import links as link_catalog
 from simulator.inputs.config import load_topology, preset_names
-from simulator.machine import hardware
 from simulator.machine.topology import Machine
+from simulator.nccl.communicator import Communicator
 from simulator.units import GB, US
 
 MACHINES: dict[str, Machine] = {}
@@ -30,17 +31,17 @@ def test_gpus_behind_one_switch_without_p2p_are_pix_and_shm() -> None:
     m = machine("8x5090-switch")
     assert m.n_gpus == 8
     assert {m.path_type(i, j) for i, j in pairs(8)} == {"PIX"}
-    assert {m.transport(i, j) for i, j in pairs(8)} == {"SHM"}
+    assert {Communicator(m).transport(i, j) for i, j in pairs(8)} == {"SHM"}
 
 
 def test_p2p_driver_behind_one_switch_turns_around_in_the_switch() -> None:
     m = machine("8x5090-switch-p2p")
-    assert {m.transport(i, j) for i, j in pairs(8)} == {"P2P"}
-    assert m.route(0, 1) == (("gpu0->sw0", 1.0), ("sw0->gpu1", 1.0))
+    assert {Communicator(m).transport(i, j) for i, j in pairs(8)} == {"P2P"}
+    assert Communicator(m).route(0, 1) == (("gpu0->sw0", 1.0), ("sw0->gpu1", 1.0))
 
 
 def test_shm_behind_one_switch_crosses_the_uplink_up_and_down_and_host_memory_twice() -> None:
-    route = dict(machine("8x5090-switch").route(2, 5))
+    route = dict(Communicator(machine("8x5090-switch")).route(2, 5))
     assert route == {"gpu2->sw0": 1.0, "sw0->cpu0": 1.0, "mem:cpu0": 2.0, "cpu0->sw0": 1.0,
                      "sw0->gpu5": 1.0}
 
@@ -50,35 +51,35 @@ def test_dual_socket_pairs_are_phb_within_and_sys_across_sockets() -> None:
     for i, j in pairs(8):
         same_socket = (i < 4) == (j < 4)
         assert m.path_type(i, j) == ("PHB" if same_socket else "SYS")
-        assert m.transport(i, j) == "SHM"
+        assert Communicator(m).transport(i, j) == "SHM"
 
 
 def test_cross_socket_shm_stages_in_the_receivers_memory_across_upi() -> None:
-    m = machine("8x5090-dual-socket")
-    assert m.route(1, 6) == (("gpu1->cpu0", 1.0), ("cpu0->cpu1", 1.0), ("mem:cpu1", 2.0),
-                             ("cpu1->gpu6", 1.0))
-    assert m.route(6, 1) == (("gpu6->cpu1", 1.0), ("cpu1->cpu0", 1.0), ("mem:cpu0", 2.0),
-                             ("cpu0->gpu1", 1.0))
+    comm = Communicator(machine("8x5090-dual-socket"))
+    assert comm.route(1, 6) == (("gpu1->cpu0", 1.0), ("cpu0->cpu1", 1.0), ("mem:cpu1", 2.0),
+                                ("cpu1->gpu6", 1.0))
+    assert comm.route(6, 1) == (("gpu6->cpu1", 1.0), ("cpu1->cpu0", 1.0), ("mem:cpu0", 2.0),
+                                ("cpu0->gpu1", 1.0))
 
 
 @pytest.mark.parametrize("name", ["8xa100-nvswitch", "8xh100-nvswitch", "8xh200-nvswitch"])
 def test_nvswitch_pairs_are_nvl_and_p2p_over_nvlink(name: str) -> None:
     m = machine(name)
     assert {m.path_type(i, j) for i, j in pairs(8)} == {"NVL"}
-    assert {m.transport(i, j) for i, j in pairs(8)} == {"P2P"}
-    assert m.route(3, 7) == (("gpu3->nvs", 1.0), ("nvs->gpu7", 1.0))
-    per_link = hardware.NVLINK_PER_LINK[m.gpu.arch]
+    assert {Communicator(m).transport(i, j) for i, j in pairs(8)} == {"P2P"}
+    assert Communicator(m).route(3, 7) == (("gpu3->nvs", 1.0), ("nvs->gpu7", 1.0))
+    per_link = link_catalog.NVLINK_PER_LINK[m.gpu.arch]
     assert m.links["gpu3->nvs"].capacity == pytest.approx(per_link * m.gpu.nvlink_links)
 
 
 def test_nvlink_bridge_is_p2p_even_without_pcie_p2p_and_disable_makes_it_shm() -> None:
     bridged = machine("2x3090ti-nvlink")
-    assert bridged.path_type(0, 1) == "NVL" and bridged.transport(0, 1) == "P2P"
-    assert bridged.route(0, 1) == (("gpu0->gpu1", 1.0),)
+    assert bridged.path_type(0, 1) == "NVL" and Communicator(bridged).transport(0, 1) == "P2P"
+    assert Communicator(bridged).route(0, 1) == (("gpu0->gpu1", 1.0),)
     assert bridged.links["gpu0->gpu1"].capacity == pytest.approx(4 * 14.0625 * GB)
     disabled = machine("2x3090ti-pcie")
-    assert disabled.transport(0, 1) == "SHM"
-    assert disabled.links["gpu0->cpu0"].capacity == pytest.approx(hardware.pcie_bandwidth(4, 8))
+    assert Communicator(disabled).transport(0, 1) == "SHM"
+    assert disabled.links["gpu0->cpu0"].capacity == pytest.approx(link_catalog.pcie_bandwidth(4, 8))
 
 
 def _with(name: str, **update: object) -> Machine:
@@ -87,18 +88,21 @@ def _with(name: str, **update: object) -> Machine:
 
 def test_p2p_level_decides_like_nccl_p2p_level() -> None:
     # paths.cc: P2P only where the path type is at most NCCL_P2P_LEVEL (default PXB)
-    assert _with("8x5090-dual-socket", p2p=True).transport(0, 1) == "SHM"  # PHB > PXB
-    assert _with("8x5090-dual-socket", p2p=True, p2p_level="PHB").transport(0, 1) == "P2P"
-    assert _with("8x5090-dual-socket", p2p=True, p2p_level="PHB").transport(0, 5) == "SHM"
-    assert _with("8x5090-dual-socket", p2p=True, p2p_level="SYS").transport(0, 5) == "P2P"
-    assert _with("8x5090-switch-p2p", p2p_level="LOC").transport(0, 1) == "SHM"
-    assert _with("8xh100-nvswitch", p2p=False).transport(0, 1) == "P2P"  # NVLink always
+    assert Communicator(_with("8x5090-dual-socket", p2p=True)).transport(0, 1) == "SHM"  # PHB > PXB
+    phb = Communicator(_with("8x5090-dual-socket", p2p=True, p2p_level="PHB"))
+    assert phb.transport(0, 1) == "P2P"
+    assert phb.transport(0, 5) == "SHM"
+    sys_level = Communicator(_with("8x5090-dual-socket", p2p=True, p2p_level="SYS"))
+    assert sys_level.transport(0, 5) == "P2P"
+    assert Communicator(_with("8x5090-switch-p2p", p2p_level="LOC")).transport(0, 1) == "SHM"
+    # NVLink always
+    assert Communicator(_with("8xh100-nvswitch", p2p=False)).transport(0, 1) == "P2P"
 
 
 def ring_hops(m: Machine, order: tuple[int, ...]) -> list[str]:
     links: list[str] = []
     for pos, src in enumerate(order):
-        links += [lid for lid, _ in m.route(src, order[(pos + 1) % len(order)])]
+        links += [lid for lid, _ in Communicator(m).route(src, order[(pos + 1) % len(order)])]
     return links
 
 
@@ -106,7 +110,7 @@ def ring_hops(m: Machine, order: tuple[int, ...]) -> list[str]:
 def test_dual_socket_ring_crosses_upi_once_each_way(name: str) -> None:
     m = machine(name)
     for ranks in (None, (0, 4, 1, 5, 2, 6, 3, 7), (7, 6, 5, 4, 3, 2, 1, 0)):
-        ring = m.ring(ranks)
+        ring = Communicator(m).ring(ranks)
         assert sorted(ring.order) == list(range(8))
         hops = ring_hops(m, ring.order)
         assert hops.count("cpu0->cpu1") == 1 and hops.count("cpu1->cpu0") == 1
@@ -115,7 +119,7 @@ def test_dual_socket_ring_crosses_upi_once_each_way(name: str) -> None:
 def test_ring_over_two_switches_leaves_each_switch_once() -> None:
     m = machine("8xh100-nvswitch").subset(8)
     scrambled = (0, 2, 4, 6, 1, 3, 5, 7)
-    order = m.ring(scrambled).order
+    order = Communicator(m).ring(scrambled).order
     switch_of = [r // 2 for r in order]
     changes = sum(switch_of[k] != switch_of[(k + 1) % 8] for k in range(8))
     assert changes == 4  # one entry and one exit per switch
@@ -125,19 +129,19 @@ def test_ring_channels_follow_nccl_search() -> None:
     # H100: NVLink 18 x 20.6 = 370.8 GB/s (topo.h); sm90 table: 6 channels at 60 fit, then
     # ncclTopoDupChannels doubles to 12 x 30. A100: 12 x 20 = 240 fits 6 x 40 = 240 (perfect),
     # doubled to 12 x 20 (sm80 is not > 80, so no exception).
-    h100 = machine("8xh100-nvswitch").ring()
+    h100 = Communicator(machine("8xh100-nvswitch")).ring()
     assert (h100.n_channels, h100.channel_bandwidth) == (12, 30 * GB)
-    a100 = machine("8xa100-nvswitch").ring()
+    a100 = Communicator(machine("8xa100-nvswitch")).ring()
     assert (a100.n_channels, a100.channel_bandwidth) == (12, 20 * GB)
     # P2P through a Gen5 switch: every GPU link is 48 GB/s to NCCL; 2 x 24 fills it.
-    p2p = machine("8x5090-switch-p2p").ring()
+    p2p = Communicator(machine("8x5090-switch-p2p")).ring()
     assert (p2p.n_channels, p2p.channel_bandwidth) == (2, 24 * GB)
     # SHM through one uplink: 8 hops x 1.2 (Intel PHB) per channel; even 18 GB/s (the
     # lowest sm100 speed) needs 173 GB/s of a 48 GB/s link: NCCL falls back to 0.1 GB/s.
-    shm = machine("8x5090-switch").ring()
+    shm = Communicator(machine("8x5090-switch")).ring()
     assert shm.fallback and shm.n_channels == 1 and shm.channel_bandwidth == 0.1 * GB
     # Dual socket: the UPI (22 GB/s, SRP_QPI_BW) allows one channel at 20.
-    dual = machine("8x5090-dual-socket").ring()
+    dual = Communicator(machine("8x5090-dual-socket")).ring()
     assert (dual.n_channels, dual.channel_bandwidth) == (1, 20 * GB)
     assert dual.bottleneck in ("cpu0->cpu1", "cpu1->cpu0")
     assert dual.nccl_bus_bandwidth == dual.n_channels * dual.channel_bandwidth
@@ -145,11 +149,11 @@ def test_ring_channels_follow_nccl_search() -> None:
 
 def test_intel_overhead_applies_only_through_an_intel_cpu() -> None:
     # 2x 5090 on one Sapphire Rapids socket, SHM (PHB): x1.2 on PCIe, so 40 not 48 GB/s fit
-    intel = machine("2x5090").ring()
+    intel = Communicator(machine("2x5090")).ring()
     assert intel.nccl_bus_bandwidth == pytest.approx(40 * GB)
-    amd = _with("2x5090", nodes=[n.copy(model="amd-xgmi")
+    amd = Communicator(_with("2x5090", nodes=[n.copy(model="amd-xgmi")
                                  if n.kind == "cpu" else n
-                                 for n in load_topology("2x5090").nodes]).ring()
+                                 for n in load_topology("2x5090").nodes])).ring()
     assert amd.nccl_bus_bandwidth > intel.nccl_bus_bandwidth
 
 
@@ -167,12 +171,13 @@ def test_subset_keeps_the_first_gpus_and_their_paths() -> None:
 
 def test_capacities_and_latencies_come_from_the_catalog_unless_overridden(tmp_path: Path) -> None:
     m = machine("8x5090-dual-socket")
-    assert m.links["cpu0->gpu0"].capacity == pytest.approx(hardware.pcie_bandwidth(5, 16))
+    assert m.links["cpu0->gpu0"].capacity == pytest.approx(link_catalog.pcie_bandwidth(5, 16))
     assert m.links["cpu0->cpu1"].capacity == pytest.approx(
-        hardware.SOCKET_LINKS["sapphire-rapids-upi"].bandwidth)
+        link_catalog.SOCKET_LINKS["sapphire-rapids-upi"].bandwidth)
     assert m.links["mem:cpu1"].capacity == pytest.approx(250 * GB)
-    assert m.route_latency(1, 6) == pytest.approx(
-        2 * hardware.PCIE_HOP_LATENCY + hardware.SOCKET_LINKS["sapphire-rapids-upi"].latency)
+    assert Communicator(m).route_latency(1, 6) == pytest.approx(
+        2 * link_catalog.PCIE_HOP_LATENCY
+        + link_catalog.SOCKET_LINKS["sapphire-rapids-upi"].latency)
     path = tmp_path / "override.yaml"
     path.write_text(
         "name: o\ngpu: rtx4090\nnodes:\n  - {id: c, kind: cpu}\n  - {id: g0, kind: gpu}\n"
@@ -182,9 +187,9 @@ def test_capacities_and_latencies_come_from_the_catalog_unless_overridden(tmp_pa
     o = Machine.from_config(load_topology(str(path)))
     assert o.links["g0->c"].capacity == pytest.approx(10 * GB)
     assert o.links["g0->c"].latency == pytest.approx(3 * US)
-    assert o.links["c->g1"].capacity == pytest.approx(hardware.pcie_bandwidth(4, 16))  # gpu gen
-    assert o.links["mem:c"].capacity == hardware.DEFAULT_HOST_MEMORY_BANDWIDTH
-    assert o.bottleneck_bandwidth(0, 1) == pytest.approx(10 * GB)
+    assert o.links["c->g1"].capacity == pytest.approx(link_catalog.pcie_bandwidth(4, 16))  # gpu gen
+    assert o.links["mem:c"].capacity == link_catalog.DEFAULT_HOST_MEMORY_BANDWIDTH
+    assert Communicator(o).bottleneck_bandwidth(0, 1) == pytest.approx(10 * GB)
 
 
 DESIGN_YAML = """\
@@ -214,11 +219,11 @@ def test_design_md_explicit_form_loads(tmp_path: Path) -> None:
     path.write_text(DESIGN_YAML)
     m = Machine.from_config(load_topology(str(path)))
     assert m.n_gpus == 3 and m.name == "8x5090-dual-socket"
-    assert m.path_type(0, 1) == "NVL" and m.transport(0, 1) == "P2P"
-    assert m.path_type(1, 2) == "PIX" and m.transport(1, 2) == "SHM"
+    assert m.path_type(0, 1) == "NVL" and Communicator(m).transport(0, 1) == "P2P"
+    assert m.path_type(1, 2) == "PIX" and Communicator(m).transport(1, 2) == "SHM"
     assert m.path_type(0, 2) == "SYS"
     assert m.links["cpu0->cpu1"].latency == pytest.approx(0.5 * US)
-    nvlink = 4 * hardware.NVLINK_PER_LINK["blackwell"]
+    nvlink = 4 * link_catalog.NVLINK_PER_LINK["blackwell"]
     assert m.links["gpu0->gpu1"].capacity == pytest.approx(nvlink)
     assert m.local_cpu(1) == "cpu1"
 
@@ -233,18 +238,19 @@ def test_routes_are_consistent_for_any_pair(name: str, data: st.DataObject) -> N
     if m.n_gpus < 2:
         return
     i, j = data.draw(st.sampled_from(pairs(m.n_gpus)))
-    route = m.route(i, j)
+    route = Communicator(m).route(i, j)
     ids = [lid for lid, _ in route]
     assert len(set(ids)) == len(ids) and all(w > 0 for _, w in route)
     assert all(lid in m.links for lid in ids)
     assert m.links[ids[0]].src == m.gpu_nodes[i] and m.links[ids[-1]].dst == m.gpu_nodes[j]
     mem = [(lid, w) for lid, w in route if lid.startswith("mem:")]
-    if m.transport(i, j) == "SHM":
+    if Communicator(m).transport(i, j) == "SHM":
         assert mem == [(f"mem:{m.local_cpu(j)}", 2.0)]
     else:
         assert mem == []
-    assert 0 < m.bottleneck_bandwidth(i, j) <= min(m.links[lid].capacity for lid in ids)
-    assert m.route_latency(i, j) == pytest.approx(sum(m.links[lid].latency for lid in ids))
+    comm = Communicator(m)
+    assert 0 < comm.bottleneck_bandwidth(i, j) <= min(m.links[lid].capacity for lid in ids)
+    assert comm.route_latency(i, j) == pytest.approx(sum(m.links[lid].latency for lid in ids))
     assert m.path_type(i, j) == m.path_type(j, i)
 
 
@@ -254,7 +260,7 @@ def test_ring_is_a_permutation_with_positive_channels(name: str, data: st.DataOb
     m = machine(name)
     ranks = data.draw(st.permutations(range(m.n_gpus)))
     k = data.draw(st.integers(min_value=1, max_value=m.n_gpus))
-    ring = m.ring(tuple(ranks[:k]))
+    ring = Communicator(m).ring(tuple(ranks[:k]))
     assert sorted(ring.order) == sorted(ranks[:k])
     assert 1 <= ring.n_channels <= 32 and ring.channel_bandwidth > 0
 
@@ -265,15 +271,15 @@ def test_dgx1_ring_stays_on_nvlink_where_a_cycle_exists() -> None:
     m = Machine.from_config(load_topology(
         str(Path(__file__).resolve().parent.parent / "validation/topologies/dgx1-v100.yaml")))
     for n in (3, 4, 8):
-        ring = m.subset(n).ring()
+        ring = Communicator(m.subset(n)).ring()
         assert sorted(ring.order) == list(range(n))
         hops = [m.path_type(a, ring.order[(k + 1) % n]) for k, a in enumerate(ring.order)]
         assert hops == ["NVL"] * n, (ring.order, hops)
     # at 8 GPUs a cycle of double links exists (0-3-2-1-5-6-7-4): the thinnest hop has 2 links
-    order = m.ring().order
+    order = Communicator(m).ring().order
     widths = [m.graph.get_edge_data(m.gpu_nodes[a], m.gpu_nodes[order[(k + 1) % 8]])["capacity"]
               for k, a in enumerate(order)]
-    assert min(widths) == 2 * hardware.NVLINK_PER_LINK["volta"]
+    assert min(widths) == 2 * link_catalog.NVLINK_PER_LINK["volta"]
 
 
 def test_links_are_described_in_words() -> None:

@@ -6,10 +6,12 @@ import pytest
 
 from simulator import api
 from simulator.advice import advise, whatif
-from simulator.advice.cost import Prices
+from simulator.catalog.gpus import gpu
 from simulator.inputs.config import load_topology
-from simulator.machine.hardware import gpu, resolve_gpu
+from simulator.machine.cards import resolve_gpu
 from simulator.machine.topology import Machine
+from simulator.nccl.communicator import Communicator
+from simulator.outputs.cost import Prices
 
 
 def rewrite(name: str, topology: str):  # noqa: ANN201
@@ -20,7 +22,7 @@ def rewrite(name: str, topology: str):  # noqa: ANN201
 def test_p2p_driver_turns_shm_into_p2p_behind_a_switch() -> None:
     config, _ = rewrite("p2p driver", "8x5090-switch")
     machine = Machine.from_config(config)
-    assert machine.transport(0, 1) == "P2P"
+    assert Communicator(machine).transport(0, 1) == "P2P"
     assert rewrite("p2p driver", "8xh100-nvswitch")[0] is None
 
 

@@ -13,9 +13,12 @@ from pathlib import Path
 import pytest
 
 from simulator.inputs.config import load_topology
-from simulator.machine import collectives, wire
-from simulator.machine import nccl_tuning as nt
+from simulator.inputs.schema import CALIBRATION_PARAMETERS
 from simulator.machine.topology import Machine
+from simulator.nccl import collectives, wire
+from simulator.nccl import tuning as nt
+from simulator.nccl.communicator import Communicator
+from simulator.nccl.perf import time_alone
 from simulator.units import GB, GiB, KiB, MiB
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,18 +34,18 @@ def machine(path: str) -> Machine:
 
 @pytest.mark.parametrize("size, measured", GB202_ALLREDUCE.items())
 def test_gb202_two_switch_p2p_allreduce(size, measured):
-    r = collectives.simulate(machine(GB202), "allreduce", size, algo="ring")
+    r = time_alone(Communicator(machine(GB202)), "allreduce", size, algo="ring")
     assert r.busbw_gbps == pytest.approx(measured, rel=0.15 if size >= MiB else 0.30)
     assert r.transport == "P2P"
 
 
 def test_gb202_plateau_is_four_channels_at_their_cap():
     m = machine(GB202)
-    plan = collectives.plan(m, "allreduce", GiB)
+    plan = collectives.plan(Communicator(m), "allreduce", GiB)
     assert plan.n_channels == 4
-    assert plan.max_rate == pytest.approx(4 * m.wire.simple_channel_cap_gbps * GB)
+    assert plan.max_rate == pytest.approx(4 * Communicator(m).wire.simple_channel_cap_gbps * GB)
     # the links alone would allow more: a Gen5 x16 hop at the PCIe Simple efficiency
-    link = m.links["gpu0->sw0"].capacity * m.wire.p2p_pcie_simple_efficiency
+    link = m.links["gpu0->sw0"].capacity * Communicator(m).wire.p2p_pcie_simple_efficiency
     assert plan.max_rate < link
 
 
@@ -54,33 +57,35 @@ def test_latency_us_on_a_link_changes_the_time(tmp_path):
         path.write_text(text.replace("{a: cpu0, b: sw0, kind: pcie, gen: 5, lanes: 16}",
                                      f"{{a: cpu0, b: sw0, kind: pcie, gen: 5, lanes: 16, "
                                      f"latency_us: {latency}}}"))
-        times.append(collectives.simulate(machine(str(path)), "allreduce", MiB).time_us)
+        times.append(time_alone(Communicator(machine(str(path))), "allreduce", MiB).time_us)
     # 14 steps, each crossing the uplink once on the slowest hop
     assert times[1] - times[0] == pytest.approx(14 * 1e6, rel=1e-3)
 
 
 def test_step_latency_is_route_plus_protocol_sync():
     m = machine(GB202)
-    w = m.wire
-    same_switch = collectives.step_latency(m, 0, 1, "LL")
-    cross = collectives.step_latency(m, 3, 4, "LL")
-    assert same_switch == pytest.approx(m.route_latency(0, 1) + w.p2p_ll_sync_us * 1e-6)
+    w = Communicator(m).wire
+    same_switch = collectives.step_latency(Communicator(m), 0, 1, "LL")
+    cross = collectives.step_latency(Communicator(m), 3, 4, "LL")
+    assert same_switch == pytest.approx(Communicator(m).route_latency(0, 1)
+                                        + w.p2p_ll_sync_us * 1e-6)
     assert cross > same_switch  # through the root complex: twice the PCIe links
-    assert collectives.step_latency(m, 3, 4, "Simple") - cross == pytest.approx(
+    assert collectives.step_latency(Communicator(m), 3, 4, "Simple") - cross == pytest.approx(
         (w.p2p_simple_sync_us - w.p2p_ll_sync_us) * 1e-6)
 
 
 def test_shm_steps_pay_the_host_memory_poll():
     m = machine("2x2080ti-switch")
-    assert m.transport(0, 1) == "SHM"
-    ll = collectives.step_latency(m, 0, 1, "LL")
-    assert ll == pytest.approx(m.route_latency(0, 1) + m.wire.shm_ll_sync_us * 1e-6)
+    assert Communicator(m).transport(0, 1) == "SHM"
+    ll = collectives.step_latency(Communicator(m), 0, 1, "LL")
+    comm = Communicator(m)
+    assert ll == pytest.approx(comm.route_latency(0, 1) + comm.wire.shm_ll_sync_us * 1e-6)
 
 
 def test_channel_cap_binds_only_off_nvlink():
-    plan = collectives.plan(machine("8xh200-nvswitch"), "allreduce", 16 * GiB)
+    plan = collectives.plan(Communicator(machine("8xh200-nvswitch")), "allreduce", 16 * GiB)
     assert plan.max_rate > 1000 * GB  # NVLink: no PCIe channel cap
-    plan = collectives.plan(machine("8x5090-switch-p2p"), "allreduce", GiB)
+    plan = collectives.plan(Communicator(machine("8x5090-switch-p2p")), "allreduce", GiB)
     assert plan.max_rate == pytest.approx(plan.n_channels * wire.SIMPLE_CHANNEL_CAP_GBPS * GB)
 
 
@@ -88,14 +93,12 @@ def test_wire_parameters_never_change_nccls_choices():
     """NCCL's tuning constants alone pick algorithm, protocol and channels."""
     for name in ("8x5090-switch", "8x5090-switch-p2p", "8x5090-dual-socket", "8xh200-nvswitch",
                  "2x2080ti-switch"):
-        base = machine(name)
-        odd = dataclasses.replace(base, wire=wire.WireParams(
+        base = Communicator(machine(name))
+        odd = Communicator(machine(name), wire=wire.WireParams(
             call_latency_us=100, p2p_simple_sync_us=50, shm_ll_sync_us=0, shm_simple_sync_us=0,
-            simple_channel_cap_gbps=1, ll_channel_cap_gbps=1, p2p_pcie_simple_efficiency=0.1),
-            _paths={}, _routes={}, _rings={}, _cpus={})
+            simple_channel_cap_gbps=1, ll_channel_cap_gbps=1, p2p_pcie_simple_efficiency=0.1))
         for size in (8, 64 * KiB, MiB, 64 * MiB, GiB):
-            a, b = collectives.plan(base, "allreduce", size), collectives.plan(odd, "allreduce",
-                                                                               size)
+            a, b = base.plan("allreduce", size), odd.plan("allreduce", size)
             assert (a.algorithm, a.protocol, a.n_channels) == (b.algorithm, b.protocol,
                                                                 b.n_channels)
             assert a.nccl_time_us == b.nccl_time_us
@@ -105,8 +108,9 @@ def test_wire_parameters_never_change_nccls_choices():
 def test_gb202_choices_are_nccls():
     """LL on 2 then 4 channels for small sizes, Simple on 4 from 16 MiB (enqueue.cc, tuning.cc)."""
     m = machine(GB202)
+    comm = Communicator(m)
     got = [(p.protocol, p.n_channels) for p in
-           (collectives.plan(m, "allreduce", s, algo="ring") for s in GB202_ALLREDUCE)]
+           (comm.plan("allreduce", s, algo="ring") for s in GB202_ALLREDUCE)]
     assert got == [("LL", 2), ("LL", 4), ("LL", 4), ("Simple", 4), ("Simple", 4), ("Simple", 4)]
     assert nt.BASE_LATENCY["ring"]["Simple"] == 8.4  # NCCL's belief, unchanged, still ranks
 
@@ -114,11 +118,11 @@ def test_gb202_choices_are_nccls():
 def test_every_wire_parameter_is_documented():
     doc = (ROOT / "docs" / "inputs.md").read_text()
     documented = set(re.findall(r"`(\w+)`", doc))
-    assert set(wire.PARAMETERS) <= documented
-    assert set(wire.PARAMETERS) == {f.name for f in dataclasses.fields(wire.WireParams)}
+    assert set(CALIBRATION_PARAMETERS) <= documented
+    assert set(CALIBRATION_PARAMETERS) == {f.name for f in dataclasses.fields(wire.WireParams)}
 
 
 def test_one_gpu_costs_the_call_alone():
     m = machine("8xh200-nvswitch").subset(1)
-    r = collectives.simulate(m, "allreduce", GiB)
-    assert r.time_us == pytest.approx(m.wire.call_latency_us)
+    r = time_alone(Communicator(m), "allreduce", GiB)
+    assert r.time_us == pytest.approx(Communicator(m).wire.call_latency_us)

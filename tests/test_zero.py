@@ -12,6 +12,7 @@ from simulator.engine.program import Comm, Program
 from simulator.inputs.config import load_topology, load_workload
 from simulator.job.workload import Job
 from simulator.machine.topology import Machine
+from simulator.nccl.communicator import Communicator
 from simulator.strategies import StrategyOptions
 from simulator.strategies import build as build_programs
 from simulator.strategies.zero import REDUCE_BUCKET_ELEMENTS
@@ -50,7 +51,8 @@ def test_bytes_reduced_and_gathered(stage: str) -> None:
 def test_zero2_reduces_during_backward_zero1_after() -> None:
     j = job()
     for stage, during in (("zero1", False), ("zero2", True)):
-        timeline = engine.simulate(build(stage, j, machine(), StrategyOptions()), machine())
+        timeline = engine.simulate(build(stage, j, machine(), StrategyOptions()),
+                                   Communicator(machine()))
         backward_end = max(s.end for s in timeline.spans if s.kind == "backward")
         first = min(s.start for s in timeline.spans if s.kind == "reducescatter")
         assert (first < backward_end) == during
@@ -60,7 +62,9 @@ def test_zero2_reduces_during_backward_zero1_after() -> None:
 
 def test_overlap_comm_is_not_slower() -> None:
     j = job()
-    plain = engine.simulate(build("zero2", j, machine(), StrategyOptions()), machine())
+    plain = engine.simulate(build("zero2", j, machine(), StrategyOptions()),
+                            Communicator(machine()))
     overlapped = engine.simulate(build("zero2", j, machine(),
-                                       StrategyOptions(zero_overlap_comm=True)), machine())
+                                       StrategyOptions(zero_overlap_comm=True)),
+                                 Communicator(machine()))
     assert overlapped.step_time <= plain.step_time + 1e-9

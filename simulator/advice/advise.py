@@ -27,9 +27,9 @@ from typing import Any
 from simulator import api
 from simulator.advice import bound, explain, fallback, spec_text
 from simulator.advice import candidates as cand
-from simulator.advice.cost import Prices
 from simulator.api import RunSpec
 from simulator.errors import InputError
+from simulator.outputs.cost import Prices
 
 OBJECTIVES = ("throughput", "cost", "time-to-train")
 Progress = Callable[[int, int], None]  # (done, total)

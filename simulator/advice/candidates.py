@@ -67,7 +67,7 @@ class Recipe:
     reshard_after_forward: bool = True
     pp: int = 1  # pipeline stages (strategies/pipeline.py); the strategy runs in each stage
     grad_accum: int | None = None  # a pipeline's micro-batches per step
-    offload: str = "none"  # to host RAM (job/host_memory.py): optimizer | params
+    offload: str = "none"  # to host RAM (memory/host.py): optimizer | params
     kernels: str | None = None  # None: the workload's; "compiled": torch.compile
     schedule: str = "1f1b"
     virtual_stages: int = 1  # model chunks per stage (the interleaved schedule)

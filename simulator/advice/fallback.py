@@ -1,6 +1,6 @@
 """When no configuration of a job fits a machine: what would.
 
-Each alternative is checked with the memory model (job/memory.py), not guessed: the same model
+Each alternative is checked with the memory model (memory/estimate.py), not guessed: the same model
 with LoRA or QLoRA adapters (rank 16 on every linear layer of a block, as the QLoRA paper
 recommends), the same job sharded over more GPUs of the same card (FSDP, full
 checkpointing), and the same machine with a card that has more memory. Offloading to host RAM
@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from simulator import api
+from simulator.catalog import gpus as gpu_catalog
 from simulator.errors import InputError
 from simulator.inputs.config import load_workload
 from simulator.inputs.schema import LoraConfig
-from simulator.job import memory
 from simulator.job.workload import Job
-from simulator.machine import collectives, hardware
+from simulator.memory import estimate as memory
 from simulator.units import GiB
 
 # QLoRA (Dettmers et al. 2023, arXiv:2305.14314): adapters on all linear layers of a block
@@ -28,7 +28,7 @@ SHARDED = ("fsdp", "zero3")
 MORE_GPUS = (2, 4, 8, 16, 32, 64)  # times the machine's GPUs
 
 
-def _estimate(job: Job, gpu: hardware.GPU, strategy: str, world: int, channels: int
+def _estimate(job: Job, gpu: gpu_catalog.GPU, strategy: str, world: int, channels: int
               ) -> memory.MemoryReport | None:
     try:
         return memory.estimate(job, gpu, strategy, world=world, nccl_channels=channels)
@@ -40,7 +40,7 @@ def _need(report: memory.MemoryReport) -> str:
     return f"needs {report.peak_bytes / GiB:.1f} of {report.capacity_bytes / GiB:.1f} GiB per GPU"
 
 
-def _adapters(cfg: Any, finetune: str, gpu: hardware.GPU, world: int, channels: int
+def _adapters(cfg: Any, finetune: str, gpu: gpu_catalog.GPU, world: int, channels: int
               ) -> dict[str, Any] | None:
     """The job with LoRA or QLoRA adapters on the same machine: the first strategy that fits."""
     if cfg.model is None or cfg.model.family not in ("llama", "mpt", "gpt2"):
@@ -68,9 +68,9 @@ def what_would_fit(topology: str, workload: str, peft: str | None = None,
                    load_in_4bit: bool = False) -> list[dict[str, Any]]:
     """The alternatives that fit, each with what it changes and what it needs (the workload
     with the adapters of ``peft``, as `run --peft` reads them)."""
-    machine = api.load_machine(topology)
-    gpu, world = machine.gpu, machine.n_gpus
-    channels = collectives.machine_channels(machine)
+    comm = api.load_communicator(topology)
+    gpu, world = comm.machine.gpu, comm.n_gpus
+    channels = comm.channels()
     cfg = api.with_adapters(load_workload(workload), peft, load_in_4bit)
     full = cfg.with_training(activation_checkpointing="full")
     job = Job.from_config(full, micro_batch=1)
@@ -122,10 +122,10 @@ def _more_host_memory(topology: str, workload: str) -> list[dict[str, Any]]:
                        f"GiB (this machine: {best['host_capacity_bytes'] / GiB:,.0f})"}]
 
 
-def _bigger_cards(job: Job, gpu: hardware.GPU, world: int, channels: int
+def _bigger_cards(job: Job, gpu: gpu_catalog.GPU, world: int, channels: int
                   ) -> list[dict[str, Any]]:
     """The smallest cards of the catalog, with more memory, on which the job fits sharded."""
-    bigger = sorted((g for g in hardware.GPUS.values() if g.memory_bytes > gpu.memory_bytes),
+    bigger = sorted((g for g in gpu_catalog.GPUS.values() if g.memory_bytes > gpu.memory_bytes),
                     key=lambda g: (g.memory_bytes, g.price_usd or 0))
     out: list[dict[str, Any]] = []
     for card in bigger:

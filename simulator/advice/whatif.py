@@ -28,15 +28,15 @@ import yaml
 from simulator import api
 from simulator.advice import candidates as cand
 from simulator.advice import spec_text
-from simulator.advice.cost import Prices
 from simulator.api import RunSpec
+from simulator.catalog import gpus as gpu_catalog
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology
 from simulator.inputs.schema import GpuSpec, LinkConfig, NodeConfig, TopologyConfig, dump
-from simulator.machine import hardware
-from simulator.machine.topology import Machine
+from simulator.machine.cards import resolve_gpu
+from simulator.outputs.cost import Prices
 
-Rewrite = Callable[[TopologyConfig, hardware.GPU], "tuple[TopologyConfig | None, str]"]
+Rewrite = Callable[[TopologyConfig, gpu_catalog.GPU], "tuple[TopologyConfig | None, str]"]
 
 
 def _gpu_links(config: TopologyConfig) -> dict[str, LinkConfig]:
@@ -51,19 +51,20 @@ def _gpu_links(config: TopologyConfig) -> dict[str, LinkConfig]:
     return out
 
 
-def p2p_driver(config: TopologyConfig, gpu: hardware.GPU) -> tuple[TopologyConfig | None, str]:
+def p2p_driver(config: TopologyConfig, gpu: gpu_catalog.GPU) -> tuple[TopologyConfig | None, str]:
     if config.p2p:
         return None, "the box already has PCIe peer-to-peer"
     variant = config.copy(p2p=True, name=config.name + "+p2p")
-    machine = Machine.from_config(variant)
+    comm = api.Communicator(api.Machine.from_config(variant))
+    machine = comm.machine
     pairs = [(i, j) for i in range(machine.n_gpus) for j in range(machine.n_gpus) if i != j]
-    if pairs and all(machine.transport(i, j) != "P2P" for i, j in pairs):
+    if pairs and all(comm.transport(i, j) != "P2P" for i, j in pairs):
         return None, (f"NCCL uses PCIe P2P only up to NCCL_P2P_LEVEL={config.p2p_level}, and "
                       f"these GPUs are {machine.path_type(*pairs[0])} apart: it would stay SHM")
     return variant, "PCIe peer-to-peer on (a patched driver on GeForce cards)"
 
 
-def switch_or_sockets(config: TopologyConfig, gpu: hardware.GPU
+def switch_or_sockets(config: TopologyConfig, gpu: gpu_catalog.GPU
                       ) -> tuple[TopologyConfig | None, str]:
     """GPUs on several sockets' root ports -> one switch on socket 0; behind switches -> two
     sockets' root ports."""
@@ -104,7 +105,7 @@ def switch_or_sockets(config: TopologyConfig, gpu: hardware.GPU
             "GPUs on two sockets' root ports, half on each (no PCIe switch)")
 
 
-def next_pcie_gen(config: TopologyConfig, gpu: hardware.GPU
+def next_pcie_gen(config: TopologyConfig, gpu: gpu_catalog.GPU
                   ) -> tuple[TopologyConfig | None, str]:
     gens = [lk.gen for lk in config.links if lk.kind == "pcie" and lk.gen]
     if not gens:
@@ -119,7 +120,7 @@ def next_pcie_gen(config: TopologyConfig, gpu: hardware.GPU
             f"PCIe Gen{low} links at Gen{target}")
 
 
-def nvlink_bridge(config: TopologyConfig, gpu: hardware.GPU
+def nvlink_bridge(config: TopologyConfig, gpu: gpu_catalog.GPU
                   ) -> tuple[TopologyConfig | None, str]:
     if gpu.nvlink_links == 0:
         return None, f"the {gpu.name} has no NVLink"
@@ -132,7 +133,7 @@ def nvlink_bridge(config: TopologyConfig, gpu: hardware.GPU
             f"an NVLink bridge ({gpu.nvlink_links} links) between each pair of GPUs")
 
 
-def twice_the_gpus(config: TopologyConfig, gpu: hardware.GPU
+def twice_the_gpus(config: TopologyConfig, gpu: gpu_catalog.GPU
                    ) -> tuple[TopologyConfig | None, str]:
     links = _gpu_links(config)
     if len(links) != sum(1 for n in config.nodes if n.kind == "gpu"):
@@ -150,8 +151,8 @@ def twice_the_gpus(config: TopologyConfig, gpu: hardware.GPU
             f"{2 * len(links)} GPUs, each new one attached as its twin is")
 
 
-def more_memory(config: TopologyConfig, gpu: hardware.GPU) -> tuple[TopologyConfig | None, str]:
-    bigger = sorted((g for g in hardware.GPUS.values()
+def more_memory(config: TopologyConfig, gpu: gpu_catalog.GPU) -> tuple[TopologyConfig | None, str]:
+    bigger = sorted((g for g in gpu_catalog.GPUS.values()
                      if g.memory_bytes > gpu.memory_bytes and g.pcie_gen >= 4),
                     key=lambda g: (g.arch != gpu.arch, g.memory_bytes))
     if not bigger:
@@ -181,7 +182,7 @@ UPGRADES: dict[str, Rewrite] = {
 }
 
 
-def _price(prices: Prices, old: hardware.GPU, new: hardware.GPU) -> tuple[Prices, str]:
+def _price(prices: Prices, old: gpu_catalog.GPU, new: gpu_catalog.GPU) -> tuple[Prices, str]:
     if new.name == old.name or prices.usd_per_gpu_hour is None:
         return prices, ""
     if not (old.price_usd and new.price_usd):
@@ -206,7 +207,7 @@ def upgrades(best: dict[str, Any], prices: Prices) -> list[dict[str, Any]]:
             path = Path(tmp) / f"{variant.name}.yaml"
             path.write_text(yaml.safe_dump(dump(variant, exclude_none=True),
                                            sort_keys=False), encoding="utf-8")
-            new_gpu = hardware.resolve_gpu(variant.gpu)
+            new_gpu = resolve_gpu(variant.gpu)
             priced, price_note = _price(prices, gpu, new_gpu)
             try:
                 out.append(_simulate(name, note + price_note, replace(spec, topology=str(path)),

@@ -1,6 +1,6 @@
-"""Fit the wire's physical parameters (simulator/machine/wire.py) to nccl-tests logs.
+"""Fit the wire's physical parameters (simulator/nccl/wire.py) to nccl-tests logs.
 
-Each log row is a measured time at one size; the model is ``collectives.simulate`` on the
+Each log row is a measured time at one size; the model is ``perf.time_alone`` on the
 user's machine with the candidate parameters. ``scipy.optimize.least_squares`` minimises the
 relative time error over every row up to ``fit_max`` (both column halves, a soft-L1 loss so
 one odd row, like a dip of the in-place half, does not pull the fit, after a plain
@@ -25,8 +25,10 @@ from scipy.optimize import least_squares
 
 from simulator.errors import InputError
 from simulator.inputs.nccl_tests_log import NcclTestsLog
-from simulator.machine import collectives, wire
 from simulator.machine.topology import Machine
+from simulator.nccl import collectives, wire
+from simulator.nccl.communicator import Communicator
+from simulator.nccl.perf import time_alone
 from simulator.units import GB
 
 # Bandwidth-like parameters first (the plateau is what a log pins best), then latencies.
@@ -84,21 +86,25 @@ class _Obs:
     in_place: bool = False
 
 
-def _with_params(machine: Machine, params: dict[str, float]) -> Machine:
-    """The machine with these wire parameters; host memory and socket links take theirs."""
-    w = replace(machine.wire, **params)
+def _with_params(comm: Communicator, params: dict[str, float]) -> Communicator:
+    """NCCL over the machine with these wire parameters; host memory and socket links take
+    theirs."""
+    w = replace(comm.wire, **params)
+    machine = comm.machine
     links = dict(machine.links)
     for lid, link in machine.links.items():
         if link.kind == "memory" and w.host_memory_gb_per_s is not None:
             links[lid] = replace(link, capacity=w.host_memory_gb_per_s * GB)
         if link.kind in ("upi", "xgmi") and w.socket_link_gb_per_s is not None:
             links[lid] = replace(link, capacity=w.socket_link_gb_per_s * GB)
-    return replace(machine, wire=w, links=links)
+    return Communicator(replace(machine, links=links), comm.env, w)
 
 
-def _start(machine: Machine, name: str) -> float | None:
-    """Where the fit starts: the machine's value (links' own for host memory, socket links)."""
-    value = machine.wire.value(name)
+def _start(comm: Communicator, name: str) -> float | None:
+    """Where the fit starts: the wire's value (the links' own for host memory, socket
+    links)."""
+    machine = comm.machine
+    value = comm.wire.value(name)
     kinds = {"host_memory_gb_per_s": ("memory",), "socket_link_gb_per_s": ("upi", "xgmi")}
     if name in kinds:
         caps = [lk.capacity / GB for lk in machine.links.values() if lk.kind in kinds[name]]
@@ -128,14 +134,15 @@ def _applies(machine: Machine, name: str, plans: Sequence[collectives.Plan]) -> 
     return rules[name]
 
 
-def fit(machine: Machine, logs: Sequence[NcclTestsLog], fit_max: int | None) -> FitResult:
+def fit(comm: Communicator, logs: Sequence[NcclTestsLog], fit_max: int | None) -> FitResult:
+    machine = comm.machine
     observations: list[_Obs] = []
-    machines: dict[int, Machine] = {}
+    machines: dict[int, Communicator] = {}
     for log in logs:
         if log.gpus > machine.n_gpus:
             raise InputError(f"{log.source}: the log ran on {log.gpus} GPUs, the machine "
                              f"{machine.name} has {machine.n_gpus}")
-        machines[log.gpus] = machine.subset(log.gpus)
+        machines[log.gpus] = Communicator(machine.subset(log.gpus), comm.env, comm.wire)
         usable = [r for r in log.rows if r.bytes > 0 and r.time_us > 0]
         chosen = [r for r in usable if fit_max is None or r.bytes <= fit_max]
         if not chosen:
@@ -151,13 +158,13 @@ def fit(machine: Machine, logs: Sequence[NcclTestsLog], fit_max: int | None) -> 
 
     def times(params: dict[str, float], obs: Sequence[_Obs]) -> np.ndarray:
         built = {n: _with_params(m, params) for n, m in machines.items()}
-        return np.array([collectives.simulate(built[o.log.gpus], o.log.op, o.bytes).time_us
+        return np.array([time_alone(built[o.log.gpus], o.log.op, o.bytes).time_us
                          for o in obs])
 
     measured = np.array([o.time_us for o in fit_obs])
     plans = [collectives.plan(machines[o.log.gpus], o.log.op, o.bytes) for o in fit_obs]
-    defaults = {name: machine.wire.value(name) for name in ORDER}
-    starts = {n: s for n in ORDER if (s := _start(machine, n)) is not None}
+    defaults = {name: comm.wire.value(name) for name in ORDER}
+    starts = {n: s for n in ORDER if (s := _start(comm, n)) is not None}
     left: dict[str, str] = {}
     base = times({}, fit_obs) / measured - 1
     columns: list[np.ndarray] = []

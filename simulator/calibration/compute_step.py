@@ -27,7 +27,8 @@ def _step(spec: api.RunSpec, machine: Machine, fraction: float) -> float:
                     gpus=tuple(replace(g, achieved_fraction=fraction) for g in machine.gpus),
                     _jobs={})
     programs = strategies.build(spec.strategy, job, cards, api.options_of(spec))
-    return float(engine.simulate(programs, cards, compute_slowdown=spec.compute_slowdown)
+    comm = api.load_communicator(spec.topology, spec.gpus, spec.scales, spec.nccl)
+    return float(engine.simulate(programs, comm, compute_slowdown=spec.compute_slowdown)
                  .step_time)
 
 

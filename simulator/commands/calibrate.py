@@ -17,12 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from simulator import api
-from simulator.commands.run import check_strategy
 from simulator.errors import InputError
 from simulator.inputs import nccl_tests_log
-from simulator.inputs.schema import FittedValue, UnfittedValue
-from simulator.machine import wire
-from simulator.machine.topology import Machine
+from simulator.inputs.schema import CALIBRATION_PARAMETERS, FittedValue, UnfittedValue
 from simulator.units import format_size, parse_size, positive_int
 
 
@@ -56,13 +53,13 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give nccl-tests LOG files, or -w WORKLOAD --step-time SECONDS")
     if args.step_time is not None and not args.workload:
         raise InputError("--step-time needs the job it measured: -w WORKLOAD")
-    machine = api.load_machine(args.topology)
-    calibration = machine.calibration
+    comm = api.load_communicator(args.topology)
+    calibration = comm.machine.calibration
     if args.logs:
-        calibration = _fit_logs(args, machine, calibration)
+        calibration = _fit_logs(args, comm, calibration)
     if args.step_time is not None:
         spec = api.RunSpec(
-            args.topology, args.workload, check_strategy(args.strategy),
+            args.topology, args.workload, api.check_strategy(args.strategy),
             gpus=positive_int(args.gpus, "--gpus") or 1,
             micro_batch=positive_int(args.micro_batch, "--micro-batch"),
             grad_accum=positive_int(args.grad_accum, "--grad-accum"),
@@ -81,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fit_logs(args: argparse.Namespace, machine: Machine, old: Any) -> Any:
+def _fit_logs(args: argparse.Namespace, comm: api.Communicator, old: Any) -> Any:
     from simulator.calibration import collectives_fit, record
 
     fit_max = parse_size(args.fit_max) if args.fit_max else None
@@ -92,7 +89,7 @@ def _fit_logs(args: argparse.Namespace, machine: Machine, old: Any) -> Any:
         except OSError as exc:
             raise InputError(f"cannot read {name}: {exc.strerror or exc}") from None
         logs.append(nccl_tests_log.parse(text, name))
-    result = collectives_fit.fit(machine, logs, fit_max)
+    result = collectives_fit.fit(comm, logs, fit_max)
     for log in logs:
         print(f"{Path(log.source).name}: {log.op} on {log.gpus} GPUs, {len(log.rows)} sizes"
               + (f", fitted up to {format_size(fit_max)}" if fit_max else ""))
@@ -107,9 +104,9 @@ def _fit_logs(args: argparse.Namespace, machine: Machine, old: Any) -> Any:
     fitted = []
     for name, value in result.fitted.items():
         default = result.defaults.get(name)
-        unit = wire.PARAMETERS[name][1]
+        unit = CALIBRATION_PARAMETERS[name][1]
         print(f"  {name:<28} {_show(default):>9} -> {value:9.4g} {unit}   "
-              f"({wire.PARAMETERS[name][0]})")
+              f"({CALIBRATION_PARAMETERS[name][0]})")
         fitted.append(FittedValue(parameter=name, value=round(value, 6),
                                   default=None if default is None or not math.isfinite(default)
                                   else round(default, 6),

@@ -16,15 +16,12 @@ import argparse
 import os
 from typing import Any
 
+from simulator import api
 from simulator.commands import terminal
 from simulator.commands.nccl_notes import env_notes, env_of
 from simulator.commands.parsing import whole
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_GPUS
-from simulator.machine import collectives
-from simulator.machine.build import blame, load_machine
-from simulator.machine.collective_run import CollectiveSpec, collective
-from simulator.machine.topology import Machine
 from simulator.outputs import jsondoc, nccl_tests
 from simulator.units import format_size, parse_size
 
@@ -105,9 +102,9 @@ def sizes(args: argparse.Namespace) -> tuple[list[int], int, bool]:
 
 def operation(name: str) -> str:
     op = nccl_tests.BINARIES.get(name.removeprefix("./").split("/")[-1], name)
-    if op not in collectives.OPS:
+    if op not in api.OPS:
         raise InputError(f"--op: unknown collective {name!r}; expected one of "
-                         f"{', '.join(collectives.OPS)} or {', '.join(nccl_tests.BINARIES)}")
+                         f"{', '.join(api.OPS)} or {', '.join(nccl_tests.BINARIES)}")
     return op
 
 
@@ -124,16 +121,16 @@ def run(args: argparse.Namespace) -> int:
     topology, threads = _topology(args.topology)
     requested, step, is_factor = sizes(args)
     env = env_of(os.environ)
-    plain = load_machine(topology, args.gpus)
-    machine = load_machine(topology, args.gpus, nccl=env)
+    comm = api.load_communicator(topology, args.gpus, env=env)
+    machine = comm.machine
 
-    def simulate(nbytes: list[int]) -> list[collectives.Result]:
+    def simulate(nbytes: list[int]) -> list[api.Result]:
         # in pieces, so that a long size range on a large machine shows its progress
         piece = max(1, -(-len(nbytes) // 20))
-        out: list[collectives.Result] = []
+        out: list[api.Result] = []
         with terminal.progress(f"{op} over {len(nbytes)} sizes") as update:
             for i in range(0, len(nbytes), piece):
-                out += collective(CollectiveSpec(
+                out += api.collective(api.CollectiveSpec(
                     topology, op, tuple(nbytes[i:i + piece]), args.gpus, args.algo, env))
                 update(len(out), len(nbytes))
         return out
@@ -158,17 +155,18 @@ def run(args: argparse.Namespace) -> int:
         warmup_iters=echo("-w", 5), iters=echo("-n", 20), agg_iters=echo("-m", 1),
         validation=echo("-c", 1), graph=echo("-G", 0),
         device_name=f"{machine.gpu.name} (simulated)")
-    with blame(topology, "topologies"):  # paths and rings are found on demand
-        notes = _notes(machine, plain, op, args.algo, results, given, threads + (
+    with api.blame(topology, "topologies"):  # paths and rings are found on demand
+        notes = _notes(topology, args.gpus, comm, op, args.algo, results, given, threads + (
             [str(args.nthreads)] if args.nthreads is not None else []))
     print(nccl_tests.render(header, op, args.datatype, args.redop, rows, notes,
                             check=given["-c"] != 0))
     return 0
 
 
-def _notes(machine: Machine, plain: Machine, op: str, algo: str,
-           results: list[collectives.Result], given: dict[str, int | None],
+def _notes(topology: str, gpus: int | None, comm: api.Communicator, op: str, algo: str,
+           results: list[api.Result], given: dict[str, int | None],
            threads: list[str]) -> list[str]:
+    machine = comm.machine
     notes = [f"simulated {op} on {machine.name} ({machine.n_gpus} x {machine.gpu.name}); "
              "the in-place half repeats the other (the model has no difference)"]
     flags = [f"{k} {v}" for k, v in given.items() if v is not None]
@@ -176,13 +174,16 @@ def _notes(machine: Machine, plain: Machine, op: str, algo: str,
     if flags:
         notes.append(f"ignored nccl-tests flags: {' '.join(flags)} (a simulation runs no "
                      "threads, iterations, graphs or data checks; --gpus K picks GPUs)")
-    baseline = [collectives.simulate(plain, op, r.bytes, algo=algo) for r in results]
-    notes += env_notes(machine, plain, results, baseline)
+    if comm.env.active:  # what NCCL would choose without the variables
+        plain = api.load_communicator(topology, gpus)
+        baseline = api.collective(api.CollectiveSpec(topology, op, tuple(r.bytes for r in results),
+                                                     gpus, algo))
+        notes += env_notes(comm, plain, results, baseline)
     notes.append(f"{'size':>12}  {'algo':>5}  {'proto':>6}  {'nch':>3}  transport")
     notes += [f"{r.bytes:>12}  {r.algorithm.capitalize():>5}  {r.protocol:>6}  "
               f"{r.n_channels:>3}  {r.transport}" for r in results]
     last = results[-1]
-    plan = collectives.plan(machine, op, last.bytes, algo=algo)
+    plan = comm.plan(op, last.bytes, algo=algo)
     moving = last.time_us * 1e-6 - plan.latency
     if plan.bus_bytes and moving > 0 and plan.bus_bytes / moving >= plan.max_rate * 0.99:
         notes.append(f"at {format_size(last.bytes)} the {plan.n_channels} channels bind, not a "

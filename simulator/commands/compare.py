@@ -12,7 +12,7 @@ import itertools
 from typing import Any
 
 from simulator import api
-from simulator.advice.ranges import WORDS
+from simulator.api.ranges import WORDS
 from simulator.commands import price_flags, script_output, terminal
 from simulator.commands.run import add_job_arguments, spec_from_args, summary_rows
 from simulator.outputs.files import write_atomically

@@ -19,10 +19,7 @@ from simulator.commands import recipe_flags
 from simulator.commands.parsing import NO_FIT_EXIT, no_fit_status, whole
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
-from simulator.job import memory
 from simulator.outputs import jsondoc
-from simulator.strategies import STRATEGIES
-from simulator.strategies.recipe import check_recipe, check_strategy, unused_flags
 from simulator.units import GiB, positive_int
 
 
@@ -35,7 +32,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("-w", "--workload", required=True,
                         help="workload YAML, preset name or hf:config.json")
     parser.add_argument("-s", "--strategy", default=None,
-                        help=f"{' | '.join(STRATEGIES)} (default ddp), as `stepsim run` takes "
+                        help=f"{' | '.join(api.STRATEGIES)} (default ddp), as `stepsim run` takes "
                         "them")
     parser.add_argument("--gpus", type=whole(1, MAX_GPUS), default=None,
                         help="use the first K GPUs (default: all GPUs of the machine)")
@@ -81,16 +78,16 @@ def spec_of(args: argparse.Namespace) -> RunSpec:
     if args.micro_batch == "max":  # searched: a DeepSpeed config's micro-batch does not apply
         files["explicit"] |= {"micro_batch"}
     spec = api.configured(RunSpec(
-        args.topology, args.workload, check_strategy(args.strategy or "ddp"), gpus=args.gpus,
+        args.topology, args.workload, api.check_strategy(args.strategy or "ddp"), gpus=args.gpus,
         tp=args.tp, micro_batch=micro_batch, seq_len=args.seq_len,
         sequence_parallel=args.sequence_parallel, grad_accum=args.grad_accum,
         offload=args.offload or "none", pp=args.pp, schedule=args.schedule,
         virtual_stages=args.virtual_stages, **recipe_flags.training_fields(args), **files))
     strategy = spec.strategy
-    for message in dict(unused_flags(strategy, tp=args.tp, bucket_mb=None,
+    for message in dict(api.unused_flags(strategy, tp=args.tp, bucket_mb=None,
                                      overlap=True)).values():
         raise InputError(message)
-    check_recipe(strategy, tp=api.tp_degree(strategy, args.tp, api.load_machine(
+    api.check_recipe(strategy, tp=api.tp_degree(strategy, args.tp, api.load_machine(
         args.topology, args.gpus).n_gpus), overlap=True, grad_compression="none",
         gradient_as_bucket_view=False, sequence_parallel=args.sequence_parallel,
         reshard_after_forward=True, zero_overlap_comm=None)
@@ -111,7 +108,7 @@ def _gib(nbytes: float) -> str:
     return f"{nbytes / GiB:8.2f}"
 
 
-def render(report: memory.MemoryReport, out: dict[str, Any], hints: list[str]) -> str:
+def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> str:
     r = report
     rows = [r.verdict(),
             f"{out['workload']} on {out['topology']} ({out['gpu']}): {out['strategy']}, {r.world} "
@@ -125,11 +122,11 @@ def render(report: memory.MemoryReport, out: dict[str, Any], hints: list[str]) -
             f"{'per GPU':<12}{'GiB':>8}  what"]
     phase = r.peak_phase
     for line in r.lines:
-        if memory.alive(line, phase):
+        if api.alive(line, phase):
             rows.append(f"{line.category:<12}{_gib(line.bytes)}  {line.label}")
-    rows.append(f"{'peak':<12}{_gib(r.peak_bytes)}  at the {memory.MOMENTS[phase]}; capacity "
+    rows.append(f"{'peak':<12}{_gib(r.peak_bytes)}  at the {api.MOMENTS[phase]}; capacity "
                 f"{r.capacity_bytes / GiB:.1f} GiB")
-    for other, words in memory.MOMENTS.items():
+    for other, words in api.MOMENTS.items():
         if other != phase:
             rows.append(f"{'':<12}{_gib(r.phase_total(other))}  at the {words}")
     if r.paged_bytes:  # a paged optimizer: managed memory beside the verdict

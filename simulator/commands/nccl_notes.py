@@ -1,7 +1,7 @@
 """What NCCL's environment variables changed, in words, for `collective` and `run` output.
 
-``env_of(environ)`` reads them as NCCL does (simulator/machine/nccl_env.py); ``env_notes``
-compares a machine under them with the same machine without them: which GPU pairs changed
+``env_of(environ)`` reads them as NCCL does (nccl/env.py); ``env_notes`` compares NCCL over a
+machine under them with NCCL over the same machine without them: which GPU pairs changed
 transport, and for collectives which algorithm, protocol or channel count NCCL now runs
 instead of its own choice. A variable that changes nothing says so.
 """
@@ -10,24 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from simulator.machine.collectives import Result
-from simulator.machine.nccl_env import NcclEnv, transport_effects
-from simulator.machine.topology import Machine
+from simulator import api
 
 
-def env_of(environ: Mapping[str, str]) -> NcclEnv:
-    return NcclEnv.from_environ(environ)
+def env_of(environ: Mapping[str, str]) -> api.NcclEnv:
+    return api.NcclEnv.from_environ(environ)
 
 
-def env_notes(machine: Machine, plain: Machine, chosen: Sequence[Result],
-              baseline: Sequence[Result]) -> list[str]:
+def env_notes(comm: api.Communicator, plain: api.Communicator, chosen: Sequence[api.Result],
+              baseline: Sequence[api.Result]) -> list[str]:
     """Transport changes, then every size whose NCCL choice differs from NCCL's own."""
-    if not machine.nccl.active:
+    env = comm.env
+    if not env.active:
         return []
-    env = machine.nccl
     lines = [f"NCCL environment (read as NCCL reads it): {env.line()}"]
     lines += [f"{text}: ignored, as NCCL ignores it" for text in env.ignored]
-    lines += transport_effects(machine, plain)
+    lines += api.transport_effects(comm, plain)
     changed = False
     for attr, name in (("algorithm", "algorithm"), ("protocol", "protocol"),
                        ("n_channels", "channels")):

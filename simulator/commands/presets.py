@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from simulator.inputs import catalog  # the presets' YAML as written: no models, no simulator
+from simulator.api import (
+    listing as catalog,  # the presets' YAML as written: no models, no simulator
+)
 from simulator.outputs import jsondoc
 
 

@@ -1,5 +1,5 @@
 """The price flags of `run`, `compare`, `sweep` and `advise`: what an hour, a kWh and a card
-cost, and how many tokens the whole run trains on (simulator/advice/cost.py uses them).
+cost, and how many tokens the whole run trains on (simulator/outputs/cost.py uses them).
 
 ``--price-per-gpu-hour`` and ``--purchase-usd`` may be given once (every machine) or once per
 ``-t``, in the same order.
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from simulator.advice.cost import DEFAULT_USD_PER_KWH, DEFAULT_UTILIZATION, Prices
 from simulator.errors import InputError
+from simulator.outputs.cost import DEFAULT_USD_PER_KWH, DEFAULT_UTILIZATION, Prices
 from simulator.units import parse_count, positive_float
 
 

@@ -1,6 +1,6 @@
 """The training-recipe flags of `run`, `compare` and `sweep`, named after the frameworks' options.
 
-Each flag maps to one field of ``RunSpec`` (simulator/api.py), which passes it on to
+Each flag maps to one field of ``RunSpec`` (simulator/api/), which passes it on to
 ``strategies.StrategyOptions`` and to ``memory.estimate`` so the time and the memory verdict
 describe the same recipe. ``strategies.recipe.check_recipe`` rejects a flag the chosen
 strategy has no use for (one line, exit 2), e.g. a DDP comm hook under FSDP.

@@ -23,11 +23,8 @@ from simulator.commands import price_flags, recipe_flags, terminal
 from simulator.commands.parsing import NO_FIT_EXIT, no_fit_status
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
-from simulator.machine.nccl_env import NcclEnv
 from simulator.outputs import jsondoc
 from simulator.outputs.files import Writer, check_outputs, text_writer, write_files
-from simulator.strategies import STRATEGIES
-from simulator.strategies.recipe import check_strategy, unused_flags
 from simulator.units import GiB, fraction, positive_float, positive_int
 
 MIN_BUCKET_MB = 2.0**-20  # one byte
@@ -43,7 +40,7 @@ def add_job_arguments(parser: argparse.ArgumentParser, *, many: bool = False) ->
                         help="workload YAML, preset name or hf:config.json (a Hugging Face config)"
                         + (" (repeatable)" if many else ""))
     parser.add_argument("-s", "--strategy", action=action,
-                        help=f"one of {', '.join(STRATEGIES)} (default ddp)"
+                        help=f"one of {', '.join(api.STRATEGIES)} (default ddp)"
                         + (" (repeatable)" if many else ""))
     parser.add_argument("--gpus", help="use the first K GPUs of the machine")
     parser.add_argument("--bucket-mb", help="DDP bucket_cap_mb (MiB; default: PyTorch's 25)")
@@ -121,7 +118,7 @@ def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
     """The RunSpec of the flags, refusing a flag the strategy has no use for. ``others``: the
     other strategies of a `compare`; a flag one of them uses is left out here, not refused."""
     spec = RunSpec(
-        topology=topology, workload=workload, strategy=check_strategy(strategy or "ddp"),
+        topology=topology, workload=workload, strategy=api.check_strategy(strategy or "ddp"),
         **{field: parse(getattr(args, field), flag_name(field))
            for field, parse in NUMBER_FLAGS.items()},
         overlap=not args.no_overlap,
@@ -129,11 +126,11 @@ def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
         pp=positive_int(args.pp, "--pp", maximum=MAX_GPUS) or 1, schedule=args.schedule,
         virtual_stages=positive_int(args.virtual_stages, "--virtual-stages",
                                     maximum=MAX_GPUS) or 1,
-        nccl=NcclEnv.from_environ(os.environ), **recipe_flags.fields_from_args(args))
+        nccl=api.NcclEnv.from_environ(os.environ), **recipe_flags.fields_from_args(args))
     spec = api.configured(spec)  # a DeepSpeed config's settings, under the flags given
 
     def unused(name: str) -> dict[str, str]:
-        return dict(unused_flags(name, tp=spec.tp, bucket_mb=spec.bucket_mb,
+        return dict(api.unused_flags(name, tp=spec.tp, bucket_mb=spec.bucket_mb,
                                  overlap=spec.overlap))
 
     unset: dict[str, Any] = {}

@@ -20,16 +20,14 @@ from dataclasses import replace
 from typing import Any
 
 from simulator import api
-from simulator.advice.cost import Prices
 from simulator.api import RunSpec
 from simulator.commands import figures as fig
 from simulator.commands import price_flags, recipe_flags, script_output, terminal
 from simulator.commands.parsing import whole
-from simulator.commands.run import NUMBER_FLAGS, add_job_arguments, check_strategy, memory_verdict
+from simulator.commands.run import NUMBER_FLAGS, add_job_arguments, memory_verdict
 from simulator.errors import InputError
-from simulator.machine.nccl_env import NcclEnv
+from simulator.outputs.cost import Prices
 from simulator.outputs.files import write_atomically
-from simulator.strategies.recipe import unused_flags
 from simulator.units import fraction
 
 # option name -> (RunSpec field, parser of one value): run's number flags, as lists
@@ -79,14 +77,15 @@ def run(args: argparse.Namespace) -> int:
     slowdown = fraction(args.compute_slowdown, "--compute-slowdown")
     swept, combos = points(args)
     base = api.configured(RunSpec(
-        args.topology, args.workload, check_strategy(args.strategy or "ddp"),
+        args.topology, args.workload, api.check_strategy(args.strategy or "ddp"),
         overlap=not args.no_overlap, compute_slowdown=slowdown,
-        nccl=NcclEnv.from_environ(os.environ),
+        nccl=api.NcclEnv.from_environ(os.environ),
         **recipe_flags.fields_from_args(args)))  # the same at every point
     specs = [replace(base, **{LIST_OPTIONS[k][0]: v for k, v in combo.items()})
              for combo in combos]
-    for message in dict(unused_flags(base.strategy, tp=specs[0].tp, bucket_mb=specs[0].bucket_mb,
-                                     overlap=base.overlap)).values():
+    for message in dict(api.unused_flags(base.strategy, tp=specs[0].tp,
+                                         bucket_mb=specs[0].bucket_mb,
+                                         overlap=base.overlap)).values():
         raise InputError(message)
     # the first point runs here, so bad input fails in this process with one clear line
     prices = price_flags.prices(args)

@@ -17,7 +17,6 @@ from simulator import api
 from simulator.commands.parsing import whole
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_GPUS
-from simulator.machine.topology import Machine
 from simulator.outputs import jsondoc
 from simulator.outputs.files import write_atomically
 from simulator.units import GB
@@ -42,11 +41,11 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.topology is None:
         raise InputError("give -t TOPOLOGY (a preset or YAML), or `stepsim topo import FILE`")
-    machine = api.load_machine(args.topology, args.gpus)
+    comm = api.load_communicator(args.topology, args.gpus)
     with api.blame(args.topology, "topologies"):  # paths and rings are found on demand
-        report = summary(machine)
+        report = summary(comm)
     if args.png:
-        draw(machine, Path(args.png))
+        draw(comm.machine, Path(args.png))
     if args.json:
         print(jsondoc.dumps(report))
     elif sys.stdout.isatty() and not os.environ.get("CI"):
@@ -56,20 +55,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def summary(machine: Machine) -> dict[str, Any]:
+def summary(comm: api.Communicator) -> dict[str, Any]:
     """Matrices and ring as plain data (GB/s = 1e9 B/s)."""
+    machine = comm.machine
     n = machine.n_gpus
     gpus = list(machine.gpu_nodes)
-    ring = machine.ring()
+    ring = comm.ring()
     return {
         "name": machine.name,
         "description": machine.description,
         "gpu": machine.gpu.name,
         "gpus": gpus,
         "path_type": [[machine.path_type(i, j) for j in range(n)] for i in range(n)],
-        "transport": [[None if i == j else machine.transport(i, j) for j in range(n)]
+        "transport": [[None if i == j else comm.transport(i, j) for j in range(n)]
                       for i in range(n)],
-        "bottleneck_gbps": [[None if i == j else round(machine.bottleneck_bandwidth(i, j) / GB, 2)
+        "bottleneck_gbps": [[None if i == j else round(comm.bottleneck_bandwidth(i, j) / GB, 2)
                              for j in range(n)] for i in range(n)],
         "cpu_affinity": [machine.local_cpu(i) for i in range(n)],
         "ring": {
@@ -145,7 +145,7 @@ _COLOURS = {"gpu": "#76b900", "cpu": "#4f81bd", "pcie_switch": "#f4b183",
 _LAYER = {"cpu": 0, "pcie_switch": 1, "nic": 1, "gpu": 2, "nvswitch": 3}
 
 
-def draw(machine: Machine, path: Path) -> None:
+def draw(machine: api.Machine, path: Path) -> None:
     """Draw the graph, nodes coloured by kind, links labelled with GB/s per direction."""
     import matplotlib
 
@@ -174,7 +174,7 @@ def draw(machine: Machine, path: Path) -> None:
         plt.close(fig)
 
 
-def _layout(machine: Machine) -> dict[str, tuple[float, float]]:
+def _layout(machine: api.Machine) -> dict[str, tuple[float, float]]:
     """CPUs on top, switches below, GPUs below them, NVSwitch at the bottom; file order."""
     layers: dict[int, list[str]] = {}
     for node in machine.config.nodes:

@@ -12,11 +12,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from simulator import api
+from simulator.catalog import gpus as gpu_catalog
+from simulator.catalog import links as link_catalog
 from simulator.errors import InputError
 from simulator.inputs import nccl_topo_xml, nvidia_smi, topo_import
 from simulator.inputs.schema import TopologyConfig
-from simulator.machine import hardware
-from simulator.machine.topology import Machine
 from simulator.outputs.files import write_atomically
 
 
@@ -27,17 +28,17 @@ def add_parser(subparsers: Any) -> None:
                     "`nvidia-smi topo -m` or from NCCL's topology XML (NCCL_TOPO_DUMP_FILE).")
     parser.add_argument("file", metavar="FILE", help="the saved matrix or XML")
     parser.add_argument("--gpu", required=True, metavar="NAME",
-                        help=f"GPU catalog name ({', '.join(sorted(hardware.GPUS))})")
+                        help=f"GPU catalog name ({', '.join(sorted(gpu_catalog.GPUS))})")
     parser.add_argument("-o", "--output", metavar="OUT.yaml", help="write here (default: stdout)")
     parser.add_argument("--name", help="the machine's name (default: the file's stem)")
-    parser.add_argument("--pcie-gen", type=int, choices=sorted(hardware.PCIE_RAW_PER_LANE),
+    parser.add_argument("--pcie-gen", type=int, choices=sorted(link_catalog.PCIE_RAW_PER_LANE),
                         help="PCIe generation of every link (default: the GPU's)")
     parser.add_argument("--lanes", type=int, help="PCIe lanes of every link (default 16)")
     parser.add_argument("--p2p", choices=("on", "off"),
                         help="PCIe peer-to-peer (default: from `topo -p2p` if pasted, else off "
                              "for GeForce, on otherwise)")
     parser.add_argument("--cpu", metavar="MODEL",
-                        help=f"CPU generation ({', '.join(hardware.SOCKET_LINKS)})")
+                        help=f"CPU generation ({', '.join(link_catalog.SOCKET_LINKS)})")
     parser.set_defaults(handler=run)
 
 
@@ -49,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     if args.lanes is not None and args.lanes not in (1, 2, 4, 8, 16):
         raise InputError(f"--lanes {args.lanes}: expected 1, 2, 4, 8 or 16")
-    if args.cpu is not None and args.cpu not in hardware.SOCKET_LINKS:
-        raise InputError(f"--cpu {args.cpu!r}: known: {', '.join(hardware.SOCKET_LINKS)}")
-    hardware.gpu(args.gpu)  # an unknown name is an error before the file is read
+    if args.cpu is not None and args.cpu not in link_catalog.SOCKET_LINKS:
+        raise InputError(f"--cpu {args.cpu!r}: known: {', '.join(link_catalog.SOCKET_LINKS)}")
+    gpu_catalog.gpu(args.gpu)  # an unknown name is an error before the file is read
     opts = topo_import.ImportOptions(
         gpu=args.gpu, name=args.name or path.stem.split(".")[0], pcie_gen=args.pcie_gen,
         lanes=args.lanes, p2p=None if args.p2p is None else args.p2p == "on",
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
                                              path.name)
     else:
         imported = topo_import.from_matrix(nvidia_smi.parse(text, str(path)), opts, path.name)
-    machine = Machine.from_config(TopologyConfig.from_data(imported.data))
+    machine = api.Machine.from_config(TopologyConfig.from_data(imported.data))
     yaml_text = imported.to_yaml()
     if args.output is None:
         print(yaml_text, end="")

@@ -25,7 +25,8 @@ Assumptions, stated:
   (0 turns interference off). The remaining work is re-timed whenever a kernel starts or
   ends. Copies (`Move`) use copy engines or the CPU and take no SMs. Concurrent compute
   streams do not slow each other (strategies use one).
-- No model physics here: durations come from the program, transfers from `collectives`.
+- No model physics here: durations come from the program, every transfer's flow and the SMs
+  its kernel holds from the ``Network`` the caller hands in (network.py).
 """
 
 from __future__ import annotations
@@ -38,12 +39,11 @@ import simpy
 
 from simulator.engine.clock import AllDone, Clock
 from simulator.engine.fabric import Fabric, UsageSample
-from simulator.engine.program import Comm, Compute, Move, Program, Repeat, SendRecv, Task
+from simulator.engine.program import Comm, Compute, Flow, Move, Program, Repeat, SendRecv, Task
 from simulator.engine.timeline import LinkSample, Span, Timeline
-from simulator.machine import collectives
 
 if TYPE_CHECKING:
-    from simulator.machine.topology import Machine
+    from simulator.engine.network import Network, Planned
 
 _EPS = 1e-15  # remaining work treated as done, relative to the clock (float round-off)
 MAX_REPLAYED_SPANS = 100_000  # a repeat copies at most this many spans; beyond, one span
@@ -108,15 +108,15 @@ def _comm_keys(program: Program) -> list[tuple[Task, Comm, str]]:
 class _Run:
     """One simulation: the environment, the fabric, the meetings, and the spans so far."""
 
-    def __init__(self, programs: Sequence[Program], machine: Machine,
+    def __init__(self, programs: Sequence[Program], network: Network,
                  slowdown: float | None, history: bool = True) -> None:
         self.programs = programs
-        self.machine = machine
+        self.network = network
         self.env = Clock()
-        self.capacity = {lid: link.capacity for lid, link in machine.links.items()}
+        self.capacity = network.capacities()
         self.fabric = Fabric(self.env, self.capacity, record_history=history)
-        self.sms = [_Sms(self.env, machine.gpu_of(p.members[0]).sms, slowdown)
-                    for p in programs]
+        self.sms = [_Sms(self.env, network.sms(p.members[0]), slowdown) for p in programs]
+        self.joined: dict[tuple[int, ...], tuple[list[Planned], list[Flow]]] = {}
         # per task: True once done, else the event its waiters wait on (made by the first)
         self.done: list[dict[int, simpy.Event | bool]] = [{} for _ in programs]
         self.spans: list[list[tuple[tuple[int, int, int], Span]]] = [[] for _ in programs]
@@ -273,8 +273,8 @@ class _Run:
     def collective(self, p: int, task_id: int, work: Comm
                    ) -> Generator[simpy.Event, Any, dict[str, Any]]:
         meet = self.meets[("comm", self.comm_key[p][task_id])]
-        if not meet.plans:  # collectives.plan caches per machine: steps repeat the same sizes
-            meet.plans = [collectives.plan(self.machine, work.op, work.nbytes, g)
+        if not meet.plans:
+            meet.plans = [self.network.collective(work.op, work.nbytes, g)
                           for g in work.groups if len(g) > 1]
         plans = meet.plans
         args: dict[str, Any] = {"bytes": work.nbytes, "ranks": len(work.groups[0]),
@@ -287,8 +287,7 @@ class _Run:
         channels = max(q.n_channels for q in plans)
         launched = self.env.now
         self.sms[p].comm(channels, +1)
-        self._join(meet, lambda: collectives.start_groups(self.env, self.fabric, plans,
-                                                          self.machine))
+        self._join(meet, lambda: self._start_groups(plans))
         yield from self._wait(meet)
         self.sms[p].comm(channels, -1)
         if meet.started > launched:
@@ -300,14 +299,14 @@ class _Run:
         meets = [self.meets[("p2p", t.key)] for t in transfers]
         for meet, t in zip(meets, transfers, strict=True):
             if not meet.plans:
-                meet.plans = [collectives.p2p_plan(self.machine, src, dst, t.nbytes)
+                meet.plans = [self.network.sendrecv(src, dst, t.nbytes)
                               for src, dst in t.pairs if src != dst]
         channels = max((q.n_channels for m in meets for q in m.plans), default=0)
         launched = self.env.now
         self.sms[p].comm(channels, +1)
         for meet in meets:  # a batch posts all its transfers at once (ncclGroupStart/End)
             self._join(meet, lambda plans=meet.plans: self.env.all_of(
-                [collectives.start(self.env, self.fabric, q) for q in plans]))
+                [self._start(q.flow) for q in plans]))
         for meet in meets:
             yield from self._wait(meet)
         self.sms[p].comm(channels, -1)
@@ -318,9 +317,53 @@ class _Run:
             args["wait_s"] = began - launched
         return args
 
+    def _start(self, flow: Flow) -> simpy.Event:
+        return self.fabric.transfer(flow.usage, flow.nbytes, flow.max_rate, flow.latency)
+
+    def _start_groups(self, plans: list[Planned]) -> simpy.Event:
+        """Put every group of one call on the fabric; the event fires when all are done.
+
+        Groups alike in all but which links they use (the same bytes, latency and rate cap, the
+        same occupancies on links of the same capacities) that share no link run as ONE flow
+        over all their links: each link still carries exactly its own group's bytes, and the
+        groups advance together, as they do when nothing else treats them differently. A
+        1,024-GPU box with TP 8 has 128 TP groups: one flow instead of 128 for the fabric to
+        share. Where other traffic loads one group's links more than another's, the slowest
+        group sets the pace of all (the program stands for every group and waits for the last
+        anyway). How the groups join is worked out once per run and set of plans.
+        """
+        if len(plans) == 1:  # one group (data parallelism over every GPU): nothing to join
+            return self.env.all_of([self._start(plans[0].flow)])
+        return self.env.all_of([self._start(flow) for flow in self._joined(plans)])
+
+    def _joined(self, plans: list[Planned]) -> list[Flow]:
+        """One flow per batch of alike groups that share no link, in the order of their first
+        group; kept by the plans' identities (with the plans, so an identity is not reused)."""
+        key = tuple(id(p) for p in plans)
+        known = self.joined.get(key)
+        if known is not None:
+            return known[1]
+        batches: list[tuple[set[str], list[Flow]]] = []
+        alike: dict[tuple[Any, ...], list[int]] = {}  # shape -> its batches
+        for plan in plans:
+            flow = plan.flow
+            shape = (flow.nbytes, flow.latency, flow.max_rate,
+                     tuple(sorted((w, self.capacity[lid]) for lid, w in flow.usage)))
+            links = {lid for lid, _ in flow.usage}
+            k = next((k for k in alike.get(shape, ()) if not batches[k][0] & links), None)
+            if k is None:
+                alike.setdefault(shape, []).append(len(batches))
+                batches.append((links, [flow]))
+            else:
+                batches[k][0].update(links)
+                batches[k][1].append(flow)
+        flows = [replace(group[0], usage=tuple(pair for f in group for pair in f.usage))
+                 for _, group in batches]
+        self.joined[key] = (plans, flows)
+        return flows
+
     def move(self, work: Move) -> Generator[simpy.Event, Any, dict[str, Any]]:
-        yield self.env.all_of([self.fabric.transfer(f.usage, f.nbytes, f.max_rate,
-                                                    f.latency) for f in work.flows])
+        yield self.env.all_of([self._start(f) for f in work.flows])
         return {"bytes": sum(f.nbytes for f in work.flows), **work.args}
 
     # --- repeats -----------------------------------------------------------------------
@@ -408,15 +451,15 @@ class _Run:
         return {k: v for k, v in zip(self.fabric.link_ids, carried, strict=True) if v > 0}
 
 
-def simulate(programs: Program | Sequence[Program], machine: Machine, *,
+def simulate(programs: Program | Sequence[Program], network: Network, *,
              compute_slowdown: float | None = None) -> Timeline:
-    """Run the programs of every rank group on `machine`; the same inputs give the same
-    timeline.
+    """Run the programs of every rank group on ``network`` (network.py); the same inputs give
+    the same timeline.
 
     ``compute_slowdown``: None (default) slows compute by NCCL channels / SMs while
     collectives run; a number in [0, 1] is a fixed slowdown while any collective runs.
     """
-    run = _ran(programs, machine, compute_slowdown, history=True)
+    run = _ran(programs, network, compute_slowdown, history=True)
     progs = run.programs
     spans = [span for per in run.spans for _, span in sorted(per, key=lambda item: item[0])]
     step_time = max((s.end for s in spans), default=0.0)
@@ -426,15 +469,15 @@ def simulate(programs: Program | Sequence[Program], machine: Machine, *,
                     link_usage=run.usage(), meta=dict(progs[0].meta), groups=groups)
 
 
-def step_time(programs: Program | Sequence[Program], machine: Machine, *,
+def step_time(programs: Program | Sequence[Program], network: Network, *,
               compute_slowdown: float | None = None) -> float:
     """``simulate(...).step_time`` alone: the same run, without the links' rate history and
     the timeline it would assemble (what a re-run that reads only the step's length needs)."""
-    run = _ran(programs, machine, compute_slowdown, history=False)
+    run = _ran(programs, network, compute_slowdown, history=False)
     return max((span.end for per in run.spans for _, span in per), default=0.0)
 
 
-def _ran(programs: Program | Sequence[Program], machine: Machine,
+def _ran(programs: Program | Sequence[Program], network: Network,
          compute_slowdown: float | None, history: bool) -> _Run:
     """The programs run to their end (``history``: the fabric records its links' rates)."""
     if compute_slowdown is not None and not 0.0 <= compute_slowdown <= 1.0:
@@ -443,7 +486,7 @@ def _ran(programs: Program | Sequence[Program], machine: Machine,
     covered = [r for p in progs for r in p.members]
     if sorted(covered) != list(range(progs[0].world)):
         raise ValueError("the programs must stand for every rank exactly once")
-    run = _Run(progs, machine, compute_slowdown, history)
+    run = _Run(progs, network, compute_slowdown, history)
     for p, program in enumerate(progs):
         by_stream: dict[str, list[Task]] = {}
         for task in program.tasks:

@@ -1,6 +1,6 @@
 """A DeepSpeed config (``ds_config.json``) as run settings: ``--deepspeed ds_config.json``.
 
-What is inside: ``settings(path)`` returns the ``RunSpec`` fields (simulator/api.py) the file
+What is inside: ``settings(path)`` returns the ``RunSpec`` fields (simulator/api/) the file
 sets; the API applies each where the run leaves it at its default, so explicit command-line
 flags win. ``"auto"`` (the Hugging Face Trainer's placeholder) and absent keys leave the
 simulator's default.

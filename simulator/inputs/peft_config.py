@@ -42,8 +42,13 @@ DEFAULT_TARGETS = {"llama": ("q_proj", "v_proj"), "gpt2": ("c_attn",), "mpt": ("
 
 def apply(workload: WorkloadConfig, path: str, *, four_bit: bool = False) -> WorkloadConfig:
     """``workload`` fine-tuning the adapters ``path`` describes (QLoRA with ``four_bit``)."""
-    from simulator.inputs.schema import MAX_LORA_ALPHA, MAX_LORA_TARGETS, MAX_WIDTH, LoraConfig
-    from simulator.job.parameters import LORA_TARGETS
+    from simulator.inputs.schema import (
+        LORA_TARGETS,
+        MAX_LORA_ALPHA,
+        MAX_LORA_TARGETS,
+        MAX_WIDTH,
+        LoraConfig,
+    )
 
     doc = read(path, "a PEFT adapter_config.json")
     kind = doc.get(("peft_type",), (str,), "LORA")

@@ -7,8 +7,8 @@ pydantic (the models are plain dataclasses, simulator/inputs/schema.py).
 
 What it assumes: an entry is keyed by the preset's bytes, the model's class, the source of
 every module of ``simulator/inputs/`` (the models and every rule that shapes them live there)
-and of the catalogs the checks consult (``machine/hardware.py``, ``machine/wire.py``), the
-stepsim and Python versions, and pydantic's ``version.py`` (it names the pydantic and
+and of the catalogs the checks consult (``catalog/``), the stepsim and Python versions, and
+pydantic's ``version.py`` (it names the pydantic and
 pydantic-core releases, and is read without importing them); so an edited preset, a changed
 rule or catalog, or an upgrade reads as a miss, never as a stale model. The folder is
 ``$STEPSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/stepsim``, else ``~/.cache/stepsim`` (none
@@ -54,8 +54,8 @@ def _salt() -> bytes:
     """What every entry's key shares: the rules and the versions that read the models."""
     digest = hashlib.sha256(f"{simulator.__version__}|{sys.version}".encode())
     inputs = Path(schema.__file__).parent
-    machine = inputs.parent / "machine"
-    sources = [*sorted(inputs.glob("*.py")), machine / "hardware.py", machine / "wire.py"]
+    catalog = inputs.parent / "catalog"  # the names the schema checks against
+    sources = [*sorted(inputs.glob("*.py")), *sorted(catalog.glob("*.py"))]
     pydantic = importlib.util.find_spec("pydantic")
     if pydantic is not None and pydantic.origin is not None:
         sources.append(Path(pydantic.origin).with_name("version.py"))

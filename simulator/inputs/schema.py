@@ -86,6 +86,26 @@ PositiveFloat = Annotated[float, Bounds(gt=0)]
 Bandwidth = Annotated[float, Bounds(ge=MIN_GB_PER_S, le=MAX_GB_PER_S)]
 
 
+# The parameters a calibration block may fit (nccl/wire.py's WireParams, each default with its
+# source there): (what it is, unit) for calibrate's reports. Efficiencies are fractions.
+CALIBRATION_PARAMETERS = {
+    "call_latency_us": ("per-call start-up (launch, prologue, final sync)", "us"),
+    "p2p_ll_sync_us": ("LL/LL128 per-step sync over P2P, beyond the route's link latencies",
+                       "us"),
+    "p2p_simple_sync_us": ("Simple per-step fence + flag over P2P, beyond the route", "us"),
+    "shm_ll_sync_us": ("LL per-step host-memory poll over SHM, beyond the route", "us"),
+    "shm_simple_sync_us": ("Simple per-step fence + host-memory poll over SHM", "us"),
+    "net_sync_us": ("per-step cost of NET over loopback sockets (NCCL_SHM_DISABLE)", "us"),
+    "p2p_pcie_simple_efficiency": ("share of a PCIe link's payload rate Simple P2P uses", ""),
+    "nvlink_simple_efficiency": ("share of NVLink's payload rate Simple uses", ""),
+    "shm_pcie_efficiency": ("share of a PCIe link's payload rate SHM kernels use", ""),
+    "simple_channel_cap_gbps": ("Simple throughput of one channel over PCIe", "GB/s"),
+    "ll_channel_cap_gbps": ("LL throughput of one channel over PCIe", "GB/s"),
+    "host_memory_gb_per_s": ("host-memory bandwidth of every socket (SHM staging)", "GB/s"),
+    "socket_link_gb_per_s": ("socket-link bandwidth, each way", "GB/s"),
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Frozen:
     """What every model shares: unknown keys and non-finite numbers are errors, and a copy
@@ -159,10 +179,10 @@ class GpuSpec(Frozen):
     """A GPU: a catalog name, or a catalog entry (``base``) with some numbers overridden.
 
     ``gpu: h100-sxm`` and ``gpu: {base: h100-sxm}`` are the same card; simulator/machine/
-    hardware.py ``resolve_gpu`` turns either into the GPU the simulator times.
+    machine/cards.py ``resolve_gpu`` turns either into the GPU the simulator times.
     """
 
-    base: Annotated[str, Bounds(min_length=1)]  # catalog name (simulator/machine/hardware.py)
+    base: Annotated[str, Bounds(min_length=1)]  # catalog name (simulator/catalog/)
     memory_gib: Annotated[PositiveFloat | None, NUMBER] = None
     memory_bandwidth_gb_per_s: Annotated[Bandwidth | None, NUMBER] = None
     # enforced board power limit (nvidia-smi -pl)
@@ -207,7 +227,7 @@ class NodeConfig(Frozen):
     kind: NodeKind
     # cpu only: achievable host-memory bandwidth of this socket (GB/s), shared by SHM traffic
     memory_bandwidth_gb_per_s: Annotated[Bandwidth | None, NUMBER] = None
-    # cpu only: CPU generation, sets the socket-link default (see hardware.SOCKET_LINKS)
+    # cpu only: CPU generation, sets the socket-link default (see link_catalog.SOCKET_LINKS)
     model: str | None = None
     # cpu only: cores of this socket (the CPU optimizer of offloaded training runs on them)
     cores: Annotated[Annotated[int, Bounds(gt=0, le=MAX_CORES)] | None, NUMBER] = None
@@ -238,7 +258,7 @@ class LinkConfig(Frozen):
 
 @dataclass(frozen=True, kw_only=True)
 class FittedValue(Frozen):
-    """One physical parameter `stepsim calibrate` fitted (simulator/machine/wire.py names)."""
+    """One physical parameter `stepsim calibrate` fitted (simulator/nccl/wire.py names)."""
 
     parameter: str
     value: Annotated[float, NUMBER]
@@ -317,33 +337,32 @@ class TopologyConfig(Frozen):
         if gpus > MAX_GPUS:
             errors.append((("nodes",), f"{gpus:,} GPUs; at most {MAX_GPUS:,} are simulated"))
         if self.calibration is not None:
-            from simulator.machine.wire import PARAMETERS
-
             for i, fit in enumerate(self.calibration.fitted):
-                if fit.parameter not in PARAMETERS:
+                if fit.parameter not in CALIBRATION_PARAMETERS:
                     errors.append((("calibration", "fitted", i, "parameter"),
                                    f"unknown parameter {fit.parameter!r}; known: "
-                                   f"{', '.join(PARAMETERS)}"))
+                                   f"{', '.join(CALIBRATION_PARAMETERS)}"))
         return errors + self._catalog_errors()
 
     def _catalog_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
-        """Names that must exist in machine/hardware.py, and link shapes the model needs."""
-        from simulator.machine import hardware
+        """Names that must exist in the catalog (catalog/), and link shapes the model needs."""
+        from simulator.catalog import gpus as gpu_catalog
+        from simulator.catalog import links as link_catalog
 
         def known(name: str, catalog: dict[str, object]) -> str:
             return f"unknown {name!r}; known: {', '.join(sorted(catalog))}"
 
         errors: list[tuple[tuple[str | int, ...], str]] = []
-        if self.gpu.base not in hardware.GPUS:
+        if self.gpu.base not in gpu_catalog.GPUS:
             key: tuple[str, ...] = ("gpu", "base") if self.gpu.overrides() else ("gpu",)
-            errors.append((key, known(self.gpu.base, dict(hardware.GPUS))))
+            errors.append((key, known(self.gpu.base, dict(gpu_catalog.GPUS))))
         kinds = {n.id: n.kind for n in self.nodes}
         for i, node in enumerate(self.nodes):
-            if node.gpu is not None and node.gpu.base not in hardware.GPUS:
-                errors.append((("nodes", i, "gpu"), known(node.gpu.base, dict(hardware.GPUS))))
-            if node.model is not None and node.model not in hardware.SOCKET_LINKS:
+            if node.gpu is not None and node.gpu.base not in gpu_catalog.GPUS:
+                errors.append((("nodes", i, "gpu"), known(node.gpu.base, dict(gpu_catalog.GPUS))))
+            if node.model is not None and node.model not in link_catalog.SOCKET_LINKS:
                 errors.append((("nodes", i, "model"),
-                               known(node.model, dict(hardware.SOCKET_LINKS))))
+                               known(node.model, dict(link_catalog.SOCKET_LINKS))))
         pairs: set[frozenset[str]] = set()
         for i, link in enumerate(self.links):
             pair = frozenset((link.a, link.b))
@@ -354,14 +373,14 @@ class TopologyConfig(Frozen):
                                "give one link with the total count or bandwidth"))
             pairs.add(pair)
             if link.gen is not None and link.kind == "pcie" and \
-                    link.gen not in hardware.PCIE_RAW_PER_LANE:
+                    link.gen not in link_catalog.PCIE_RAW_PER_LANE:
                 errors.append((("links", i, "gen"), f"unknown PCIe generation {link.gen}; "
-                               f"known: {', '.join(map(str, hardware.PCIE_RAW_PER_LANE))}"))
+                               f"known: {', '.join(map(str, link_catalog.PCIE_RAW_PER_LANE))}"))
             catalog: dict[str, object] = {}
             if link.kind == "nvlink":
-                catalog = dict(hardware.NVLINK_PER_LINK)
+                catalog = dict(link_catalog.NVLINK_PER_LINK)
             elif link.kind in ("upi", "xgmi"):
-                catalog = dict(hardware.SOCKET_LINKS)
+                catalog = dict(link_catalog.SOCKET_LINKS)
                 if kinds.get(link.a, "cpu") != "cpu" or kinds.get(link.b, "cpu") != "cpu":
                     errors.append((("links", i, "kind"), f"{link.kind} joins two cpu nodes"))
             if link.model is not None and catalog and link.model not in catalog:
@@ -416,6 +435,14 @@ class GenericLayer(Frozen):
 
 MAX_LORA_ALPHA = 1e6  # LoRA's alpha (scale alpha / rank): common values are 8-128
 MAX_LORA_TARGETS = 64  # target modules: a transformer block has at most about ten linears
+# Linear layers LoRA can target, per family (names as transformers' modules have them, the
+# names job/parameters.py gives the parameters).
+LORA_TARGETS = {
+    "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+    "gpt2": ("c_attn", "c_proj", "c_fc"),
+    "mpt": ("Wqkv", "out_proj", "up_proj", "down_proj"),
+    "bert": ("query", "key", "value", "dense"),  # PEFT suffix match: "dense" is all three
+}
 
 
 @dataclass(frozen=True, kw_only=True)

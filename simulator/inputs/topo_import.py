@@ -19,10 +19,10 @@ from typing import Any
 import networkx as nx
 import yaml
 
+from simulator.catalog import gpus as gpu_catalog
 from simulator.errors import InputError
 from simulator.inputs import nccl_topo_xml as nx_xml
 from simulator.inputs.nvidia_smi import TopoMatrix, is_gpu
-from simulator.machine import hardware
 
 DEFAULT_CPU = "sapphire-rapids-upi"  # the catalog's default socket link (hardware.py)
 PCIE_PATH = ("PIX", "PXB", "PHB", "NODE")  # relations that say where a device sits on PCIe
@@ -66,7 +66,7 @@ def _flow(item: dict[str, Any]) -> str:
 class _Builder:
     def __init__(self, opts: ImportOptions) -> None:
         self.opts = opts
-        self.gpu = hardware.gpu(opts.gpu)
+        self.gpu = gpu_catalog.gpu(opts.gpu)
         self.gen = opts.pcie_gen or self.gpu.pcie_gen
         self.lanes = opts.lanes or 16
         self.cpus: list[dict[str, Any]] = []

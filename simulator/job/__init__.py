@@ -1,6 +1,7 @@
-"""The job: a workload's parameters and ops, their time on one GPU, and memory per rank.
+"""The job: a workload's parameters and ops, and their time on one GPU.
 
-``workload`` (``Job``: parameters in Hugging Face order, LoRA / QLoRA), ``ops`` (kernels with
-FLOPs and bytes), ``compute`` (kernel time on a GPU, MFU), ``memory`` and ``memory_search``
-(memory per rank per strategy, the verdict, the largest batch or model that fits).
+``workload`` (``Job``: parameters in Hugging Face order, LoRA / QLoRA), ``parameters``,
+``recipe`` (framework bundles), ``ops`` and ``transformer_ops`` (kernels with FLOPs and bytes),
+the kernel regimes (``eager``, ``compiled``, ``fused``), ``attention``, ``loss``,
+``optimizer``, ``checkpointing``, and ``compute`` (kernel time on a GPU, MFU).
 """

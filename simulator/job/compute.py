@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from functools import cache
 
+from simulator.catalog import power
+from simulator.catalog.gpus import GPU, GPUS
 from simulator.job.ops import Kernel, Op
 from simulator.job.workload import Job
-from simulator.machine import power
-from simulator.machine.hardware import GPU, GPUS
 from simulator.units import US
 
 # Per-kernel launch overhead: CUDA kernel launch latency is a few microseconds (NVIDIA,
@@ -122,7 +122,7 @@ def plain_to_spec(line: str) -> float:
 def matmul_rate(gpu: GPU) -> float:
     """Achievable dense 16-bit FLOP/s of a large plain GEMM benchmark at the enforced power
     limit: plain-matmul measured, else from MAMF, else spec x the median ratio of its product
-    line; slowed with the SM clock under a lower power limit (simulator/machine/power.py)."""
+    line; slowed with the SM clock under a lower power limit (simulator/catalog/power.py)."""
     rate = _derived_plain_rate(gpu) or gpu.matmul_flops * plain_to_spec(gpu.line)
     return rate * power.clock_share(gpu)
 
@@ -209,7 +209,7 @@ def kernel_work_time(k: Kernel, gpu: GPU) -> float:
 
 def achieved(gpu: GPU) -> float:
     """What the model's kernel times are divided by: the achieved-rate factor ranges
-    propagate (``rate_scale``, simulator/scales.py) times the fraction a measured step of the
+    propagate (``rate_scale``, machine/scales.py) times the fraction a measured step of the
     user's job reached (``achieved_fraction``, a calibrated topology's calibration.compute).
     Both scale whole kernels, as the one-GPU steps they come from measure them."""
     return gpu.rate_scale * gpu.achieved_fraction

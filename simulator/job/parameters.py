@@ -90,13 +90,6 @@ _ALLOWED_POSITIONS = {"llama": {"rotary"}, "gpt2": {"learned"}, "mpt": {"alibi",
 ENCODERS = ("bert",)  # bidirectional attention, a task head instead of the LM head
 BERT_TYPE_VOCAB = 2  # BertConfig.type_vocab_size default (segments A and B)
 QA_LABELS = 2  # BertForQuestionAnswering num_labels: start and end logits per token
-# Linear layers LoRA can target, per family (names as in the HF modules above).
-LORA_TARGETS = {
-    "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-    "gpt2": ("c_attn", "c_proj", "c_fc"),
-    "mpt": ("Wqkv", "out_proj", "up_proj", "down_proj"),
-    "bert": ("query", "key", "value", "dense"),  # PEFT suffix match: "dense" is all three
-}
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from simulator.errors import InputError
-from simulator.inputs.schema import GenericLayer, LoraConfig, TrainingConfig, WorkloadConfig
-from simulator.job.parameters import (
+from simulator.inputs.schema import (
     LORA_TARGETS,
+    GenericLayer,
+    LoraConfig,
+    TrainingConfig,
+    WorkloadConfig,
+)
+from simulator.job.parameters import (
     Arch,
     Module,
     ParamTensor,

@@ -1,6 +1,9 @@
-"""The machine: GPU and link catalogs, the topology graph, NCCL's rings and choices, collectives.
+"""The machine as hardware: a graph of GPUs, PCIe switches, CPUs, NVLink and NVSwitch, and the
+links between them, as the topology file describes it.
 
-``hardware`` (catalogs, every number with its source), ``topology`` (``Machine``: graph, path
-types, P2P vs SHM, routes), ``rings`` (NCCL's ring search), ``nccl_tuning`` (what NCCL believes:
-its cost model) and ``collectives`` (what really happens: a collective's flows on the fabric).
+``topology`` (``Machine``: nodes, directed links, NCCL's path types and best paths over them,
+a link in words), ``links`` (each link's capacity and latency from the catalog), ``paths``
+(NCCL's path ranking), ``cards`` (the card at each GPU node), ``host`` (sockets, host RAM,
+copies to and from it, the CPU optimizer), ``scales`` (the achieved-rate factors ranges use),
+``build`` (machines from files, cached). What NCCL makes of it lives in ``simulator.nccl``.
 """

@@ -1,10 +1,6 @@
 """Machines from topology files: each file read and built once per process, every variant
-(fewer GPUs, scaled rates, NCCL variables) derived from that one build; and the error that
-names the file when building from it fails.
-
-Imports no job, strategy or engine module: `stepsim collective` loads a machine through it
-without the rest of the simulator.
-"""
+(fewer GPUs, scaled rates) derived from that one build; and the error that names the file
+when building from it fails."""
 
 from __future__ import annotations
 
@@ -14,29 +10,26 @@ from functools import lru_cache
 
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology, resolve
-from simulator.machine.nccl_env import NO_ENV, NcclEnv
+from simulator.machine.scales import NEUTRAL, RateScales
 from simulator.machine.topology import Machine
-from simulator.scales import NEUTRAL, RateScales
 
 
 def load_machine(topology: str, gpus: int | None = None,
-                 scales: RateScales = NEUTRAL, nccl: NcclEnv = NO_ENV) -> Machine:
+                 scales: RateScales = NEUTRAL) -> Machine:
     """The machine of a topology YAML or preset, cut to its first ``gpus`` GPUs (cached),
-    with its mechanisms' rates scaled by ``scales``, under the NCCL variables ``nccl``.
+    with its mechanisms' rates scaled by ``scales``.
 
     The file is read and the machine built once per process: every variant (fewer GPUs,
-    scaled rates, other NCCL variables) derives from that one build and shares its paths."""
-    return _machine(topology, gpus, scales, nccl)
+    scaled rates) derives from that one build and shares its paths."""
+    return _machine(topology, gpus, scales)
 
 
 @lru_cache(maxsize=64)
-def _machine(topology: str, gpus: int | None, scales: RateScales, nccl: NcclEnv) -> Machine:
-    if nccl.active:
-        return _machine(topology, gpus, scales, NO_ENV).with_nccl(nccl)
+def _machine(topology: str, gpus: int | None, scales: RateScales) -> Machine:
     if not scales.neutral:
-        return _machine(topology, gpus, NEUTRAL, NO_ENV).with_scales(scales)
+        return _machine(topology, gpus, NEUTRAL).with_scales(scales)
     if gpus is not None:
-        built = _machine(topology, None, NEUTRAL, NO_ENV)
+        built = _machine(topology, None, NEUTRAL)
         if gpus > built.n_gpus:
             raise InputError(f"--gpus {gpus}: the machine has only {built.n_gpus} GPUs")
         return built.subset(gpus)

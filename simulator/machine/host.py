@@ -7,7 +7,7 @@ FSDP2 ``CPUOffloadPolicy``).
   the SHM collectives' routes, so offload traffic and NCCL's host-staged traffic share every
   switch uplink, socket link and memory controller they both cross.
 - Pinned (page-locked) copies run at the path's DMA rate (the PCIe payload efficiency in
-  hardware.py is calibrated on pinned copies). Pageable ones are staged by the CUDA driver
+  catalog/links.py is calibrated on pinned copies). Pageable ones are staged by the CUDA driver
   through a pinned bounce buffer, one more host memcpy (a write and a read); measured, pinning
   made DeepSpeed's H2D copies 6x faster on one GPU (DeepSpeed PR #5301), so a pageable copy
   runs at most at a sixth of the path's rate.

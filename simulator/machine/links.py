@@ -1,5 +1,5 @@
 """A topology file's links as the simulator uses them: ``Link`` (one direction of a link, or a
-host-memory resource), each link's physical capacity and latency from hardware.py's catalogs
+host-memory resource), each link's physical capacity and latency from the link catalog
 (or the file's own figures), NCCL's believed bandwidth of it, and the NCCL path type of the hop.
 
 Assumptions: a PCIe link without ``gen`` runs at its GPU end's generation (else the machine's
@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.catalog import gpus as gpu_catalog
+from simulator.catalog import links as link_catalog
 from simulator.errors import InputError
 from simulator.inputs.schema import LinkConfig, NodeConfig, TopologyConfig
-from simulator.machine import hardware
+from simulator.machine.cards import node_gpu
 from simulator.units import GB, US
 
 
@@ -46,7 +48,7 @@ def hop_type(kind_a: str, kind_b: str, link_kind: str) -> str:
     return "PIX"
 
 
-def link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: hardware.GPU,
+def link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: gpu_catalog.GPU,
                   nodes: dict[str, NodeConfig]) -> tuple[float, float, float]:
     """Physical capacity (B/s), latency (s) and NCCL's believed bandwidth (B/s) of a link."""
     where = f"{config.name}: link {lc.a}-{lc.b}"
@@ -54,39 +56,35 @@ def link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: hardware.GPU,
     if lc.kind == "pcie":
         gen = lc.gen or (end_gpus[0].pcie_gen if end_gpus else gpu.pcie_gen)
         lanes = lc.lanes or 16
-        capacity, latency = hardware.pcie_bandwidth(gen, lanes), hardware.PCIE_HOP_LATENCY
-        belief = hardware.nccl_pcie_bandwidth(gen, lanes)
+        capacity, latency = link_catalog.pcie_bandwidth(gen, lanes), link_catalog.PCIE_HOP_LATENCY
+        belief = link_catalog.nccl_pcie_bandwidth(gen, lanes)
     elif lc.kind == "nvlink":
         owner = end_gpus[0] if end_gpus else gpu
         count = lc.count or owner.nvlink_links
         if count == 0:
             raise InputError(f"{where}: {owner.name} has no NVLink")
-        per_link = hardware.NVLINK_PER_LINK.get(lc.model or owner.arch)
+        per_link = link_catalog.NVLINK_PER_LINK.get(lc.model or owner.arch)
         if per_link is None:
             raise InputError(f"{where}: unknown NVLink model {lc.model or owner.arch!r}; "
-                             f"known: {', '.join(hardware.NVLINK_PER_LINK)}")
-        capacity, latency = per_link * count, hardware.NVLINK_HOP_LATENCY
+                             f"known: {', '.join(link_catalog.NVLINK_PER_LINK)}")
+        capacity, latency = per_link * count, link_catalog.NVLINK_HOP_LATENCY
         cc = owner.compute_capability
-        per_link_nccl = hardware.NCCL_NVLINK_PER_LINK.get(cc, hardware.NCCL_NVLINK_PER_LINK[80])
+        nccl_per_link = link_catalog.NCCL_NVLINK_PER_LINK
+        per_link_nccl = nccl_per_link.get(cc, nccl_per_link[80])
         belief = per_link_nccl * count  # topo.cc: count * ncclTopoNVLinkBw(cc)
     elif lc.kind in ("upi", "xgmi"):
         cpu_model = nodes[lc.a].model or nodes[lc.b].model
-        name = lc.model or cpu_model or hardware.DEFAULT_SOCKET_LINK[lc.kind]
-        socket = hardware.SOCKET_LINKS.get(name)
+        name = lc.model or cpu_model or link_catalog.DEFAULT_SOCKET_LINK[lc.kind]
+        socket = link_catalog.SOCKET_LINKS.get(name)
         if socket is None:
             raise InputError(f"{where}: unknown socket link {name!r}; "
-                             f"known: {', '.join(hardware.SOCKET_LINKS)}")
+                             f"known: {', '.join(link_catalog.SOCKET_LINKS)}")
         capacity, latency, belief = socket.bandwidth, socket.latency, socket.nccl_bandwidth
     else:  # network
-        capacity, latency = hardware.NETWORK_DEFAULT_BANDWIDTH, hardware.NETWORK_LATENCY
+        capacity, latency = link_catalog.NETWORK_DEFAULT_BANDWIDTH, link_catalog.NETWORK_LATENCY
         belief = capacity
     if lc.bandwidth_gb_per_s is not None:
         capacity = lc.bandwidth_gb_per_s * GB  # what NCCL detects (gen, lanes) stays its belief
     if lc.latency_us is not None:
         latency = lc.latency_us * US
     return capacity, latency, belief
-
-
-def node_gpu(node: NodeConfig, default: hardware.GPU) -> hardware.GPU:
-    """The card at a GPU node: its own `gpu` where given, else the machine's."""
-    return hardware.resolve_gpu(node.gpu) if node.gpu else default

@@ -1,14 +1,14 @@
-"""The machine: GPUs, switches, CPUs and the links between them, as NCCL sees and uses them.
+"""The machine: GPUs, switches, CPUs and the links between them.
 
-Inside: ``Machine`` (the graph of nodes and links, directed links, NCCL path types, P2P vs SHM
-transport, routes, a link in words) and the ring and channel choice in ``Machine.ring`` (its
-rules live in simulator/machine/rings.py). Each link's numbers and hop type come from links.py;
-the best path between two nodes is paths.py's search; ``Machine.graph`` is the same machine as a
-networkx graph, built when something asks for it (drawing, analysis), not for simulating.
+Inside: ``Machine`` (the graph of nodes and links, directed links, NCCL's path types and best
+paths, each GPU's socket, a link in words). Each link's numbers and hop type come from
+links.py; the best path between two nodes is paths.py's search; ``Machine.graph`` is the same
+machine as a networkx graph, built when something asks for it (drawing, analysis). What NCCL
+makes of it (transports, routes, rings) is nccl/communicator.py's.
 
 Assumptions: a path between two GPUs never passes through a third GPU (NCCL's NVB paths,
 NVLink relayed by an intermediate GPU, are not modelled); a GPU's socket is the CPU it reaches
-without crossing a socket link. Capacities are physical (hardware.py); NCCL's own beliefs
+without crossing a socket link. Capacities are physical (catalog/); NCCL's own beliefs
 (``topo.h`` constants) are kept beside them and used only to reproduce NCCL's decisions.
 """
 
@@ -17,22 +17,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from simulator.catalog import gpus as gpu_catalog
+from simulator.catalog import links as link_catalog
 from simulator.errors import InputError
 from simulator.inputs.schema import CalibrationConfig, NodeConfig, TopologyConfig
-from simulator.machine import hardware
-from simulator.machine.links import Link, hop_type, link_numbers, node_gpu
-from simulator.machine.nccl_env import NcclEnv
+from simulator.machine.cards import node_gpu, resolve_gpu
+from simulator.machine.links import Link, hop_type, link_numbers
 from simulator.machine.paths import PATH_RANK, PATH_TYPES, Hop, Path, PathFinder, unreached
-from simulator.machine.wire import HOST_MEMORY_PASSES, WireParams
-from simulator.scales import NEUTRAL, RateScales
+from simulator.machine.scales import NEUTRAL, RateScales
 from simulator.units import GB
 
 if TYPE_CHECKING:
     import networkx as nx
-
-    from simulator.machine.rings import Ring
-
-Route = tuple[tuple[str, float], ...]
 
 
 def _cpu_vendor(model: str | None) -> str | None:
@@ -46,7 +42,7 @@ class Machine:
     """A modelled machine. Build it with :meth:`Machine.from_config`."""
 
     config: TopologyConfig
-    gpu: hardware.GPU
+    gpu: gpu_catalog.GPU
     # node -> neighbour -> the link's attributes (kind, capacity, latency, nccl_bandwidth,
     # hop_type), in the topology file's order; one dict per link, shared by both ends
     adjacency: dict[str, dict[str, dict[str, Any]]]
@@ -54,19 +50,14 @@ class Machine:
     nodes: dict[str, NodeConfig]  # node id -> its entry in the topology file
     gpu_nodes: tuple[str, ...]  # node id of each rank
     nccl_link_bandwidth: dict[str, float]  # directed link id -> NCCL's belief, B/s
-    gpus: tuple[hardware.GPU, ...] = ()  # the card at each rank (node `gpu`, else `gpu`)
+    gpus: tuple[gpu_catalog.GPU, ...] = ()  # the card at each rank (node `gpu`, else `gpu`)
     _paths: dict[tuple[str, str], Path] = field(default_factory=dict, repr=False)
-    _routes: dict[tuple[int, int], Route] = field(default_factory=dict, repr=False)
     _types: dict[tuple[int, int], str] = field(default_factory=dict, repr=False)
-    _rings: dict[tuple[int, ...], Ring] = field(default_factory=dict, repr=False)
     _cpus: dict[str, str | None] = field(default_factory=dict, repr=False)
     _finder: PathFinder | None = field(default=None, repr=False)
     _graph: nx.Graph | None = field(default=None, repr=False)
     _cpu_nodes: tuple[str, ...] | None = field(default=None, repr=False)
     scales: RateScales = NEUTRAL  # achieved-rate factors for range propagation (scales.py)
-    # the physical collective parameters (wire.py), with the topology's calibration applied
-    wire: WireParams = field(default_factory=WireParams)
-    nccl: NcclEnv = field(default_factory=NcclEnv)  # NCCL_* variables in force (nccl_env.py)
     _jobs: dict[str, Machine] = field(default_factory=dict, repr=False)
 
     @property
@@ -119,18 +110,20 @@ class Machine:
     # --- construction -----------------------------------------------------------------
 
     @classmethod
-    def from_config(cls, config: TopologyConfig, nccl: NcclEnv | None = None) -> Machine:
-        gpu = hardware.resolve_gpu(config.gpu)
+    def from_config(cls, config: TopologyConfig) -> Machine:
+        gpu = resolve_gpu(config.gpu)
         nodes = {node.id: node for node in config.nodes}
         adjacency: dict[str, dict[str, dict[str, Any]]] = {node.id: {} for node in config.nodes}
         links: dict[str, Link] = {}
         nccl_bw: dict[str, float] = {}
-        wire = WireParams.from_calibration(config.calibration)
+        # what `stepsim calibrate` fitted of the hardware itself (calibration.fitted)
+        fitted = {f.parameter: f.value for f in config.calibration.fitted} \
+            if config.calibration else {}
         for lc in config.links:
             kind_a, kind_b = nodes[lc.a].kind, nodes[lc.b].kind
             capacity, latency, belief = link_numbers(lc, config, gpu, nodes)
-            if lc.kind in ("upi", "xgmi") and wire.socket_link_gb_per_s is not None:
-                capacity = wire.socket_link_gb_per_s * GB  # calibrated (calibration.fitted)
+            if lc.kind in ("upi", "xgmi") and "socket_link_gb_per_s" in fitted:
+                capacity = fitted["socket_link_gb_per_s"] * GB
             attrs = adjacency[lc.a].get(lc.b, {})  # a link given twice: the last one counts
             attrs.update(kind=lc.kind, capacity=capacity, latency=latency,
                          nccl_bandwidth=belief, hop_type=hop_type(kind_a, kind_b, lc.kind))
@@ -142,9 +135,9 @@ class Machine:
         for node in config.nodes:
             if node.kind == "cpu":
                 mem = (node.memory_bandwidth_gb_per_s * GB if node.memory_bandwidth_gb_per_s
-                       else hardware.DEFAULT_HOST_MEMORY_BANDWIDTH)
-                if wire.host_memory_gb_per_s is not None:
-                    mem = wire.host_memory_gb_per_s * GB  # calibrated (calibration.fitted)
+                       else link_catalog.DEFAULT_HOST_MEMORY_BANDWIDTH)
+                if "host_memory_gb_per_s" in fitted:
+                    mem = fitted["host_memory_gb_per_s"] * GB
                 links[f"mem:{node.id}"] = Link(f"mem:{node.id}", node.id, node.id, "memory",
                                                mem, 0.0)
         gpu_nodes = tuple(n.id for n in config.nodes if n.kind == "gpu")
@@ -153,8 +146,7 @@ class Machine:
             raise InputError(f"{config.name}: node(s) {', '.join(sorted(lonely))} are not "
                              f"connected to {gpu_nodes[0]}")
         gpus = tuple(node_gpu(nodes[n], gpu) for n in gpu_nodes)
-        return cls(config, gpu, adjacency, links, nodes, gpu_nodes, nccl_bw, gpus, wire=wire,
-                   nccl=nccl or NcclEnv())
+        return cls(config, gpu, adjacency, links, nodes, gpu_nodes, nccl_bw, gpus)
 
     def for_job(self, workload: str) -> Machine:
         """The machine whose cards run at the compute fraction measured for this workload
@@ -165,7 +157,7 @@ class Machine:
         if not fractions:
             return self
         if workload not in self._jobs:
-            def measured(card: hardware.GPU) -> hardware.GPU:
+            def measured(card: gpu_catalog.GPU) -> gpu_catalog.GPU:
                 share = fractions.get(card.name)
                 return card if share is None else replace(card, achieved_fraction=share)
 
@@ -173,15 +165,8 @@ class Machine:
                                            gpus=tuple(measured(g) for g in self.gpus), _jobs={})
         return self._jobs[workload]
 
-    def with_nccl(self, nccl: NcclEnv) -> Machine:
-        """The same machine under other NCCL_* variables (a fresh one: paths and rings differ)."""
-        if nccl == self.nccl:
-            return self
-        fresh = Machine.from_config(self.config, nccl)
-        return fresh if self.scales.neutral else fresh.with_scales(self.scales)
-
     def with_scales(self, scales: RateScales) -> Machine:
-        """The same machine with its mechanisms' achieved rates scaled (simulator/scales.py)."""
+        """The same machine with its mechanisms' achieved rates scaled (scales.py)."""
         return replace(self, gpu=replace(self.gpu, rate_scale=scales.compute), scales=scales)
 
     def subset(self, k: int) -> Machine:
@@ -195,26 +180,26 @@ class Machine:
         dropped = set(self.gpu_nodes[k:])
         nodes = [n for n in self.config.nodes if n.id not in dropped]
         links = [lc for lc in self.config.links if lc.a not in dropped and lc.b not in dropped]
-        part = Machine.from_config(self.config.copy(nodes=nodes, links=links), self.nccl)
+        part = Machine.from_config(self.config.copy(nodes=nodes, links=links))
         return part if self.scales.neutral else part.with_scales(self.scales)
 
-    def gpu_of(self, rank: int) -> hardware.GPU:
+    def gpu_of(self, rank: int) -> gpu_catalog.GPU:
         """The card at ``rank``: its node's `gpu` where given, else the machine's `gpu`."""
         return self.gpus[rank] if self.gpus else self.gpu
 
-    def cards(self) -> dict[hardware.GPU, tuple[int, ...]]:
+    def cards(self) -> dict[gpu_catalog.GPU, tuple[int, ...]]:
         """Each distinct card and its ranks, in rank order (one entry unless a mixed box)."""
-        out: dict[hardware.GPU, tuple[int, ...]] = {}
+        out: dict[gpu_catalog.GPU, tuple[int, ...]] = {}
         for rank in range(self.n_gpus):
             card = self.gpu_of(rank)
             out[card] = (*out.get(card, ()), rank)
         return out
 
-    def smallest_card(self) -> hardware.GPU:
+    def smallest_card(self) -> gpu_catalog.GPU:
         """The card with the least memory: where a job the same on every rank fits last."""
         return min(self.cards(), key=lambda card: card.memory_bytes)
 
-    def as_if_every_gpu(self, card: hardware.GPU) -> Machine:
+    def as_if_every_gpu(self, card: gpu_catalog.GPU) -> Machine:
         """This machine with ``card`` as its default GPU (links and routes shared): what a
         strategy reads to time one group's ops."""
         return replace(self, gpu=card, gpus=())
@@ -274,85 +259,6 @@ class Machine:
         self._types[(i, j)] = PATH_TYPES[rank]
         return PATH_TYPES[rank]
 
-    def p2p_allowed(self, path_type: str) -> bool:
-        """paths.cc ncclTopoCheckP2p: NVLink always; PCIe only if the driver allows peer
-        access and the type is at most the P2P level (NCCL_P2P_LEVEL, else the topology's
-        p2p_level; LOC = NCCL_P2P_DISABLE)."""
-        level = self.nccl.p2p_level or self.config.p2p_level
-        if level == "LOC":
-            return False
-        if path_type in ("NVL", "NVB"):
-            return True
-        return self.config.p2p and PATH_RANK[path_type] <= PATH_RANK[level]
-
-    def transport(self, i: int, j: int) -> str:
-        """"P2P", "SHM" (staged through the receiver's host memory) or "NET" (NCCL_SHM_DISABLE:
-        sockets over loopback, staged through host memory too)."""
-        kind = self.path_type(i, j)
-        if kind == "NET":
-            return "NET"
-        if i == j or self.p2p_allowed(kind):
-            return "P2P"
-        return "NET" if self.nccl.shm_disable else "SHM"
-
-    def nccl_path(self, i: int, j: int) -> Path:
-        """The GPU-to-GPU path NCCL's search walks: without P2P it is rerouted through the
-        receiver's CPU (paths.cc addInterStep): type max of both halves, bandwidth the min."""
-        direct = self.best_path(self.gpu_nodes[i], self.gpu_nodes[j])
-        if self.transport(i, j) == "P2P" or direct.type == "NET":
-            return direct
-        cpu = self._staging_cpu(j)
-        up, down = self.best_path(self.gpu_nodes[i], cpu), self.best_path(cpu, self.gpu_nodes[j])
-        return Path(up.nodes + down.nodes[1:], up.links + down.links,
-                    max(up.type, down.type, key=PATH_RANK.__getitem__),
-                    min(up.nccl_bandwidth, down.nccl_bandwidth), min(up.capacity, down.capacity))
-
-    def nccl_path_bandwidth(self, i: int, j: int) -> float:
-        return self.nccl_path(i, j).nccl_bandwidth
-
-    def _staging_cpu(self, receiver: int) -> str:
-        cpu = self.local_cpu(receiver)
-        if cpu is None:
-            raise InputError(f"{self.name}: no CPU node to stage SHM transfers through "
-                             f"(add a cpu node, or allow P2P)")
-        return cpu
-
-    def route(self, i: int, j: int) -> Route:
-        """The links one byte from GPU i to GPU j crosses, with bytes per byte sent.
-
-        P2P follows NCCL's best path. SHM goes up to the host memory of the receiver's socket
-        and back down (shm.cc, NCCL_SHM_LOCALITY=2); the memory is written and read: weight 2.
-        NET over loopback takes the same way with the socket's copies added (wire.py).
-        """
-        cached = self._routes.get((i, j))
-        if cached is not None:
-            return cached
-        if i == j:
-            route: Route = ()
-        elif (transport := self.transport(i, j)) != "P2P" and self.path_type(i, j) != "NET":
-            cpu = self._staging_cpu(j)
-            up = self.best_path(self.gpu_nodes[i], cpu).links
-            down = self.best_path(cpu, self.gpu_nodes[j]).links
-            passes = float(HOST_MEMORY_PASSES[transport])
-            route = _merge([(lid, 1.0) for lid in up] + [(f"mem:{cpu}", passes)]
-                           + [(lid, 1.0) for lid in down])
-        else:
-            path = self.best_path(self.gpu_nodes[i], self.gpu_nodes[j])
-            route = tuple((lid, 1.0) for lid in path.links)
-        self._routes[(i, j)] = route
-        return route
-
-    def route_latency(self, i: int, j: int) -> float:
-        """Sum of the hop latencies along ``route(i, j)``, seconds."""
-        return sum(self.links[lid].latency for lid, _ in self.route(i, j))
-
-    def bottleneck_bandwidth(self, i: int, j: int) -> float:
-        """Physical rate of one lone transfer from i to j: min over its route of capacity/weight."""
-        route = self.route(i, j)
-        if not route:
-            return float("inf")
-        return min(self.links[lid].capacity / w for lid, w in route)
-
     def describe(self, link_id: str) -> str:
         """A link in words, for reports: ``cpu0->sw0`` is "sw0's uplink to cpu0, down"."""
         link = self.links.get(link_id)
@@ -384,27 +290,6 @@ class Machine:
         if node.model:
             return node.model
         for data in self.adjacency[node.id].values():
-            if data["kind"] in hardware.DEFAULT_SOCKET_LINK:
-                return hardware.DEFAULT_SOCKET_LINK[data["kind"]]
+            if data["kind"] in link_catalog.DEFAULT_SOCKET_LINK:
+                return link_catalog.DEFAULT_SOCKET_LINK[data["kind"]]
         return None
-
-    # --- rings ------------------------------------------------------------------------
-
-    def ring(self, ranks: tuple[int, ...] | list[int] | None = None) -> Ring:
-        """NCCL's ring over ``ranks`` (default all): order, channels, per-channel speed."""
-        from simulator.machine.rings import search_ring  # rings.py builds on Machine
-
-        key = tuple(range(self.n_gpus)) if ranks is None else tuple(ranks)
-        if key not in self._rings:
-            self._rings[key] = search_ring(self, key)
-        return self._rings[key]
-
-
-def _merge(usage: list[tuple[str, float]]) -> Route:
-    """Sum the weights of a link that appears twice, keeping first-seen order."""
-    total: dict[str, float] = {}
-    for lid, w in usage:
-        total[lid] = total.get(lid, 0.0) + w
-    return tuple(total.items())
-
-

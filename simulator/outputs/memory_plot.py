@@ -1,6 +1,6 @@
 """The memory-over-the-step picture: memory per GPU as each line of the memory model is alive.
 
-A pure function of a `Timeline` and simulator/job/memory.py's lines (``memory.lines`` of
+A pure function of a `Timeline` and simulator/memory/estimate.py's lines (``memory.lines`` of
 `api.simulate(...).memory`), drawn with matplotlib on the Agg backend and closed after saving.
 ``memory_over_step`` gives the bands' bytes at any times, so tests check the curve against the
 model's totals at its moments.
@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from simulator.engine.timeline import Span, Timeline  # noqa: E402
-from simulator.job.activations import RECOMPUTED_LAYER  # noqa: E402
+from simulator.memory.activations import RECOMPUTED_LAYER  # noqa: E402
 from simulator.outputs.plots import image_format  # noqa: E402
 
 _MS = 1e3
@@ -65,7 +65,7 @@ def memory_over_step(timeline: Timeline, lines: Sequence[Mapping[str, object]],
                      times: Sequence[float], micro_steps: int = 1) -> dict[str, list[float]]:
     """Bytes per band at each time, from memory.py's lines and when each is alive.
 
-    A line's ``phase`` (simulator/job/memory.py) says when it lives: ``both`` all step;
+    A line's ``phase`` (simulator/memory/estimate.py) says when it lives: ``both`` all step;
     ``grads`` appear as the first micro-step's backward makes them and stay through the
     optimizer step (zero_grad(set_to_none=True) frees them at the next step's start); saved
     activations (``backward``) rise with forward work and fall with backward work, per

@@ -15,9 +15,9 @@ gathers those. Definitions:
 - bottleneck: the link with the highest utilisation = bytes carried / (capacity * step time);
   ``utilization_during_comm`` divides by the time collectives run instead of the step;
 - cost: ``{usd_per_hour, usd_per_step, usd_per_million_tokens, train_tokens, time_to_train_s,
-  usd_to_train, breakeven_months}`` (simulator/advice/cost.py; null where unknown), with the
+  usd_to_train, breakeven_months}`` (simulator/outputs/cost.py; null where unknown), with the
   prices it used in ``cost_basis``; energy: ``{joules_per_step, avg_power_w,
-  kwh_per_million_tokens}`` (simulator/advice/energy.py).
+  kwh_per_million_tokens}`` (simulator/outputs/energy.py).
 """
 
 from __future__ import annotations

@@ -8,59 +8,19 @@ It returns one program per group of identical ranks: symmetric data parallelism 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from simulator.errors import InputError
+from simulator.strategies.options import STRATEGIES, Options, StrategyOptions
+
+__all__ = ["STRATEGIES", "Options", "StrategyOptions", "build", "pipeline_shape"]
 
 if TYPE_CHECKING:
     from simulator.engine.program import Program
     from simulator.job.workload import Job
     from simulator.machine.topology import Machine
     from simulator.strategies.pipeline_layout import Shape
-
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "tp", "tp+ddp", "tp+fsdp")
-
-
-@dataclass(frozen=True)
-class StrategyOptions:
-    """Run choices a strategy reads; defaults are the frameworks' own defaults."""
-
-    bucket_mb: float | None = None  # DDP bucket_cap_mb; None = PyTorch's 25 with a 1 MiB first
-    grad_compression: Literal["none", "bf16"] = "none"  # DDP comm hook (bf16_compress_hook)
-    no_overlap: bool = False  # Megatron local DDP: all-reduce after the whole backward
-    overlap: bool = True  # the same choice, stated positively (False == no_overlap)
-    grad_accum: int | None = None  # micro-steps per optimizer step; None = the job's
-    tp: int | None = None  # tensor-parallel degree (tp: all GPUs; tp+ddp/tp+fsdp: 2)
-    sequence_parallel: bool = False  # Megatron sequence parallelism (Korthikanti et al.)
-    reshard_after_forward: bool = True  # FSDP2 default for non-root units
-    forward_prefetch: bool = True  # FSDP2 implicit forward prefetch (next unit's all-gather)
-    backward_prefetch: bool = True  # FSDP2 default: one unit ahead in backward
-    gradient_as_bucket_view: bool = False  # PyTorch DDP default
-    legacy_reducer: bool = False  # PyTorch <= 1.4 DDP reducer (strategies/ddp.py)
-    zero_overlap_comm: bool | None = None  # DeepSpeed overlap_comm; None = its default
-    # DeepSpeed zero_optimization.reduce_bucket_size / allgather_bucket_size (elements, ZeRO-1
-    # and -2); None = its default 5e8 (strategies/zero.py)
-    reduce_bucket_size: int | None = None
-    allgather_bucket_size: int | None = None
-    offload: str = "none"  # optimizer | params to host memory (offload.py)
-    pin_memory: bool | None = None  # pinned host buffers; None = the framework's default
-    ranks: tuple[int, ...] = ()  # the ranks a program stands for (set per card on mixed boxes)
-    pp: int = 1  # pipeline stages (pipeline.py); the strategy runs inside each stage
-    schedule: str = "1f1b"  # gpipe | 1f1b | interleaved (schedules.py)
-    virtual_stages: int = 1  # model chunks per stage (interleaved)
-    dp_groups: tuple[tuple[int, ...], ...] = ()  # set by tensor.py for TP x DP
-    # a paged optimizer's states overflow the card and cross the host link every step
-    # (paging.py); set from the memory verdict (api.strategy_options)
-    page_optimizer_states: bool = False
-
-    @property
-    def overlapped(self) -> bool:
-        return self.overlap and not self.no_overlap
-
-
-Options = StrategyOptions  # short alias used by the commands
-
 
 def build(name: str, job: Job, machine: Machine, options: StrategyOptions | None = None
           ) -> list[Program]:

@@ -17,7 +17,7 @@ What the program says (domain-model section 3; torch/csrc/distributed/c10d/reduc
   hook copies without dividing (``bucket_view.copy_(grad)``) and the bucket is divided in a
   kernel of its own once its last gradient is in (``replica.contents.div_(world size)``).
 - Gradient dtype: fp32 under AMP (the weights are fp32, so is ``.grad``: 4 bytes, as
-  simulator/job/memory.py counts them); ``bf16_compress_hook`` halves the bytes on the wire.
+  simulator/memory/estimate.py counts them); ``bf16_compress_hook`` halves the bytes on the wire.
 - Gradient accumulation with ``no_sync()``: the first A-1 micro-steps run forward and backward
   only; the last one reduces. The optimizer step follows the last all-reduce.
 - ``no_overlap`` is Megatron-LM's "local" DDP (NGC 22.07, ``megatron/model/distributed.py``,
@@ -55,7 +55,7 @@ from simulator.strategies.steps import (
 if TYPE_CHECKING:
     from simulator.job.ops import Op
     from simulator.machine.topology import Machine
-    from simulator.strategies import StrategyOptions
+    from simulator.strategies.options import StrategyOptions
 
 GRAD_BYTES = 4  # fp32 .grad under AMP and fp32 training (PyTorch AMP keeps fp32 weights)
 COMPRESSED_BYTES = 2  # ddp_comm_hooks/default_hooks.bf16_compress_hook

@@ -16,7 +16,7 @@ head), from torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py (domain-mod
 - The optimizer steps the local 1/N shard.
 
 Bytes: all-gathers in ``param_dtype`` (2 bytes under bf16/fp16, 4 under fp32), reduce-scatters
-in ``reduce_dtype`` fp32 (4 bytes), consistent with simulator/job/memory.py's FSDP recipe; frozen
+in ``reduce_dtype`` fp32 (4 bytes), consistent with memory/estimate.py's FSDP recipe; frozen
 parameters (LoRA) are gathered but not reduced. Gradient accumulation repeats the whole
 micro-step (FSDP2 reduces every backward unless told not to), so one micro-step is simulated
 and replayed.
@@ -28,9 +28,9 @@ from itertools import groupby
 from typing import TYPE_CHECKING
 
 from simulator.engine.program import Comm, Compute, Program
-from simulator.job.memory import NF4_BITS_PER_PARAM
 from simulator.job.workload import Job
 from simulator.memo import IdentityMemo
+from simulator.memory.estimate import NF4_BITS_PER_PARAM
 from simulator.strategies.offload import Offloader
 from simulator.strategies.steps import (
     Emit,
@@ -44,7 +44,7 @@ from simulator.strategies.steps import (
 if TYPE_CHECKING:
     from simulator.job.ops import Op
     from simulator.machine.topology import Machine
-    from simulator.strategies import StrategyOptions
+    from simulator.strategies.options import StrategyOptions
 
 # reduce_dtype fp32 with bf16 params: torchtitan ships mixed_precision_reduce "float32" and
 # llm-foundry (Composer DEFAULT) reduces in fp32; memory.py assumes the same recipe

@@ -41,7 +41,7 @@ from simulator.strategies.steps import Emit, as_compute
 
 if TYPE_CHECKING:
     from simulator.machine.topology import Machine
-    from simulator.strategies import StrategyOptions
+    from simulator.strategies.options import StrategyOptions
 
 
 def paged_bytes(job: Job, indices: Sequence[int]) -> float:

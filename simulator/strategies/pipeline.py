@@ -32,7 +32,7 @@ from simulator.strategies.zero import REDUCE_BUCKET_ELEMENTS
 if TYPE_CHECKING:
     from simulator.job.workload import Job
     from simulator.machine.topology import Machine
-    from simulator.strategies import StrategyOptions
+    from simulator.strategies.options import StrategyOptions
 
 DATA_PARALLEL = ("ddp", "zero1", "fsdp")
 # A schedule interleaves its micro-batches, so each one is simulated (they cannot be replayed

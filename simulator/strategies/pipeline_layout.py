@@ -27,10 +27,10 @@ from simulator.strategies import schedules
 from simulator.strategies.steps import op_seconds
 
 if TYPE_CHECKING:
+    from simulator.catalog.gpus import GPU
     from simulator.job.workload import Job
-    from simulator.machine.hardware import GPU
     from simulator.machine.topology import Machine
-    from simulator.strategies import StrategyOptions
+    from simulator.strategies.options import StrategyOptions
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
+from simulator.catalog.gpus import GPU
 from simulator.engine.program import Compute, ComputeKind, Program, Repeat
 from simulator.job import compute
 from simulator.job.kernels import Kernel
 from simulator.job.ops import Op
 from simulator.job.workload import Job
-from simulator.machine.hardware import GPU
 
 _KIND: dict[str, ComputeKind] = {"forward": "forward", "backward": "backward",
                                  "recompute": "recompute", "optimizer": "optimizer"}

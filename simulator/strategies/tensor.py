@@ -43,7 +43,7 @@ from simulator.strategies.steps import Emit, as_compute
 
 if TYPE_CHECKING:
     from simulator.machine.topology import Machine
-    from simulator.strategies import StrategyOptions
+    from simulator.strategies.options import StrategyOptions
 
 REPLICATED = ("attn_norm", "mlp_norm", "final_norm")  # LayerNorm/RMSNorm: whole hidden
 ROW_OUTPUT = ("attn_out", "mlp_out")  # RowParallelLinear: g after forward

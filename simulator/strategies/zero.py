@@ -4,7 +4,7 @@ From microsoft/DeepSpeed ``deepspeed/runtime/zero/stage_1_and_2.py`` and ``confi
 (domain-model 4.3):
 
 - Gradients are 16-bit (bf16/fp16 training keeps 16-bit weights and gradients, fp32 master
-  weights in the optimizer; simulator/job/memory.py's ZeRO recipe).
+  weights in the optimizer; simulator/memory/estimate.py's ZeRO recipe).
 - Stage 2 partitions gradients, so gradient hooks reduce them during backward: ready
   gradients fill an IPG bucket; when the next gradient would push it past
   ``reduce_bucket_size`` (5e8 elements) the bucket is reduced (``reduce_ipg_grads``), and the
@@ -36,7 +36,7 @@ from simulator.strategies.steps import (
 
 if TYPE_CHECKING:
     from simulator.machine.topology import Machine
-    from simulator.strategies import StrategyOptions
+    from simulator.strategies.options import StrategyOptions
 
 REDUCE_BUCKET_ELEMENTS = 500_000_000  # config.py reduce_bucket_size default (elements)
 ALLGATHER_BUCKET_ELEMENTS = 500_000_000  # config.py allgather_bucket_size default (elements)

@@ -1,50 +1,18 @@
-"""The Python entry point to stepsim: specs in, results out. Every command calls it.
-
-- ``simulate(RunSpec(...)) -> RunResult``: one training step (the `stepsim run` pipeline:
-  machine and job from their YAML or preset names, the strategy's programs, the engine, the
-  report).
-- ``memory(RunSpec(...)) -> MemoryResult``: the same spec's memory verdict without
-  simulating (`stepsim memory`), optionally with the largest micro-batch or model that fits.
-- ``collective(CollectiveSpec(...)) -> list[collectives.Result]``: one NCCL collective over
-  a range of sizes on a fresh fabric, as nccl-tests times it (`stepsim collective`).
-- ``load_machine(topology, gpus)`` and ``presets(kind)``: a machine and the bundled inputs.
-
-Specs are frozen dataclasses (hashable, picklable), so they cross process boundaries: a
-sweep can fan out over ``concurrent.futures``, Dask or Ray and call ``simulate`` in each
-worker (``RunResult.report`` is plain JSON-able data; docs/api.md shows a Dask sweep).
-Machines and jobs are cached per process, so sweeps and comparisons build each once.
-
->>> from simulator import api
->>> r = api.simulate(api.RunSpec("8x5090-switch", "llama2-7b-lora", "ddp"))  # doctest: +SKIP
->>> round(r.report["step_time_s"], 3)  # doctest: +SKIP
-1.347
-"""
+"""One simulated step, the whole `stepsim run` pipeline: the spec's job and machine, the
+strategy's programs, the engine on NCCL's communicator over the machine, the report (with its
+cost and energy), the one-GPU baseline it scales against, and the ranges on request."""
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from simulator import engine, memo, strategies, verdict
-from simulator import spec as specs
-from simulator.advice import cost, energy
-from simulator.engine.program import Program
-from simulator.engine.timeline import Timeline
-from simulator.errors import InputError
-from simulator.inputs.config import load_topology, load_workload, preset_names
-from simulator.inputs.schema import TopologyConfig, WorkloadConfig
-from simulator.job.workload import Job
-from simulator.machine import collectives, hardware
-from simulator.machine.build import blame, forget_machines, load_machine
-from simulator.machine.nccl_env import transport_effects
-from simulator.machine.topology import Machine
-from simulator.outputs import report
-from simulator.scales import RateScales
-from simulator.spec import (
-    MAX_SIMULATED_OPS,
-    TRAINING_OVERRIDES,
+from simulator import engine, memo, strategies
+from simulator.api import spec as specs
+from simulator.api import verdict
+from simulator.api.spec import (
     RunSpec,
     _tp_degree,
     check_offload,
@@ -52,53 +20,27 @@ from simulator.spec import (
     check_size,
     configured,
     job_of,
-    load_job,
-    memory_scheme,
-    options_of,
-    tp_degree,
-    with_adapters,
 )
+from simulator.api.verdict import _memory, _memory_verdict, strategy_options
+from simulator.catalog import gpus as gpu_catalog
+from simulator.engine.program import Program
+from simulator.engine.timeline import Timeline
+from simulator.errors import InputError
+from simulator.inputs.config import load_topology, load_workload, preset_names
+from simulator.inputs.schema import TopologyConfig, WorkloadConfig
+from simulator.job.workload import Job
+from simulator.machine.build import blame, forget_machines, load_machine
+from simulator.machine.scales import RateScales
+from simulator.machine.topology import Machine
+from simulator.nccl.communicator import (
+    Communicator,
+    forget_communicators,
+    load_communicator,
+    transport_effects,
+)
+from simulator.outputs import cost, energy, report
 from simulator.strategies import steps
-from simulator.strategies.recipe import (
-    DDP_STRATEGIES,
-    check_pipeline,
-    check_recipe,
-)
-from simulator.verdict import (
-    MemoryResult,
-    _memory,
-    _memory_verdict,
-    fullest,
-    memory,
-    memory_of,
-    memory_reports,
-    pipeline_of,
-    pipeline_split,
-    strategy_options,
-)
-
-if TYPE_CHECKING:
-    from simulator.machine.collective_run import CollectiveSpec, collective
-
-
-def __getattr__(name: str) -> Any:
-    """``CollectiveSpec`` and ``collective``, imported when first asked for (a step's run
-    never times a collective alone)."""
-    if name in ("CollectiveSpec", "collective"):
-        from simulator.machine import collective_run
-
-        return getattr(collective_run, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# the entry point's names: the pipeline here, and what spec.py, verdict.py and the machine's
-# modules hold (commands, advice, scripts and users call them as api.NAME)
-__all__ = ["MAX_SIMULATED_OPS", "TRAINING_OVERRIDES", "CollectiveSpec", "MemoryResult",
-           "RunResult", "RunSpec", "blame", "check_offload", "check_optimizer", "check_size",
-           "clear_caches", "collective", "configured", "fullest", "job_of", "load_job",
-           "load_machine", "memory", "memory_of", "memory_reports", "memory_scheme",
-           "options_of", "pipeline_of", "pipeline_split", "presets", "run", "simulate",
-           "single_gpu_tokens_per_s", "strategy_options", "tp_degree", "with_adapters"]
+from simulator.strategies.options import DDP_STRATEGIES, check_pipeline, check_recipe
 
 
 @dataclass
@@ -107,6 +49,7 @@ class RunResult:
 
     spec: RunSpec
     machine: Machine
+    comm: Communicator  # NCCL over the machine: transports, rings, every collective's plan
     job: Job
     programs: list[Program]  # one per group of identical ranks
     timeline: Timeline
@@ -130,8 +73,8 @@ def _card_price_source(machine: Machine) -> str | None:
     """Where the card prices come from: one source, or each card's on a mixed box."""
     names = dict.fromkeys(machine.gpu_of(r).name for r in range(machine.n_gpus))
     if len(names) == 1:
-        return hardware.PRICE_SOURCES.get(next(iter(names)))
-    return "the mean of " + "; ".join(f"{name}: {hardware.PRICE_SOURCES.get(name, 'unknown')}"
+        return gpu_catalog.PRICE_SOURCES.get(next(iter(names)))
+    return "the mean of " + "; ".join(f"{name}: {gpu_catalog.PRICE_SOURCES.get(name, 'unknown')}"
                                       for name in names)
 
 
@@ -154,15 +97,15 @@ def presets(kind: str) -> list[tuple[str, TopologyConfig | WorkloadConfig]]:
     return [(name, load(name)) for name in preset_names(kind)]
 
 
-def _channel_note(machine: Machine, plain: Machine) -> list[str]:
+def _channel_note(comm: Communicator, plain: Communicator) -> list[str]:
     """NCCL_MIN/MAX_NCHANNELS and NCCL_ALGO/PROTO, as a training step feels them."""
     out = []
-    if machine.n_gpus > 1:
-        now, was = collectives.machine_channels(machine), collectives.machine_channels(plain)
+    if comm.n_gpus > 1:
+        now, was = comm.channels(), plain.channels()
         if now != was:
             out.append(f"{now} channels where NCCL would run {was}")
     for name in ("NCCL_ALGO", "NCCL_PROTO"):
-        value = dict(machine.nccl.settings).get(name)
+        value = dict(comm.env.settings).get(name)
         if value is not None:
             out.append(f"{name}={value}: every collective of the step chooses among what it "
                        "leaves")
@@ -224,11 +167,12 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
 @lru_cache(maxsize=64)
 def _single_gpu(one: RunSpec) -> float | None:
     job = job_of(one)
-    one_gpu = load_machine(one.topology, 1, one.scales, one.nccl).for_job(job.name)
+    comm = load_communicator(one.topology, 1, one.scales, one.nccl)
+    one_gpu = comm.machine.for_job(job.name)
     if not _memory(job, one_gpu, one)["fits"]:
         return None
     programs = strategies.build("ddp", job, one_gpu, strategy_options(one, job, one_gpu))
-    timeline = engine.simulate(programs, one_gpu, compute_slowdown=one.compute_slowdown)
+    timeline = engine.simulate(programs, comm, compute_slowdown=one.compute_slowdown)
     tokens = job.tokens_per_micro_batch * job.grad_accum
     return tokens / timeline.step_time if timeline.step_time > 0 else None
 
@@ -254,6 +198,7 @@ def clear_caches() -> None:
     """Forget every machine, job, op time and one-GPU baseline built so far (for tests that swap
     a module the cached results came from, or rewrite a config file)."""
     forget_machines()
+    forget_communicators()
     verdict.forget_verdicts()
     _ONE_GPU_RUNS.clear()
     specs.forget_jobs()
@@ -267,7 +212,7 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
     """Build the program, simulate it, and measure it: the whole `run` pipeline.
 
     ``prices``: the user's prices for the report's ``cost`` block (default: the topology's).
-    ``ranges``: add ``<key>_range`` beside the headline keys (advice/ranges.py: a few more
+    ``ranges``: add ``<key>_range`` beside the headline keys (api/ranges.py: a few more
     simulations at the ends of the mechanisms' validation spreads).
     """
     spec = configured(spec)
@@ -286,11 +231,12 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
 _ONE_GPU_RUNS: dict[tuple[RunSpec, bool, cost.Prices | None, bool], RunResult] = {}
 
 
-def _job_and_machine(spec: RunSpec) -> tuple[Job, Machine]:
-    """The spec's job, and its machine as that job runs on it (scaled, NCCL variables, the
-    compute fraction measured for the job)."""
+def _job_and_machine(spec: RunSpec) -> tuple[Job, Machine, Communicator]:
+    """The spec's job, its machine as that job runs on it (scaled, the compute fraction
+    measured for the job), and NCCL over it under the spec's variables."""
     job = job_of(spec)
-    return job, load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl).for_job(job.name)
+    comm = load_communicator(spec.topology, spec.gpus, spec.scales, spec.nccl)
+    return job, comm.machine.for_job(job.name), comm
 
 
 def _programs(spec: RunSpec, job: Job, machine: Machine) -> list[Program]:
@@ -299,7 +245,7 @@ def _programs(spec: RunSpec, job: Job, machine: Machine) -> list[Program]:
 
 def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
               ranges: bool) -> RunResult:
-    job, machine = _job_and_machine(spec)
+    job, machine, comm = _job_and_machine(spec)
     check_recipe(spec.strategy, tp=_tp_degree(spec, machine), overlap=spec.overlap,
                        grad_compression=spec.grad_compression,
                        gradient_as_bucket_view=spec.gradient_as_bucket_view,
@@ -316,7 +262,7 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
     # a job the strategy cannot split, too long a step; or a route the machine lacks
     with blame(spec.workload, "workloads", machine, spec.topology):
         programs = _programs(spec, job, machine)
-        timeline = engine.simulate(programs, machine, compute_slowdown=spec.compute_slowdown)
+        timeline = engine.simulate(programs, comm, compute_slowdown=spec.compute_slowdown)
     meta = programs[0].meta
     mem = _memory_verdict(spec, job, machine, meta.get("pipeline"))
     dp = int(meta.get("dp", machine.n_gpus))  # replicas that each take a batch
@@ -356,21 +302,22 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
     if machine.calibration is not None:  # a calibrated machine says so, and what it holds
         metrics["calibration"] = calibration_summary(machine, job.name)
     if spec.nccl.active:  # what NCCL's variables did to this machine
-        plain = load_machine(spec.topology, spec.gpus, spec.scales)
+        plain = load_communicator(spec.topology, spec.gpus, spec.scales)
         metrics["nccl_env"] = {"variables": dict(spec.nccl.settings),
                                "ignored": list(spec.nccl.ignored),
-                               "effects": transport_effects(machine, plain)
-                               + _channel_note(machine, plain)}
+                               "effects": transport_effects(comm, plain)
+                               + _channel_note(comm, plain)}
     cards = machine.cards()
     if len(cards) > 1:  # a mixed box: which card each rank group runs
         metrics["cards"] = {card.name: list(ranks) for card, ranks in cards.items()}
         for entry in metrics.get("ranks", []):
             entry["gpu"] = machine.gpu_of(entry["gpus"][0]).name
-    result = RunResult(spec, machine, job, programs, timeline, mem, metrics)
+    result = RunResult(spec, machine, comm, job, programs, timeline, mem, metrics)
     if ranges:
-        from simulator.advice.ranges import add_ranges
+        from simulator.api.ranges import add_ranges
 
-        add_ranges(result, prices)
+        add_ranges(result, rerun=lambda s: simulate(s, baseline=False, prices=prices).report,
+                   step_time=step_time, one_gpu=single_gpu_tokens_per_s)
     return result
 
 
@@ -380,11 +327,11 @@ def step_time(spec: RunSpec, programs: list[Program] | None = None) -> float:
     where the caller has them; a re-run that changes only the transports' rates runs the same
     programs (the strategies read no transport, tests/test_ranges.py)."""
     spec = configured(spec)
-    job, machine = _job_and_machine(spec)
+    job, machine, comm = _job_and_machine(spec)
     with blame(spec.workload, "workloads", machine, spec.topology):
         if programs is None:
             programs = _programs(spec, job, machine)
-        return engine.step_time(programs, machine, compute_slowdown=spec.compute_slowdown)
+        return engine.step_time(programs, comm, compute_slowdown=spec.compute_slowdown)
 
 
 def run(spec: RunSpec, **options: Any) -> dict[str, Any]:

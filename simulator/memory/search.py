@@ -11,11 +11,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from simulator.catalog.gpus import GPU
 from simulator.errors import InputError
 from simulator.inputs.schema import WorkloadConfig
-from simulator.job.memory import MemoryReport, estimate
 from simulator.job.workload import Job
-from simulator.machine.hardware import GPU
+from simulator.memory.estimate import MemoryReport, estimate
 
 # A job's memory report, where one estimate is not the whole verdict (a pipeline's fullest
 # stage, host RAM under offload); the searches default to one estimate.

@@ -16,14 +16,14 @@ from simulator import strategies
 from simulator.errors import InputError
 from simulator.inputs.config import load_workload
 from simulator.inputs.schema import MAX_STEP_TOKENS, OPTIMIZER_IN_BWD_ACCUM, WorkloadConfig
-from simulator.job import host_memory
 from simulator.job.optimizer import PAGED
 from simulator.job.workload import Job
 from simulator.machine.build import blame
-from simulator.machine.nccl_env import NO_ENV, NcclEnv
+from simulator.machine.scales import NEUTRAL, RateScales
 from simulator.machine.topology import Machine
-from simulator.scales import NEUTRAL, RateScales
-from simulator.strategies.recipe import TP_STRATEGIES
+from simulator.memory import host as host_memory
+from simulator.nccl.env import NO_ENV, NcclEnv
+from simulator.strategies.options import TP_STRATEGIES
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,9 @@ class RunSpec:
     pp: int = 1
     schedule: str = "1f1b"
     virtual_stages: int = 1
-    # achieved-rate factors of the mechanisms (simulator/scales.py): ranges re-run at them
+    # achieved-rate factors of the mechanisms (simulator/machine/scales.py): ranges re-run at them
     scales: RateScales = NEUTRAL
-    # NCCL_* environment variables in force (machine/nccl_env.py); commands read os.environ
+    # NCCL_* environment variables in force (nccl/env.py); commands read os.environ
     nccl: NcclEnv = NO_ENV
     # config files users have (docs/inputs.md): a PEFT adapter_config.json sets the LoRA
     # (QLoRA with load_in_4bit); a DeepSpeed config sets the fields this spec leaves at their

@@ -1,6 +1,6 @@
 """What moving a collective's bytes really costs, by transport and protocol (not NCCL's beliefs).
 
-NCCL's tuning constants (nccl_tuning.py) only rank NCCL's options; the time a collective takes
+NCCL's tuning constants (tuning.py) only rank NCCL's options; the time a collective takes
 comes from the parameters here, each measured or calibrated on a named dataset:
 
 - **start-up**: a call costs ``call_latency_us`` (the kernel's launch and prologue) plus, for
@@ -15,7 +15,8 @@ comes from the parameters here, each measured or calibrated on a named dataset:
   (``NCCL_MIN_NCHANNELS``) lift a channel-bound plateau.
 
 ``WireParams`` holds them; a calibrated topology (``calibration.fitted``) replaces any of them,
-and ``PARAMETERS`` says what each one is for ``stepsim calibrate``.
+and ``inputs/schema.py``'s ``CALIBRATION_PARAMETERS`` says what each one is (the keys a
+``calibration`` block may name).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
-from simulator.machine import hardware
+from simulator.catalog import links as link_catalog
 from simulator.units import GB, US
 
 if TYPE_CHECKING:
@@ -58,11 +59,11 @@ CALL_LATENCY_US = _B4_8B_US - 2 * (_B5_8B_US - _B4_8B_US) / 4
 # 2x2080ti-gen3-switch-shm: the all-reduce latency floor (8 B: 12.25 us, 1 KiB: 12.10 us) =
 # the call + 2 steps x (its SHM route: 4 PCIe hops, + the host-memory poll).
 _SHM_FLOOR_US = (12.25 + 12.10) / 2
-SHM_LL_SYNC_US = (_SHM_FLOOR_US - CALL_LATENCY_US) / 2 - 4 * hardware.PCIE_HOP_LATENCY / US
+SHM_LL_SYNC_US = (_SHM_FLOOR_US - CALL_LATENCY_US) / 2 - 4 * link_catalog.PCIE_HOP_LATENCY / US
 # ...and its first Simple row, 64 KiB in 40.10 us, of which 16.6 us move the bytes at the
 # plateau: the rest is the call + 2 Simple steps (fence, flag, poll, all through host memory).
 SHM_SIMPLE_SYNC_US = ((40.10 - 65536 / SHM_PLATEAU_BUSBW / 1e3 - CALL_LATENCY_US) / 2
-                      - 4 * hardware.PCIE_HOP_LATENCY / US)
+                      - 4 * link_catalog.PCIE_HOP_LATENCY / US)
 
 # 8xgb202-wrx90-2switch-p2p (validation/pcie-p2p.yaml), ring Simple on 4 channels: the 1 GiB
 # plateau, 46.44 GB/s busbw, is 11.6 GB/s a channel (a Gen5 x16 link would carry 51.9 with the
@@ -73,11 +74,11 @@ SIMPLE_CHANNEL_CAP_GBPS = 46.44 / _GB202_CHANNELS
 _GB202_STARTUP_US = sum(size * 1.75 / bw / 1e3 - size * 1.75 / 46.44 / 1e3
                         for size, bw in ((16 << 20, 44.16), (64 << 20, 45.63))) / 2
 P2P_SIMPLE_SYNC_US = ((_GB202_STARTUP_US - CALL_LATENCY_US) / _GB202_STEPS
-                      - 4 * hardware.PCIE_HOP_LATENCY / US)
+                      - 4 * link_catalog.PCIE_HOP_LATENCY / US)
 
 # 4x4090-epyc-p2p-patched: 1 GiB all-reduce reaches 25.95 GB/s busbw on Gen4 x16 root ports
 # (its 4 channels could carry 46): Simple P2P moves 0.958 of the link's payload rate.
-P2P_PCIE_SIMPLE_EFFICIENCY = 25.95 / (hardware.pcie_bandwidth(4, 16) / GB)
+P2P_PCIE_SIMPLE_EFFICIENCY = 25.95 / (link_catalog.pcie_bandwidth(4, 16) / GB)
 
 # Host-memory passes per byte of a staged transport: SHM writes it there and reads it back
 # (shm.cc); NET over loopback sockets adds the kernel's two copies, each a read and a write
@@ -86,25 +87,6 @@ HOST_MEMORY_PASSES = {"SHM": 2, "NET": 6}
 # assumption: a loopback TCP message through the kernel's stack and NCCL's proxy threads costs
 # about 10 us a step; no published nccl-tests table with NCCL_SHM_DISABLE=1 was found
 NET_SYNC_US = 10.0
-
-# Parameters: (description, unit) for calibrate's reports. Efficiencies are fractions.
-PARAMETERS = {
-    "call_latency_us": ("per-call start-up (launch, prologue, final sync)", "us"),
-    "p2p_ll_sync_us": ("LL/LL128 per-step sync over P2P, beyond the route's link latencies",
-                       "us"),
-    "p2p_simple_sync_us": ("Simple per-step fence + flag over P2P, beyond the route", "us"),
-    "shm_ll_sync_us": ("LL per-step host-memory poll over SHM, beyond the route", "us"),
-    "shm_simple_sync_us": ("Simple per-step fence + host-memory poll over SHM", "us"),
-    "net_sync_us": ("per-step cost of NET over loopback sockets (NCCL_SHM_DISABLE)", "us"),
-    "p2p_pcie_simple_efficiency": ("share of a PCIe link's payload rate Simple P2P uses", ""),
-    "nvlink_simple_efficiency": ("share of NVLink's payload rate Simple uses", ""),
-    "shm_pcie_efficiency": ("share of a PCIe link's payload rate SHM kernels use", ""),
-    "simple_channel_cap_gbps": ("Simple throughput of one channel over PCIe", "GB/s"),
-    "ll_channel_cap_gbps": ("LL throughput of one channel over PCIe", "GB/s"),
-    "host_memory_gb_per_s": ("host-memory bandwidth of every socket (SHM staging)", "GB/s"),
-    "socket_link_gb_per_s": ("socket-link bandwidth, each way", "GB/s"),
-}
-
 
 @dataclass(frozen=True)
 class WireParams:

@@ -2,8 +2,8 @@
 
 Inside: ``estimate(job, gpu, strategy, world=...)`` -> ``MemoryReport`` (itemised lines in five
 categories: weights, gradients, optimizer, activations, other); the activation lines come from
-simulator/job/activations.py (``activations_per_token``).
-The searches built on it (largest micro-batch, largest model) are in simulator/job/memory_search.py.
+simulator/memory/activations.py (``activations_per_token``).
+The searches built on it (largest micro-batch, largest model) are in simulator/memory/search.py.
 
 The training recipe per strategy (all cost 16 bytes per trainable parameter with mixed-precision
 Adam, as in the ZeRO paper, Rajbhandari et al. 2019, arXiv:1910.02054 section 3.1; the split
@@ -31,14 +31,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
+from simulator.catalog.gpus import GPU
 from simulator.errors import InputError
 from simulator.job import optimizer as optim
-from simulator.job.activations import StageShare, activation_lines, activations_per_token
 from simulator.job.checkpointing import job_shape
-from simulator.job.memory_report import CATEGORIES, MOMENTS, Line, MemoryReport, alive
 from simulator.job.workload import Job
-from simulator.machine.hardware import GPU
 from simulator.memo import Memo
+from simulator.memory import host as host_memory
+from simulator.memory.activations import StageShare, activation_lines, activations_per_token
+from simulator.memory.report import CATEGORIES, MOMENTS, Line, MemoryReport, alive
 from simulator.units import MiB
 
 __all__ = ["CATEGORIES", "MOMENTS", "Line", "MemoryReport", "StageShare", "activations_per_token",
@@ -366,9 +367,7 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                            reshard_after_forward=reshard_after_forward,
                            zero_overlap_comm=zero_overlap_comm, fetched=offload == "params",
                            reduce_bucket_size=reduce_bucket_size)
-    if offload != "none":  # simulator/job/host_memory.py: what moves to host RAM
-        from simulator.job import host_memory
-
+    if offload != "none":  # host.py: what moves to host RAM
         lines = host_memory.offload_lines(lines, job, strategy, offload, dp, tp)
     for moment in MOMENTS:
         tensors = sum(x.bytes for x in lines if alive(x, moment))

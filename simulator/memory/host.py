@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simulator.errors import InputError
-from simulator.job.memory import Line
 from simulator.job.workload import Job
+from simulator.memory.report import Line
 
 OFFLOADS = ("none", "optimizer", "params")
 

@@ -1,7 +1,7 @@
 """NCCL's own cost model (``src/graph/tuning.cc``): what NCCL *believes* a collective costs.
 
 Used only to reproduce NCCL's *choices* (algorithm, protocol, channels for small messages);
-how long the collective then really takes is the fabric's business (collectives.py).
+how long the collective then really takes is the physics' business (collectives.py, wire.py).
 Constants are NCCL's, quoted from the v2.30 snapshot described in domain-model.md 2.2-2.4.
 Units follow NCCL: latencies in microseconds, bandwidths in GB/s, ``time_us = lat + bytes /
 (1000 * bw)``. Single-node only (nNodes = 1), which is what stepsim models.

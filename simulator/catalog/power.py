@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from simulator.machine.hardware import GPU
+    from simulator.catalog.gpus import GPU
 
 # Share of the default board power that does not scale with the SM clock. The model above
 # fitted to a published cuBLAS GEMM under two limits, GB300 617 TFLOPS at 500 W against

@@ -2,7 +2,7 @@
 been off on real machines.
 
 The residual table (validation/residuals.json, written by ``scripts/validate.py
---write-residuals``) holds, per mechanism (simulator/scales.py), the factor by which measured
+--write-residuals``) holds, per mechanism (machine/scales.py), the factor by which measured
 rates differ from simulated ones: over every box (an uncalibrated machine) and within each box.
 For a run we take the mechanisms it uses (the GPU's compute; the transports its collectives'
 rings cross), give each its spread, and simulate again at the slow end of every spread and at
@@ -24,16 +24,16 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache, partial
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.advice import forked
-from simulator.scales import MECHANISMS, RateScales, hop_mechanism
+from simulator.machine.scales import MECHANISMS, RateScales
 
 if TYPE_CHECKING:
-    from simulator.advice.cost import Prices
-    from simulator.api import RunResult
+    from simulator.api.runner import RunResult
+    from simulator.api.spec import RunSpec
+    from simulator.engine.program import Program
     from simulator.machine.topology import Machine
 
 HEADLINE = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "exposed_comm_s")
@@ -126,20 +126,20 @@ def mechanisms_used(result: RunResult) -> list[str]:
     """Compute, and every transport the run's collectives' rings cross, in MECHANISMS order."""
     from simulator.engine.program import Comm
 
-    machine = result.machine
+    comm = result.comm
     used = {"compute"}
     groups = {g for program in result.programs for t in program.tasks
               if isinstance(t.work, Comm) for g in t.work.groups if len(g) > 1}
     for group in groups:
-        order = machine.ring(group).order
+        order = comm.ring(group).order
         for i, a in enumerate(order):
-            mechanism = hop_mechanism(machine, a, order[(i + 1) % len(order)])
+            mechanism = comm.mechanism(a, order[(i + 1) % len(order)])
             if mechanism:
                 used.add(mechanism)
     return [m for m in MECHANISMS if m in used]
 
 
-# Which mechanism each parameter `stepsim calibrate` fits belongs to (machine/wire.py names):
+# Which mechanism each parameter `stepsim calibrate` fits belongs to (nccl/wire.py names):
 # a fit of any of them calibrates that mechanism on the box.
 CALIBRATES = {
     "shm_pcie_efficiency": "shm", "shm_ll_sync_us": "shm", "shm_simple_sync_us": "shm",
@@ -174,48 +174,40 @@ def _scales(spreads: dict[str, Spread], end: str) -> RateScales:
     return RateScales(**{m: getattr(s, end) for m, s in spreads.items()})
 
 
-def add_ranges(result: RunResult, prices: Prices | None = None) -> dict[str, Any]:
+def add_ranges(result: RunResult, *, rerun: Callable[[RunSpec], dict[str, Any]],
+               step_time: Callable[[RunSpec, list[Program] | None], float],
+               one_gpu: Callable[[RunSpec], float | None]) -> dict[str, Any]:
     """Put ``<key>_range`` beside every headline and cost key of ``result.report``; returns
-    the report. Simulates the run again at the slow and fast ends of its mechanisms."""
-    from simulator import api
-
+    the report. Simulates the run again at the slow and fast ends of its mechanisms: ``rerun``
+    a spec's whole report, ``step_time`` its step alone (with the point's programs where they
+    hold), ``one_gpu`` its one-GPU baseline (runner.py hands in its own)."""
     report = result.report
     machine = result.machine
     calibrated = calibrated_mechanisms(machine, result.job.name)
     spreads = {m: spread(m, machine, calibrated) for m in mechanisms_used(result)}
     wide = {m: s for m, s in spreads.items() if (s.low, s.high) != (1.0, 1.0)}
 
-    def rerun(scales: RateScales) -> dict[str, Any]:
-        return api.simulate(replace(result.spec, scales=scales), baseline=False,
-                            prices=prices).report
+    def at(scales: RateScales) -> RunSpec:
+        return replace(result.spec, scales=scales)
 
-    def step_time(scales: RateScales) -> float:  # the point's programs, where they hold
+    def alone(scales: RateScales) -> float:  # the point's programs, where they hold
         same = scales.compute == result.spec.scales.compute
-        return api.step_time(replace(result.spec, scales=scales),
-                             result.programs if same else None)
-
-    def one_gpu(scales: RateScales) -> float | None:
-        return api.single_gpu_tokens_per_s(replace(result.spec, scales=scales))
+        return step_time(at(scales), result.programs if same else None)
 
     slow_scales, fast_scales = _scales(wide, "low"), _scales(wide, "high")
-    # every re-run is independent of the others: they may share two cores (forked.py)
-    calls: list[Callable[[], Any]] = []
-    if wide:  # else both ends are the point
-        calls += [partial(rerun, slow_scales), partial(rerun, fast_scales)]
-    if len(wide) > 1:  # the width shares: each mechanism alone at its slow end
-        calls += [partial(step_time, RateScales(**{m: s.low})) for m, s in wide.items()]
-    if report.get("scaling_efficiency") is not None:
-        calls += [partial(one_gpu, slow_scales), partial(one_gpu, fast_scales)]
-    done = iter(forked.run_all(calls))
-    slow, fast = (next(done), next(done)) if wide else (report, report)
-    alone = {m: next(done) for m in wide} if len(wide) > 1 else {}
+    slow, fast = ((rerun(at(slow_scales)), rerun(at(fast_scales))) if wide
+                  else (report, report))  # nothing wide: both ends are the point
+    # the width shares: each mechanism alone at its slow end
+    shares_at = ({m: alone(RateScales(**{m: s.low})) for m, s in wide.items()}
+                 if len(wide) > 1 else {})
     corners = (report, slow, fast)
     for key in HEADLINE:
         values = [r[key] for r in corners]
         report[f"{key}_range"] = [min(values), max(values)]
     if report.get("scaling_efficiency") is not None:  # against one GPU at the same scales
         values = [report["scaling_efficiency"]]
-        for r, one in zip((slow, fast), done, strict=True):
+        for r, scales in ((slow, slow_scales), (fast, fast_scales)):
+            one = one_gpu(at(scales))
             if one:
                 values.append(r["tokens_per_s_per_gpu"] / one)
         report["scaling_efficiency_range"] = [min(values), max(values)]
@@ -223,7 +215,7 @@ def add_ranges(result: RunResult, prices: Prices | None = None) -> dict[str, Any
         values = [r["cost"][key] for r in corners]
         if all(v is not None for v in values):
             report["cost"][f"{key}_range"] = [min(values), max(values)]
-    shares = _width_shares(report, slow, wide, alone)
+    shares = _width_shares(report, slow, wide, shares_at)
     report["range_basis"] = {
         "mechanisms": {m: {"low": s.low, "high": s.high, "basis": s.basis}
                        for m, s in spreads.items()},

@@ -33,6 +33,7 @@ from simulator.units import GB
 
 if TYPE_CHECKING:
     from simulator.machine.topology import Machine
+    from simulator.nccl.communicator import Communicator
 
 # search.cc speed tables, GB/s, per compute capability (intra-node search).
 SPEEDS_SM_BELOW_90 = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
@@ -113,12 +114,13 @@ def ring_order(machine: Machine, ranks: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sorted(ranks, key=key))
 
 
-def channel_loads(machine: Machine, order: tuple[int, ...]) -> dict[str, float]:
+def channel_loads(comm: Communicator, order: tuple[int, ...]) -> dict[str, float]:
     """GB/s NCCL books on each directed link per GB/s of one channel's speed."""
+    machine = comm.machine
     load: dict[str, float] = {}
     for pos, src in enumerate(order):
         dst = order[(pos + 1) % len(order)]
-        path = machine.nccl_path(src, dst)
+        path = comm.nccl_path(src, dst)
         intel = path.type == "PHB" and any(machine.is_intel_cpu(n) for n in path.nodes)
         for lid in path.links:
             pcie = machine.links[lid].kind == "pcie"
@@ -126,14 +128,15 @@ def channel_loads(machine: Machine, order: tuple[int, ...]) -> dict[str, float]:
     return load
 
 
-def search_ring(machine: Machine, ranks: tuple[int, ...]) -> Ring:
+def search_ring(comm: Communicator, ranks: tuple[int, ...]) -> Ring:
+    machine = comm.machine
     if len(set(ranks)) != len(ranks) or not ranks:
         raise ValueError(f"ring ranks must be distinct and non-empty, got {ranks}")
     order = ring_order(machine, ranks)
     if len(order) == 1:
         return Ring(order, 1, LOC_BW * GB)
     belief = {lid: bw / GB for lid, bw in machine.nccl_link_bandwidth.items()}
-    load = channel_loads(machine, order)
+    load = channel_loads(comm, order)
 
     # the link with the least of NCCL's bandwidth per unit of channel speed limits the packing
     limit = min(load, key=lambda lid: belief[lid] / load[lid])
@@ -144,7 +147,7 @@ def search_ring(machine: Machine, ranks: tuple[int, ...]) -> Ring:
         n = math.floor(headroom / speed + _EPS)
         return (n, limit) if n < MAX_RING_CHANNELS else (MAX_RING_CHANNELS, "")
 
-    max_bw = _max_path_bandwidth(machine, order)
+    max_bw = _max_path_bandwidth(comm, order)
     total_bw = max(_gpu_total_bw(machine, r) for r in order)
     speeds = speed_table(machine.gpu.compute_capability)
     index = next((i for i, s in enumerate(speeds) if s <= max_bw), len(speeds) - 1)
@@ -176,10 +179,11 @@ def search_ring(machine: Machine, ranks: tuple[int, ...]) -> Ring:
     return Ring(order, n_best, s_best * GB, bottleneck=limit_best or None)
 
 
-def _max_path_bandwidth(machine: Machine, order: tuple[int, ...]) -> float:
+def _max_path_bandwidth(comm: Communicator, order: tuple[int, ...]) -> float:
     """search.cc ncclTopoSearchInit maxBw: the widest NCCL path between two GPUs of the ring,
     GB/s. A path is no wider than its first hop, so sources go widest link first and the search
     stops once no source left can beat the best found (one source on symmetric machines)."""
+    machine = comm.machine
     nodes = machine.gpu_nodes
     reach = {r: max(machine.nccl_link_bandwidth[f"{nodes[r]}->{v}"] / GB
                     for v in machine.adjacency[nodes[r]]) for r in order}
@@ -187,7 +191,7 @@ def _max_path_bandwidth(machine: Machine, order: tuple[int, ...]) -> float:
     for a in sorted(order, key=lambda r: -reach[r]):
         if reach[a] <= best:
             break
-        best = max(best, *(machine.nccl_path_bandwidth(a, b) / GB for b in order if b != a))
+        best = max(best, *(comm.nccl_path(a, b).nccl_bandwidth / GB for b in order if b != a))
     return best
 
 

@@ -23,7 +23,7 @@ from simulator.job.workload import Job
 RECOMPUTED_LAYER = "one layer recomputed during backward"
 
 if TYPE_CHECKING:
-    from simulator.job.memory import Line
+    from simulator.memory.estimate import Line
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool | None,
                      stage: StageShare | None = None, *, head_weight_bytes: float) -> list[Line]:
     """``head_weight_bytes``: bytes per element of the LM head's weight as the forward sees it
     (the fused linear cross-entropy's weight gradient is allocated like it)."""
-    from simulator.job.memory_report import Line
+    from simulator.memory.report import Line
 
     if job.arch is None:  # generic layer list: the given per-sample bytes
         total = sum(layer.activation_bytes_per_sample for layer in job.generic_layers) * b

@@ -11,15 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from simulator import strategies
-from simulator.inputs.config import load_workload
-from simulator.job import memory as memory_model
-from simulator.job.optimizer import PAGED
-from simulator.job.workload import Job
-from simulator.machine import collectives, host
-from simulator.machine.build import load_machine
-from simulator.machine.topology import Machine
-from simulator.scales import NEUTRAL
-from simulator.spec import (
+from simulator.api.spec import (
     RunSpec,
     _tp_degree,
     check_offload,
@@ -30,7 +22,16 @@ from simulator.spec import (
     options_of,
     with_adapters,
 )
-from simulator.strategies.recipe import check_pipeline, check_strategy
+from simulator.inputs.config import load_workload
+from simulator.job.optimizer import PAGED
+from simulator.job.workload import Job
+from simulator.machine import host
+from simulator.machine.build import load_machine
+from simulator.machine.scales import NEUTRAL
+from simulator.machine.topology import Machine
+from simulator.memory import estimate as memory_model
+from simulator.nccl.communicator import load_communicator
+from simulator.strategies.options import check_pipeline, check_strategy
 
 
 def strategy_options(spec: RunSpec, job: Job, machine: Machine) -> strategies.Options:
@@ -51,9 +52,14 @@ def _memory_options(spec: RunSpec, machine: Machine) -> dict[str, Any]:
                 gradient_as_bucket_view=spec.gradient_as_bucket_view,
                 reshard_after_forward=spec.reshard_after_forward,
                 zero_overlap_comm=bool(spec.zero_overlap_comm),
-                nccl_channels=collectives.machine_channels(machine),
+                nccl_channels=_channels(spec),
                 offload=spec.offload, host_capacity_bytes=host.memory_bytes(machine),
                 reduce_bucket_size=spec.reduce_bucket_size)
+
+
+def _channels(spec: RunSpec) -> int:
+    """The channels NCCL runs over the spec's GPUs (its buffers scale with them)."""
+    return load_communicator(spec.topology, spec.gpus, spec.scales, spec.nccl).channels()
 
 
 def memory_reports(job: Job, machine: Machine, spec: RunSpec,
@@ -103,7 +109,7 @@ def _memory(job: Job, machine: Machine, spec: RunSpec,
 
 
 # memory verdicts by spec at neutral rates: they do not depend on the rates, so a range's
-# re-runs at scaled rates (advice/ranges.py) reuse the point's instead of estimating it again
+# re-runs at scaled rates (api/ranges.py) reuse the point's instead of estimating it again
 _MEMORY_VERDICTS: dict[RunSpec, dict[str, Any]] = {}
 
 
@@ -132,7 +138,7 @@ def pipeline_split(spec: RunSpec) -> dict[str, Any] | None:
         return None
     check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
                    virtual_stages=spec.virtual_stages)
-    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
+    machine = load_machine(spec.topology, spec.gpus, spec.scales)
     return pipeline_of(job_of(spec), machine, spec)
 
 
@@ -140,7 +146,7 @@ def memory_of(spec: RunSpec, split: dict[str, Any] | None = None) -> dict[str, A
     """The memory verdict of a spec without simulating it (what advise prunes by). A
     pipeline's rests on its stage split: ``split`` (from ``pipeline_split``), else built."""
     spec = configured(spec)
-    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
+    machine = load_machine(spec.topology, spec.gpus, spec.scales)
     if spec.pp > 1 and split is None:
         split = pipeline_split(spec)
     job = job_of(spec)
@@ -163,14 +169,14 @@ def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
     micro-batch, or model of the same family, that fits on the GPU and in host RAM
     (``spec.micro_batch`` None with ``largest_micro_batch``: searched from 1). A pipeline's
     verdict is its fullest stage's, every stage under ``stages``."""
-    from simulator.job import memory_search  # the searches: only `stepsim memory` asks for them
+    from simulator.memory import search as memory_search  # only `stepsim memory` searches
 
     spec = configured(spec)
     check_strategy(spec.strategy)
     check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
                    virtual_stages=spec.virtual_stages)
     check_offload(spec)
-    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nccl)
+    machine = load_machine(spec.topology, spec.gpus, spec.scales)
     job = job_of(spec)
     check_optimizer(spec, job, machine)
     card = machine.smallest_card()  # every rank holds the same share: the smallest card binds

@@ -23,12 +23,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from simulator.errors import InputError
-
-if TYPE_CHECKING:
-    from simulator.machine.topology import Machine
 
 VARIABLES = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_ALGO",
              "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
@@ -173,17 +169,3 @@ def _channels(values: dict[str, str], name: str, old: str,
     if environ.get(old, "").strip():
         return strtoll(environ[old])
     return None
-
-
-def transport_effects(machine: Machine, plain: Machine) -> list[str]:
-    """GPU pairs whose transport the variables changed (``plain``: the machine without them)."""
-    pairs = [(i, j) for i in range(machine.n_gpus) for j in range(machine.n_gpus) if i != j]
-    moved: dict[tuple[str, str], int] = {}
-    for i, j in pairs:
-        before, after = plain.transport(i, j), machine.transport(i, j)
-        if before != after:
-            moved[(before, after)] = moved.get((before, after), 0) + 1
-    why = {"SHM": "staged through host memory", "P2P": "peer-to-peer",
-           "NET": "sockets over loopback, staged through host memory"}
-    return [f"{count} of {len(pairs)} GPU pairs use {after} ({why[after]}) instead of {before}"
-            for (before, after), count in sorted(moved.items())]

@@ -29,7 +29,7 @@ from simulator.engine.timeline import (
 )
 
 if TYPE_CHECKING:
-    from simulator.machine.hardware import GPU
+    from simulator.catalog.gpus import GPU
     from simulator.machine.topology import Machine
 
 
@@ -49,7 +49,7 @@ ENERGY_KEYS = ("joules_per_step", "avg_power_w", "kwh_per_million_tokens")
 
 def power_limit(gpu: GPU) -> float | None:
     """A card's power limit in watts: the topology's (``gpu: {power_limit_w: ...}``, resolved
-    in machine/hardware.py), else its catalog board power (None: unknown)."""
+    in catalog/), else its catalog board power (None: unknown)."""
     return float(gpu.power_limit) if gpu.power_limit else None
 
 

@@ -3,9 +3,10 @@
 A ``RateScales`` multiplies the rate the models compute for each mechanism (1.0: the model as
 it is). ``Machine.with_scales(scales)`` gives the machine that carries them; two models read
 them from it:
-- collectives.py divides each ring hop's link occupancy by its mechanism's factor, so the
-  bandwidth a collective achieves over that transport scales by it (latency does not);
-- compute.py divides every kernel's time by ``GPU.rate_scale``, which ``with_scales`` sets to
+- nccl/collectives.py divides each ring hop's link occupancy by its mechanism's factor
+  (``Communicator.mechanism``), so the bandwidth a collective achieves over that transport
+  scales by it (latency does not);
+- job/compute.py divides every kernel's time by ``GPU.rate_scale``, which ``with_scales`` sets to
   the ``compute`` factor (the one-GPU step residuals it comes from measure whole kernels).
 
 Mechanisms are grouped as the validation residuals are (scripts/validate.py): collectives
@@ -16,10 +17,6 @@ NVSwitch (``nvlink``), and the GPU's compute (``compute``).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from simulator.machine.topology import Machine
 
 TRANSPORTS = ("shm", "pcie_p2p", "nvlink")
 MECHANISMS = ("compute", *TRANSPORTS)
@@ -48,15 +45,3 @@ class RateScales:
 
 
 NEUTRAL = RateScales()
-
-
-def hop_mechanism(machine: Machine, a: int, b: int) -> str | None:
-    """Which transport carries bytes from rank a to rank b (None: the network, or itself)."""
-    if a == b:
-        return None
-    if machine.path_type(a, b) == "NVL":
-        return "nvlink"
-    transport = machine.transport(a, b)
-    if transport == "SHM":
-        return "shm"
-    return "pcie_p2p" if transport == "P2P" else None

@@ -3,7 +3,7 @@ run, and how many months of use make buying cheaper than renting.
 
 The hourly price: ``--price-per-gpu-hour`` times the GPUs the run uses, else the topology's
 ``price_usd_per_hour`` (the whole machine's rate) times the share of its GPUs the run uses.
-Buying: ``--purchase-usd``, else the catalog's card prices (machine/hardware.py, dated) times
+Buying: ``--purchase-usd``, else the catalog's card prices (catalog/, dated) times
 the GPUs used: cards only, the host is not in that figure. Owning costs electricity at the
 run's average power (energy.py) times ``--usd-per-kwh``. Break-even:
 

@@ -1,0 +1,47 @@
+"""What the engine is handed to run programs on: the links and what moving bytes over them
+takes. The engine knows nothing of NCCL or of the machine; the caller (nccl/communicator.py)
+answers these questions, and the engine only runs the flows it is given.
+
+- ``capacities()``: every link's capacity, bytes/s (directed links, host-memory resources);
+- ``sms(rank)``: the streaming multiprocessors of a rank's GPU (NCCL kernels hold one per
+  channel while they run, which slows compute beside them);
+- ``collective(op, nbytes, ranks)`` and ``sendrecv(src, dst, nbytes)``: a ``Planned`` call,
+  whose ``flow`` the fabric runs and whose ``n_channels`` SMs its kernel holds on each rank.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from simulator.engine.program import Flow
+
+
+class Planned(Protocol):
+    """One collective or transfer as its library decided it."""
+
+    @property
+    def flow(self) -> Flow: ...  # the bytes on the links: usage, progress, rate cap, latency
+
+    @property
+    def n_channels(self) -> int: ...  # SMs its kernel holds on each rank
+
+    @property
+    def algorithm(self) -> str: ...  # what the span shows of it
+
+    @property
+    def protocol(self) -> str: ...
+
+    @property
+    def transport(self) -> str: ...
+
+
+class Network(Protocol):
+    """The machine as the engine sees it (nccl.Communicator is one)."""
+
+    def capacities(self) -> dict[str, float]: ...
+
+    def sms(self, rank: int) -> int: ...
+
+    def collective(self, op: str, nbytes: int, ranks: tuple[int, ...]) -> Planned: ...
+
+    def sendrecv(self, src: int, dst: int, nbytes: int) -> Planned: ...

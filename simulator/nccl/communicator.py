@@ -1,0 +1,227 @@
+"""NCCL over one machine: which transport joins each pair of GPUs, the links a byte crosses,
+the rings and the plans of any group's collectives, under the ``NCCL_*`` variables in force.
+
+A ``Communicator`` is NCCL's view of a machine (``ncclTopoSystem`` and the communicator built
+on it): the machine itself (machine/) knows only its hardware and NCCL's path types over it;
+everything that depends on NCCL's choices lives here and is worked out once per communicator.
+A group of ranks is a split of it: its ring and plans come from the same object.
+
+It is also what the engine is handed to run a step on (engine/network.py): the links'
+capacities, the SMs of each GPU, and a plan (flows on links, channels) for every collective
+and point-to-point transfer a program asks for.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from simulator.errors import InputError
+from simulator.machine.build import load_machine
+from simulator.machine.paths import PATH_RANK, Path
+from simulator.machine.scales import NEUTRAL, RateScales
+from simulator.nccl.env import NO_ENV, NcclEnv
+from simulator.nccl.wire import HOST_MEMORY_PASSES, WireParams
+
+if TYPE_CHECKING:
+    from simulator.machine.topology import Machine
+    from simulator.nccl.collectives import Plan
+    from simulator.nccl.rings import Ring
+
+Route = tuple[tuple[str, float], ...]
+
+
+class Communicator:
+    """NCCL over ``machine`` under ``env``, moving bytes at the costs of ``wire`` (default: the
+    topology's calibration applied to wire.py's defaults)."""
+
+    def __init__(self, machine: Machine, env: NcclEnv = NO_ENV,
+                 wire: WireParams | None = None) -> None:
+        self.machine = machine
+        self.env = env
+        self.wire = wire or WireParams.from_calibration(machine.config.calibration)
+        self.plans: dict[tuple[Any, ...], Any] = {}  # collectives.py's, by call
+        self._routes: dict[tuple[int, int], Route] = {}
+        self._rings: dict[tuple[int, ...], Ring] = {}
+
+    @property
+    def n_gpus(self) -> int:
+        return self.machine.n_gpus
+
+    # --- transports -------------------------------------------------------------------
+
+    def p2p_allowed(self, path_type: str) -> bool:
+        """paths.cc ncclTopoCheckP2p: NVLink always; PCIe only if the driver allows peer
+        access and the type is at most the P2P level (NCCL_P2P_LEVEL, else the topology's
+        p2p_level; LOC = NCCL_P2P_DISABLE)."""
+        config = self.machine.config
+        level = self.env.p2p_level or config.p2p_level
+        if level == "LOC":
+            return False
+        if path_type in ("NVL", "NVB"):
+            return True
+        return config.p2p and PATH_RANK[path_type] <= PATH_RANK[level]
+
+    def transport(self, i: int, j: int) -> str:
+        """"P2P", "SHM" (staged through the receiver's host memory) or "NET" (NCCL_SHM_DISABLE:
+        sockets over loopback, staged through host memory too)."""
+        kind = self.machine.path_type(i, j)
+        if kind == "NET":
+            return "NET"
+        if i == j or self.p2p_allowed(kind):
+            return "P2P"
+        return "NET" if self.env.shm_disable else "SHM"
+
+    def mechanism(self, a: int, b: int) -> str | None:
+        """Which mechanism of machine/scales.py carries bytes from rank a to rank b (None: the
+        network, or itself)."""
+        if a == b:
+            return None
+        if self.machine.path_type(a, b) == "NVL":
+            return "nvlink"
+        transport = self.transport(a, b)
+        if transport == "SHM":
+            return "shm"
+        return "pcie_p2p" if transport == "P2P" else None
+
+    def nccl_path(self, i: int, j: int) -> Path:
+        """The GPU-to-GPU path NCCL's search walks: without P2P it is rerouted through the
+        receiver's CPU (paths.cc addInterStep): type max of both halves, bandwidth the min."""
+        m = self.machine
+        direct = m.best_path(m.gpu_nodes[i], m.gpu_nodes[j])
+        if self.transport(i, j) == "P2P" or direct.type == "NET":
+            return direct
+        cpu = self._staging_cpu(j)
+        up, down = m.best_path(m.gpu_nodes[i], cpu), m.best_path(cpu, m.gpu_nodes[j])
+        return Path(up.nodes + down.nodes[1:], up.links + down.links,
+                    max(up.type, down.type, key=PATH_RANK.__getitem__),
+                    min(up.nccl_bandwidth, down.nccl_bandwidth), min(up.capacity, down.capacity))
+
+    def _staging_cpu(self, receiver: int) -> str:
+        cpu = self.machine.local_cpu(receiver)
+        if cpu is None:
+            raise InputError(f"{self.machine.name}: no CPU node to stage SHM transfers through "
+                             f"(add a cpu node, or allow P2P)")
+        return cpu
+
+    def route(self, i: int, j: int) -> Route:
+        """The links one byte from GPU i to GPU j crosses, with bytes per byte sent.
+
+        P2P follows NCCL's best path. SHM goes up to the host memory of the receiver's socket
+        and back down (shm.cc, NCCL_SHM_LOCALITY=2); the memory is written and read: weight 2.
+        NET over loopback takes the same way with the socket's copies added (wire.py).
+        """
+        cached = self._routes.get((i, j))
+        if cached is not None:
+            return cached
+        m = self.machine
+        if i == j:
+            route: Route = ()
+        elif (transport := self.transport(i, j)) != "P2P" and m.path_type(i, j) != "NET":
+            cpu = self._staging_cpu(j)
+            up = m.best_path(m.gpu_nodes[i], cpu).links
+            down = m.best_path(cpu, m.gpu_nodes[j]).links
+            passes = float(HOST_MEMORY_PASSES[transport])
+            route = _merge([(lid, 1.0) for lid in up] + [(f"mem:{cpu}", passes)]
+                           + [(lid, 1.0) for lid in down])
+        else:
+            path = m.best_path(m.gpu_nodes[i], m.gpu_nodes[j])
+            route = tuple((lid, 1.0) for lid in path.links)
+        self._routes[(i, j)] = route
+        return route
+
+    def route_latency(self, i: int, j: int) -> float:
+        """Sum of the hop latencies along ``route(i, j)``, seconds."""
+        return sum(self.machine.links[lid].latency for lid, _ in self.route(i, j))
+
+    def bottleneck_bandwidth(self, i: int, j: int) -> float:
+        """Physical rate of one lone transfer from i to j: min over its route of capacity/weight."""
+        route = self.route(i, j)
+        if not route:
+            return float("inf")
+        return min(self.machine.links[lid].capacity / w for lid, w in route)
+
+    # --- rings and plans --------------------------------------------------------------
+
+    def ring(self, ranks: tuple[int, ...] | list[int] | None = None) -> Ring:
+        """NCCL's ring over ``ranks`` (default all): order, channels, per-channel speed."""
+        from simulator.nccl.rings import search_ring  # rings.py builds on this class
+
+        key = tuple(range(self.n_gpus)) if ranks is None else tuple(ranks)
+        if key not in self._rings:
+            self._rings[key] = search_ring(self, key)
+        return self._rings[key]
+
+    def channels(self) -> int:
+        """Channels of the communicator over the whole machine (NCCL's buffers scale with it):
+        connect.cc doubles the search's rings, then NCCL_MIN/MAX_NCHANNELS clamp them."""
+        from simulator.nccl.collectives import comm_channels
+
+        if self.n_gpus == 1:
+            return 1
+        return self.env.channels(comm_channels(self.ring().n_channels))
+
+    def plan(self, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,
+             algo: str = "auto", protocol: str | None = None) -> Plan:
+        """NCCL's decisions for one call and its flow (collectives.py), kept: steps repeat
+        the same sizes."""
+        from simulator.nccl import collectives
+
+        return collectives.plan(self, op, nbytes, ranks, algo, protocol)
+
+    # --- what the engine runs on (engine/network.py) ----------------------------------
+
+    def capacities(self) -> dict[str, float]:
+        return {lid: link.capacity for lid, link in self.machine.links.items()}
+
+    def sms(self, rank: int) -> int:
+        return self.machine.gpu_of(rank).sms
+
+    def collective(self, op: str, nbytes: int, ranks: tuple[int, ...]) -> Plan:
+        return self.plan(op, nbytes, ranks)
+
+    def sendrecv(self, src: int, dst: int, nbytes: int) -> Plan:
+        from simulator.nccl import collectives
+
+        return collectives.p2p_plan(self, src, dst, nbytes)
+
+
+def _merge(usage: list[tuple[str, float]]) -> Route:
+    """Sum the weights of a link that appears twice, keeping first-seen order."""
+    total: dict[str, float] = {}
+    for lid, w in usage:
+        total[lid] = total.get(lid, 0.0) + w
+    return tuple(total.items())
+
+
+def load_communicator(topology: str, gpus: int | None = None, scales: RateScales = NEUTRAL,
+                      env: NcclEnv = NO_ENV) -> Communicator:
+    """NCCL over the machine ``load_machine(topology, gpus, scales)`` under ``env``, built once
+    per process for each of them (rings and plans are worked out once)."""
+    return _communicator(topology, gpus, scales, env)
+
+
+@lru_cache(maxsize=64)
+def _communicator(topology: str, gpus: int | None, scales: RateScales,
+                  env: NcclEnv) -> Communicator:
+    return Communicator(load_machine(topology, gpus, scales), env)
+
+
+def forget_communicators() -> None:
+    _communicator.cache_clear()
+
+
+def transport_effects(comm: Communicator, plain: Communicator) -> list[str]:
+    """GPU pairs whose transport NCCL's variables changed (``plain``: the machine without
+    them), in words."""
+    n = comm.n_gpus
+    pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
+    moved: dict[tuple[str, str], int] = {}
+    for i, j in pairs:
+        before, after = plain.transport(i, j), comm.transport(i, j)
+        if before != after:
+            moved[(before, after)] = moved.get((before, after), 0) + 1
+    why = {"SHM": "staged through host memory", "P2P": "peer-to-peer",
+           "NET": "sockets over loopback, staged through host memory"}
+    return [f"{count} of {len(pairs)} GPU pairs use {after} ({why[after]}) instead of {before}"
+            for (before, after), count in sorted(moved.items())]
