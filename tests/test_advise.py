@@ -22,7 +22,7 @@ SIMULATED: list[api.RunSpec] = []  # what the fixture's search simulated, ranged
 
 @pytest.fixture(scope="module")
 def answer() -> dict:
-    machine = advise.Machine("2x5090", Prices(usd_per_gpu_hour=1.0))
+    machine = advise.PricedMachine("2x5090", Prices(usd_per_gpu_hour=1.0))
     simulate = api.simulate
 
     def counted(spec: api.RunSpec, **options: Any) -> api.RunResult:

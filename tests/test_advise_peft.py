@@ -19,7 +19,7 @@ PEFT = str(Path(__file__).resolve().parent / "fixtures" / "peft" / "adapter_conf
 
 def test_every_candidate_trains_the_adapters_and_the_winner_reruns(
         capsys: pytest.CaptureFixture[str]) -> None:
-    answer = advise.advise([advise.Machine("2x5090", Prices())], "llama3.2-1b", jobs=1,
+    answer = advise.advise([advise.PricedMachine("2x5090", Prices())], "llama3.2-1b", jobs=1,
                            peft=PEFT)
     assert answer["candidates"] and all(c["options"]["peft"] == PEFT
                                         for c in answer["candidates"])

@@ -52,7 +52,7 @@ def test_twice_the_gpus_and_a_bigger_card() -> None:
 
 def test_upgrades_are_simulated_with_ranges_and_priced_per_gpu() -> None:
     prices = Prices(usd_per_gpu_hour=1.0)
-    answer = advise.advise([advise.Machine("2x5090", prices)], "gpt2-medium", jobs=1)
+    answer = advise.advise([advise.PricedMachine("2x5090", prices)], "gpt2-medium", jobs=1)
     results = {r["upgrade"]: r for r in whatif.upgrades(answer["best"], prices)}
     assert set(results) == set(whatif.UPGRADES)
     for r in results.values():

@@ -37,7 +37,7 @@ Point = tuple[RunSpec, Prices, bool]  # the spec, its prices, whether to check m
 
 
 @dataclass(frozen=True)
-class Machine:
+class PricedMachine:
     """One -t of the question: the topology and the prices that apply to it."""
 
     topology: str
@@ -147,7 +147,7 @@ def objective_value(report: dict[str, Any], objective: str) -> float:
     return float("inf") if value is None else float(value)
 
 
-def check_objective(objective: str, machines: Sequence[Machine]) -> None:
+def check_objective(objective: str, machines: Sequence[PricedMachine]) -> None:
     if objective not in OBJECTIVES:
         raise InputError(f"--objective: expected one of {', '.join(OBJECTIVES)}, "
                          f"got {objective!r}")
@@ -161,7 +161,7 @@ def check_objective(objective: str, machines: Sequence[Machine]) -> None:
                                  "--price-per-gpu-hour (once, or once per -t)")
 
 
-def advise(machines: Sequence[Machine], workload: str, *, objective: str = "throughput",
+def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str = "throughput",
            jobs: int | None = None, progress: Progress | None = None,
            peft: str | None = None, load_in_4bit: bool = False) -> dict[str, Any]:
     """The whole answer: ranked candidates, the best with its ranges, and the explanation.

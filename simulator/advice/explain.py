@@ -13,7 +13,7 @@ from simulator.advice import candidates as cand
 from simulator.units import GiB
 
 if TYPE_CHECKING:
-    from simulator.advice.advise import Machine
+    from simulator.advice.advise import PricedMachine
 
 
 @dataclass
@@ -59,7 +59,7 @@ def search_lines(workload: str, names: str, tally: Tally, objective: str, worker
     return [head, search]
 
 
-def prefix(machines: Sequence[Machine], m: Machine) -> str:
+def prefix(machines: Sequence[PricedMachine], m: PricedMachine) -> str:
     return f"on {api.load_machine(m.topology).name}, " if len(machines) > 1 else ""
 
 
@@ -174,7 +174,7 @@ def machine_reason(first: dict[str, Any], second: dict[str, Any], objective: str
     return text
 
 
-def machine_lines(reports: list[dict[str, Any]], machines: Sequence[Machine], objective: str
+def machine_lines(reports: list[dict[str, Any]], machines: Sequence[PricedMachine], objective: str
                   ) -> list[str]:
     """Each machine's own best, in the objective's order."""
     firsts: dict[str, dict[str, Any]] = {}

@@ -50,7 +50,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     script_output.check(args)
-    machines = [core.Machine(t, price_flags.prices(args, i, len(args.topology)))
+    machines = [core.PricedMachine(t, price_flags.prices(args, i, len(args.topology)))
                 for i, t in enumerate(args.topology)]
     jobs = positive_int(args.jobs, "--jobs")
     with terminal.progress("simulating candidates") as update:

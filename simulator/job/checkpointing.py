@@ -100,7 +100,7 @@ def _saved_tensors(job: Job, flash: bool) -> dict[str, tuple[float, bool]]:
     assert A is not None
     out: dict[str, tuple[float, bool]] = {}
     for op in bld.block_ops:
-        saved = bld.stage(0, op).saved_per_token
+        saved = bld.memory_bound(0, op).saved_per_token
         if saved:
             out[f"{op} (kernel regime)"] = (saved, op == "mlp_act")
     if flash:

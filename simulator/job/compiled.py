@@ -19,10 +19,10 @@ reduction nodes; GEMMs stay cuBLAS extern kernels):
 
 from __future__ import annotations
 
-from simulator.job.kernels import NONE, Kernel, Shape, Stage, pointwise, tiny
+from simulator.job.kernels import NONE, BlockShape, Kernel, MemoryBound, pointwise, tiny
 
 
-def norm(s: Shape, kind: str, *, residual: bool = False) -> Stage:
+def norm(s: BlockShape, kind: str, *, residual: bool = False) -> MemoryBound:
     """The norm as one reduction kernel; ``residual``: the add before it is fused in (reads
     the stream and the branch, writes the new stream and the normalised output)."""
     n, e = s.n_h, s.e
@@ -33,10 +33,10 @@ def norm(s: Shape, kind: str, *, residual: bool = False) -> Stage:
     bwd = [pointwise(f"{kind}_backward.dx", n, reads=3 * e, writes=e),
            pointwise(f"{kind}_backward.dweight", n, reads=2 * e, writes=0),
            tiny(f"{kind}_backward.dweight_sum")]
-    return Stage.of(fwd, bwd, saved_per_token=e * s.hidden)  # its input; rstd is one per row
+    return MemoryBound.of(fwd, bwd, saved_per_token=e * s.hidden)  # its input; rstd is one per row
 
 
-def rotary(s: Shape, style: str) -> Stage:
+def rotary(s: BlockShape, style: str) -> MemoryBound:
     """q and k rotated in one kernel (any style: it is register arithmetic); under
     grouped-query attention the rotated K is written once per query head in the same kernel
     (see attention_layout)."""
@@ -46,43 +46,44 @@ def rotary(s: Shape, style: str) -> Stage:
                   name="rotary_qk")]
     bwd = [Kernel("memory", 6 * (s.n_h + s.n_kv), (2 * s.n_h + k_out + s.n_kv) * e,
                   name="rotary_qk_backward")]
-    return Stage.of(fwd, bwd)
+    return MemoryBound.of(fwd, bwd)
 
 
-def attention_layout(s: Shape, *, qkv_fused: bool) -> Stage:
+def attention_layout(s: BlockShape, *, qkv_fused: bool) -> MemoryBound:
     """V repeated per query head (K's repeat is fused into the rotary kernel); a fused QKV
     projection's dq, dk, dv are written straight into one gradient buffer by the kernels that
     produce them, so no concatenation."""
     if not s.repeats_kv:
         return NONE
     e = s.e
-    return Stage.of([Kernel("memory", 0.0, (s.n_kv + s.n_h) * e, name="repeat_kv.v")],
+    return MemoryBound.of([Kernel("memory", 0.0, (s.n_kv + s.n_h) * e, name="repeat_kv.v")],
                     [Kernel("memory", s.n_h, (s.n_h + s.n_kv) * e,
                             name="repeat_kv.v.sum_backward")])
 
 
-def activation(s: Shape, mlp: str, *, gelu: str = "native") -> Stage:
+def activation(s: BlockShape, mlp: str, *, gelu: str = "native") -> MemoryBound:
     """One kernel each way; saves the GEMM outputs it reads (gate and up, or the GELU input)."""
     n, e = s.n_f, s.e
     if mlp == "swiglu":
-        return Stage.of([pointwise("silu_mul", n, reads=2 * e, writes=e, flops_per_element=5)],
+        return MemoryBound.of([pointwise("silu_mul", n, reads=2 * e, writes=e,
+                                         flops_per_element=5)],
                         [pointwise("silu_mul_backward", n, reads=3 * e, writes=2 * e,
                                    flops_per_element=10)],
                         saved_per_token=2 * e * s.ffn)
-    return Stage.of([pointwise("gelu", n, reads=e, writes=e, flops_per_element=8)],
+    return MemoryBound.of([pointwise("gelu", n, reads=e, writes=e, flops_per_element=8)],
                     [pointwise("gelu_backward", n, reads=2 * e, writes=e, flops_per_element=12)],
                     saved_per_token=e * s.ffn)
 
 
-def residual(s: Shape, *, dropout: bool, into_norm: bool = False) -> Stage:
+def residual(s: BlockShape, *, dropout: bool, into_norm: bool = False) -> MemoryBound:
     """``into_norm``: fused into the next norm's kernel (inside a compiled block); otherwise
     one add (with the dropout) of its own. Backward: folded into the norms' dx kernels."""
     mask = s.hidden if dropout else 0.0  # the dropout mask (random ops are never recomputed)
     if into_norm:
-        return Stage(saved_per_token=mask)
+        return MemoryBound(saved_per_token=mask)
     n, e = s.n_h, s.e
     writes = e + (1 if dropout else 0)
     fwd = [pointwise("add_residual" + ("_dropout" if dropout else ""), n, reads=2 * e,
                      writes=writes)]
     bwd = [pointwise("dropout_backward", n, reads=e + 1, writes=e)] if dropout else []
-    return Stage.of(fwd, bwd, saved_per_token=mask)
+    return MemoryBound.of(fwd, bwd, saved_per_token=mask)

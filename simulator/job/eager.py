@@ -34,7 +34,7 @@ Sources, one per stage:
 
 from __future__ import annotations
 
-from simulator.job.kernels import FP32, Kernel, Shape, Stage, pointwise, tiny
+from simulator.job.kernels import FP32, BlockShape, Kernel, MemoryBound, pointwise, tiny
 
 RotaryStyle = str  # "rotate_half" (transformers), "complex" (torchtitan), "pairs" (torchtune)
 
@@ -44,11 +44,11 @@ def _cast(name: str, n: float, src: int, dst: int) -> list[Kernel]:
     return [] if src == dst else [pointwise(name, n, reads=src, writes=dst)]
 
 
-def norm(s: Shape, kind: str, *, residual: bool = False) -> Stage:
+def norm(s: BlockShape, kind: str, *, residual: bool = False) -> MemoryBound:
     """Pre-LN norm on the residual stream (eager never fuses the residual add into it)."""
     n, e = s.n_h, s.e
     if kind == "layernorm":
-        return Stage.of([pointwise("native_layer_norm", n, reads=e, writes=e)],
+        return MemoryBound.of([pointwise("native_layer_norm", n, reads=e, writes=e)],
                         [pointwise("layer_norm_backward.dx", n, reads=2 * e, writes=e),
                          pointwise("layer_norm_backward.dgamma_dbeta", n, reads=2 * e, writes=0),
                          tiny("layer_norm_backward.sum")],
@@ -75,7 +75,7 @@ def norm(s: Shape, kind: str, *, residual: bool = False) -> Stage:
                 pointwise("accumulate_grad_x", n, reads=2 * f32, writes=f32),
                 *_cast("to_fp32.backward", n, f32, e)]
     # pow and mul save the fp32 input (x itself under fp32); the weight mul saves its bf16 input
-    return Stage.of(forward, backward, saved_per_token=(f32 + e) * s.hidden)
+    return MemoryBound.of(forward, backward, saved_per_token=(f32 + e) * s.hidden)
 
 
 def _rotary_one(n: float, e: int, style: RotaryStyle, tag: str) -> tuple[list[Kernel],
@@ -126,15 +126,15 @@ def _rotary_one(n: float, e: int, style: RotaryStyle, tag: str) -> tuple[list[Ke
     return fwd, bwd
 
 
-def rotary(s: Shape, style: RotaryStyle) -> Stage:
+def rotary(s: BlockShape, style: RotaryStyle) -> MemoryBound:
     """Rotary embedding of q and k. Nothing large is saved: cos, sin or freqs_cis carry no
     gradient, so autograd keeps only them."""
     fq, bq = _rotary_one(s.n_h, s.e, style, "rope_q")
     fk, bk = _rotary_one(s.n_kv, s.e, style, "rope_k")
-    return Stage.of(fq + fk, bq + bk)
+    return MemoryBound.of(fq + fk, bq + bk)
 
 
-def attention_layout(s: Shape, *, qkv_fused: bool) -> Stage:
+def attention_layout(s: BlockShape, *, qkv_fused: bool) -> MemoryBound:
     """Copies between the projections and the attention kernel (SDPA takes strided q, k, v
     whose last dimension is contiguous, so transposes are views; its output is laid out
     (b, s, heads, d), so ``transpose(1, 2).contiguous()`` copies nothing)."""
@@ -149,16 +149,16 @@ def attention_layout(s: Shape, *, qkv_fused: bool) -> Stage:
             fwd.append(Kernel("memory", 0.0, (s.n_kv + s.n_h) * e, name=f"repeat_kv.{t}"))
             bwd.append(Kernel("memory", s.n_h, (s.n_h + s.n_kv) * e,
                               name=f"repeat_kv.{t}.sum_backward"))
-    return Stage.of(fwd, bwd)
+    return MemoryBound.of(fwd, bwd)
 
 
-def activation(s: Shape, mlp: str, *, gelu: str = "native") -> Stage:
+def activation(s: BlockShape, mlp: str, *, gelu: str = "native") -> MemoryBound:
     """The MLP's activation between the up and down projections. Saved here: what the
     activation's own backward needs (its output, the down projection's input, is counted
     with the GEMM inputs)."""
     n, e = s.n_f, s.e
     if mlp == "swiglu":
-        return Stage.of([pointwise("silu", n, reads=e, writes=e, flops_per_element=4),
+        return MemoryBound.of([pointwise("silu", n, reads=e, writes=e, flops_per_element=4),
                          pointwise("mul", n, reads=2 * e, writes=e)],
                         [pointwise("mul_backward.grad_silu", n, reads=2 * e, writes=e),
                          pointwise("mul_backward.grad_up", n, reads=2 * e, writes=e),
@@ -175,13 +175,13 @@ def activation(s: Shape, mlp: str, *, gelu: str = "native") -> Stage:
                 ("mul_half_backward", 1), ("accumulate0", 2), ("accumulate1", 2)]
         bwd = [pointwise(f"gelu_new.{name}", n, reads=r * e, writes=e) for name, r in bops]
         # pow saves x, tanh its output, the last mul both of its inputs
-        return Stage.of(fwd, bwd, saved_per_token=4 * e * s.ffn)
-    return Stage.of([pointwise("gelu", n, reads=e, writes=e, flops_per_element=8)],
+        return MemoryBound.of(fwd, bwd, saved_per_token=4 * e * s.ffn)
+    return MemoryBound.of([pointwise("gelu", n, reads=e, writes=e, flops_per_element=8)],
                     [pointwise("gelu_backward", n, reads=2 * e, writes=e, flops_per_element=12)],
                     saved_per_token=e * s.ffn)  # its input
 
 
-def residual(s: Shape, *, dropout: bool, into_norm: bool = False) -> Stage:
+def residual(s: BlockShape, *, dropout: bool, into_norm: bool = False) -> MemoryBound:
     """``residual + dropout(branch)``; backward: the dropout's mask pass and the add where the
     stream's two gradients meet."""
     n, e = s.n_h, s.e
@@ -192,4 +192,4 @@ def residual(s: Shape, *, dropout: bool, into_norm: bool = False) -> Stage:
         bwd.append(pointwise("native_dropout_backward", n, reads=e + 1, writes=e))
     fwd.append(pointwise("add_residual", n, reads=2 * e, writes=e))
     bwd.append(pointwise("accumulate_residual_grad", n, reads=2 * e, writes=e))
-    return Stage.of(fwd, bwd, saved_per_token=s.hidden if dropout else 0.0)  # 1-byte mask
+    return MemoryBound.of(fwd, bwd, saved_per_token=s.hidden if dropout else 0.0)  # 1-byte mask

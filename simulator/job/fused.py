@@ -19,44 +19,45 @@ stack launch instead of PyTorch's op-by-op modules.
 
 from __future__ import annotations
 
-from simulator.job.kernels import Shape, Stage, pointwise, tiny
+from simulator.job.kernels import BlockShape, MemoryBound, pointwise, tiny
 
 
-def norm(s: Shape, kind: str, *, residual: bool = False) -> Stage:
+def norm(s: BlockShape, kind: str, *, residual: bool = False) -> MemoryBound:
     n, e = s.n_h, s.e
     reads, writes = (2 * e, 2 * e) if residual else (e, e)
     fwd = [pointwise(f"fused_{kind}{'_add' if residual else ''}", n, reads=reads, writes=writes)]
     bwd = [pointwise(f"fused_{kind}_backward", n, reads=3 * e, writes=e),
            tiny(f"fused_{kind}_backward.dweight_sum")]
-    return Stage.of(fwd, bwd, saved_per_token=e * s.hidden)  # its input; rstd one per row
+    return MemoryBound.of(fwd, bwd, saved_per_token=e * s.hidden)  # its input; rstd one per row
 
 
-def rotary(s: Shape, style: str) -> Stage:
+def rotary(s: BlockShape, style: str) -> MemoryBound:
     e = s.e
-    return Stage.of([pointwise("fused_rope.q", s.n_h, reads=e, writes=e),
+    return MemoryBound.of([pointwise("fused_rope.q", s.n_h, reads=e, writes=e),
                      pointwise("fused_rope.k", s.n_kv, reads=e, writes=e)],
                     [pointwise("fused_rope_backward.q", s.n_h, reads=e, writes=e),
                      pointwise("fused_rope_backward.k", s.n_kv, reads=e, writes=e)])
 
 
-def attention_layout(s: Shape, *, qkv_fused: bool) -> Stage:
-    return Stage()
+def attention_layout(s: BlockShape, *, qkv_fused: bool) -> MemoryBound:
+    return MemoryBound()
 
 
-def activation(s: Shape, mlp: str, *, gelu: str = "native") -> Stage:
+def activation(s: BlockShape, mlp: str, *, gelu: str = "native") -> MemoryBound:
     n, e = s.n_f, s.e
     if mlp == "swiglu":  # bias_swiglu: input is gate and up side by side
-        return Stage.of([pointwise("bias_swiglu", n, reads=2 * e, writes=e, flops_per_element=5)],
+        return MemoryBound.of([pointwise("bias_swiglu", n, reads=2 * e, writes=e,
+                                         flops_per_element=5)],
                         [pointwise("bias_swiglu_backward", n, reads=3 * e, writes=2 * e,
                                    flops_per_element=10)],
                         saved_per_token=2 * e * s.ffn)
-    return Stage.of([pointwise("bias_gelu", n, reads=e, writes=e, flops_per_element=8)],
+    return MemoryBound.of([pointwise("bias_gelu", n, reads=e, writes=e, flops_per_element=8)],
                     [pointwise("bias_gelu_backward", n, reads=2 * e, writes=e,
                                flops_per_element=12)],
                     saved_per_token=e * s.ffn)
 
 
-def residual(s: Shape, *, dropout: bool, into_norm: bool = True) -> Stage:
+def residual(s: BlockShape, *, dropout: bool, into_norm: bool = True) -> MemoryBound:
     """Always folded into the following norm's kernel; the dropout mask is what it keeps."""
-    return Stage(saved_per_token=s.hidden if dropout else 0.0)
+    return MemoryBound(saved_per_token=s.hidden if dropout else 0.0)
 

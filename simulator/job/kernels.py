@@ -1,11 +1,11 @@
-"""The unit of GPU work the simulator times: a `Kernel`, and a `Stage` of memory-bound kernels.
+"""The unit of GPU work the simulator times: a `Kernel`, and `MemoryBound` runs of them.
 
 A `Kernel` is one launch: a GEMM (with its shape, for tile efficiency), a flash-attention
 kernel, or a memory-bound elementwise kernel, with its FLOPs and the HBM bytes it reads and
 writes. simulator/job/compute.py times each kernel by a roofline.
 
-A `Stage` is the memory-bound work between two GEMMs (a norm, rotary, the MLP activation, a
-residual add) as one kernel regime runs it: its forward kernels, its backward kernels, and the
+A `MemoryBound` is the memory-bound work between two GEMMs (a norm, rotary, the MLP activation,
+a residual add) as one kernel regime runs it: its forward kernels, its backward kernels, and the
 bytes per token it keeps for backward. The regimes are simulator/job/eager.py (PyTorch modules
 as the frameworks write them), compiled.py (torch.compile / Inductor) and fused.py (hand-fused
 kernels). Bytes are counted per element moved: a kernel reading a bf16 tensor of N elements
@@ -60,7 +60,7 @@ def tiny(name: str) -> Kernel:
 
 
 @dataclass(frozen=True)
-class Stage:
+class MemoryBound:
     """Memory-bound work between GEMMs as one regime runs it."""
 
     forward: tuple[Kernel, ...] = ()
@@ -68,11 +68,12 @@ class Stage:
     saved_per_token: float = 0.0  # bytes kept for backward, beyond the GEMM and attention inputs
 
     @staticmethod
-    def of(forward: list[Kernel], backward: list[Kernel], saved_per_token: float = 0.0) -> Stage:
-        return Stage(tuple(forward), tuple(backward), saved_per_token)
+    def of(forward: list[Kernel], backward: list[Kernel],
+           saved_per_token: float = 0.0) -> MemoryBound:
+        return MemoryBound(tuple(forward), tuple(backward), saved_per_token)
 
-    def __add__(self, other: Stage) -> Stage:
-        return Stage(self.forward + other.forward, self.backward + other.backward,
+    def __add__(self, other: MemoryBound) -> MemoryBound:
+        return MemoryBound(self.forward + other.forward, self.backward + other.backward,
                      self.saved_per_token + other.saved_per_token)
 
     @property
@@ -84,11 +85,11 @@ class Stage:
         return sum(k.bytes for k in self.backward)
 
 
-NONE = Stage()
+NONE = MemoryBound()
 
 
 @dataclass(frozen=True)
-class Shape:
+class BlockShape:
     """The sizes a block's stages work on: one micro-batch of ``tokens`` on one GPU."""
 
     tokens: int

@@ -32,7 +32,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from simulator.job import attention, eager, loss
-from simulator.job.kernels import NONE, Kernel, Shape, Stage, gemm, memory, pointwise
+from simulator.job.kernels import NONE, BlockShape, Kernel, MemoryBound, gemm, memory, pointwise
 from simulator.job.parameters import QA_LABELS
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class Builder:
         self.a = job.activation_bytes
         self.T = job.tokens_per_micro_batch
         A = self.arch
-        self.shape = Shape(self.T, A.hidden, A.kv_dim, A.ffn_hidden, A.heads, self.a)
+        self.shape = BlockShape(self.T, A.hidden, A.kv_dim, A.ffn_hidden, A.heads, self.a)
         self.kernels = job.recipe.kernels
         self.regime = regime(self.kernels)
         # module -> indices of its params (params follow modules in order)
@@ -127,22 +127,22 @@ class Builder:
         self.loss = loss.cross_entropy(job.recipe.cross_entropy,
                                        self.T * (QA_LABELS if A.encoder else A.vocab), self.a,
                                        compiled=job.recipe.loss_compiled)
-        self._stages: dict[tuple[int, str], Stage] = {}
+        self._memory_bound: dict[tuple[int, str], MemoryBound] = {}
         self._kernels: dict[tuple[str, int, str], list[Kernel]] = {}
 
-    # --- the regime's memory-bound stages -----------------------------------------------------
+    # --- the regime's memory-bound work -----------------------------------------------------
     def _key(self, block: int, op: str) -> tuple[int, str]:
         """Blocks are alike but for the first one (no residual stream before it): cache key."""
         return (min(block, 1) if 0 <= block < self.arch.layers else block, op)
 
-    def stage(self, block: int, op: str) -> Stage:
+    def memory_bound(self, block: int, op: str) -> MemoryBound:
         """The memory-bound work of one block op under the job's kernel regime."""
         key = self._key(block, op)
-        if key not in self._stages:
-            self._stages[key] = self._stage(block, op)
-        return self._stages[key]
+        if key not in self._memory_bound:
+            self._memory_bound[key] = self._memory_bound_of(block, op)
+        return self._memory_bound[key]
 
-    def _stage(self, block: int, op: str) -> Stage:
+    def _memory_bound_of(self, block: int, op: str) -> MemoryBound:
         A, s, r, k = self.arch, self.shape, self.regime, self.kernels
         dropout = self.job.hidden_dropout
         post_ln = A.encoder
@@ -156,7 +156,7 @@ class Builder:
             regime = eager if k == "compiled" else r
             return regime.norm(s, A.norm, residual=k == "fused")  # type: ignore[no-any-return]
         if op == "embedding_norm":  # BertEmbeddings: LayerNorm, then dropout
-            drop = Stage.of([pointwise("native_dropout", s.n_h, reads=s.e, writes=s.e + 1)],
+            drop = MemoryBound.of([pointwise("native_dropout", s.n_h, reads=s.e, writes=s.e + 1)],
                             [pointwise("native_dropout_backward", s.n_h, reads=s.e + 1,
                                        writes=s.e)], saved_per_token=s.hidden) \
                 if dropout else NONE
@@ -260,7 +260,7 @@ class Builder:
     def _forward(self, block: int, op: str) -> list[Kernel]:
         A, T, a, j = self.arch, self.T, self.a, self.job
         mods = self.by_op.get((block, op), [])
-        stage = self.stage(block, op).forward
+        glue = self.memory_bound(block, op).forward
         if op == "attention":
             return self._attention(backward=False)
         if op == "embedding":  # gather rows of each table (read + write), add position rows
@@ -270,12 +270,12 @@ class Builder:
             return [gather] + ([memory(T * A.hidden * (2 * a + 1), name="native_dropout")]
                                if j.hidden_dropout else [])
         if op == "embedding_norm":
-            return list(stage)
+            return list(glue)
         if op == "loss":
             return list(self.loss.forward)
         if op == "lm_head":
             return self._head_fwd(mods)
-        return self._linears_fwd(mods) + list(stage)
+        return self._linears_fwd(mods) + list(glue)
 
     def _attention(self, *, backward: bool) -> list[Kernel]:
         """The attention core's kernels: eager matmul-softmax-matmul or one FlashAttention."""
@@ -302,7 +302,7 @@ class Builder:
     def _backward(self, block: int, op: str) -> list[Kernel]:
         A, T, a, j = self.arch, self.T, self.a, self.job
         mods = self.by_op.get((block, op), [])
-        stage = list(self.stage(block, op).backward)
+        glue = list(self.memory_bound(block, op).backward)
         if op == "attention":
             return self._attention(backward=True)
         if op == "loss":
@@ -336,9 +336,9 @@ class Builder:
             kernels = [k for mod in reversed(mods) for k in self._linear_bwd(mod)]
             kernels += self._accumulate(T * mods[0].in_features, len(mods))
             if op in ("attn_out", "mlp_out"):  # the residual's backward runs first
-                return stage + kernels
-            return kernels + stage  # qkv: the repeat/rotary backward ran before the GEMMs
-        return stage
+                return glue + kernels
+            return kernels + glue  # qkv: the repeat/rotary backward ran before the GEMMs
+        return glue
 
     def grads(self, block: int, op: str) -> tuple[int, ...]:
         idx = [i for mod in self.by_op.get((block, op), []) for i in self.mod_params[mod.path]]
@@ -355,5 +355,6 @@ class Builder:
 
 
 def builder(job: Job) -> Builder:
-    """The op builder of a transformer job (checkpointing.py reads its stages and shapes)."""
+    """The op builder of a transformer job (checkpointing.py reads its memory-bound work and
+    shapes)."""
     return Builder(job)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from simulator.engine.program import Program
     from simulator.job.workload import Job
     from simulator.machine.topology import Machine
-    from simulator.strategies.pipeline_layout import Shape
+    from simulator.strategies.pipeline_layout import PipelineShape
 
 def build(name: str, job: Job, machine: Machine, options: StrategyOptions | None = None
           ) -> list[Program]:
@@ -58,7 +58,7 @@ def _pipeline_options(name: str, machine: Machine, opts: StrategyOptions) -> Str
 
 
 def pipeline_shape(name: str, job: Job, machine: Machine, options: StrategyOptions
-                   ) -> Shape:
+                   ) -> PipelineShape:
     """A pipeline's shape without its programs (what the memory verdict needs)."""
     from simulator.strategies import pipeline_layout
 

@@ -115,7 +115,7 @@ def in_flight(steps: list[schedules.Step], layers: list[int], head_chunk: int | 
 
 
 @dataclass(frozen=True)
-class Shape:
+class PipelineShape:
     """A pipeline without its programs: ``meta`` (stages and their GPUs, layers, the
     closed-form bubble, each stage's activations in flight), every rank's steps, the layout."""
 
@@ -125,7 +125,7 @@ class Shape:
 
 
 def describe(job: Job, machine: Machine, options: StrategyOptions,
-             ops: tuple[list[Op], list[Op]] | None = None) -> Shape:
+             ops: tuple[list[Op], list[Op]] | None = None) -> PipelineShape:
     """The pipeline's shape (what `memory` needs, and what `build` builds on)."""
     if job.arch is None:
         raise InputError("pipeline parallelism needs a transformer `model`: the message "
@@ -140,7 +140,7 @@ def describe(job: Job, machine: Machine, options: StrategyOptions,
                          f"and {job.kv_heads} KV heads")
     chunks = split_blocks(job, machine.gpu_of(0), p * v, ops[0] + ops[1])
     heads = [c for c, blocks in enumerate(chunks) if job.n_blocks in blocks]
-    return Shape({
+    return PipelineShape({
         "stages": p, "schedule": options.schedule, "micro_batches": m, "virtual_stages": v,
         "stage_gpus": [list(s) for s in lay.stages],
         "layers": [[b for b in blocks if 0 <= b < job.n_blocks] for blocks in chunks],
