@@ -4,7 +4,10 @@ Every subcommand module has ``add_parser(subparsers)`` and ``run(args) -> int``.
 module of the command being run is imported (its flags are built then); the others appear in
 ``stepsim --help`` by the one-line help in ``COMMANDS``, so `stepsim --version` or `stepsim
 presets` never load the simulator. Bad input (an :class:`InputError`) is printed as one line
-on stderr with exit status 2, never a traceback.
+on stderr with exit status 2, never a traceback. A reader that leaves early (`stepsim ... |
+head -1`) ends the command quietly with status 0, whatever was being written (tables, JSON,
+CSV, a trace streamed to /dev/stdout); a stdout that cannot be written (a full disk) is one
+line on stderr and status 2.
 
 ``entry`` is the installed `stepsim` program: once the answer is written and flushed it ends
 the process without tearing the interpreter down (freeing every module and object of a
@@ -19,7 +22,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from simulator import __version__
 from simulator.errors import InputError
@@ -71,14 +74,13 @@ def build_parser(command: str | None = None, *, listed: bool = True) -> argparse
 def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> int:
     """Run one command; ``whole_process``: the process ends with it (the `stepsim` program)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv == ["--version"]:  # argparse's own answer, without building (or importing) it
-        print(f"stepsim {__version__}")
-        return 0
-    from simulator.commands.parsing import UsageError
-
     prog = "stepsim"
     command = _command_of(argv)
     try:
+        if argv == ["--version"]:  # argparse's own answer, without building (or importing) it
+            print(f"stepsim {__version__}")
+            sys.stdout.flush()
+            return 0
         known = command if command in COMMANDS else None
         # the others are listed only where argparse may print them: an unknown command, or a
         # help flag before the command (`stepsim --help run` is the top-level help)
@@ -96,18 +98,13 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
         code = int(args.handler(args))
         sys.stdout.flush()  # a full or closed stdout fails here, not in interpreter teardown
         return code
-    except UsageError as exc:
-        return _fail(exc.prog, exc, argv)
-    except InputError as exc:
-        return _fail(prog, exc, argv)
+    except InputError as exc:  # a UsageError (parsing.py) names the (sub)command argparse read
+        return _fail(getattr(exc, "prog", prog), exc, argv)
     except BrokenPipeError:  # `stepsim ... | head`: the reader has all it wanted
-        _silence_stdout()
+        _silence(sys.stdout)
         return 0
     except OSError as exc:  # stdout itself cannot be written (a full disk, /dev/full)
-        _silence_stdout()
-        print(f"{prog}: error: cannot write the output: {exc.strerror or exc}",
-              file=sys.stderr)
-        return 2  # no error object: stdout is what failed
+        return _cannot_write(prog, exc)
 
 
 def _fail(prog: str, exc: InputError, argv: Sequence[str]) -> int:
@@ -117,7 +114,7 @@ def _fail(prog: str, exc: InputError, argv: Sequence[str]) -> int:
 
     from simulator.outputs.jsondoc import SCHEMA_VERSION
 
-    print(f"{prog}: error: {exc}", file=sys.stderr)
+    _tell(f"{prog}: error: {exc}")
     if "--json" in argv:
         key, message = exc.key, exc.message
         flag = re.match(r"(-{1,2}[A-Za-z][\w-]*): (.+)", message)
@@ -128,14 +125,32 @@ def _fail(prog: str, exc: InputError, argv: Sequence[str]) -> int:
             print(json.dumps({"schema_version": SCHEMA_VERSION, "error": error}))
             sys.stdout.flush()
         except OSError:
-            _silence_stdout()
+            _silence(sys.stdout)
     return 2
 
 
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so Python's exit does not fail flushing it a second time."""
-    with contextlib.suppress(OSError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+def _cannot_write(prog: str, exc: OSError) -> int:
+    """stdout failed (ENOSPC, EIO): one line on stderr, exit 2 (no error object: stdout is
+    what failed)."""
+    _silence(sys.stdout)
+    _tell(f"{prog}: error: cannot write the output: {exc.strerror or exc}")
+    return 2
+
+
+def _tell(line: str) -> None:
+    """A line on stderr, if stderr can still be written (its reader may have left too)."""
+    try:
+        print(line, file=sys.stderr)
+        sys.stderr.flush()
+    except OSError:
+        _silence(sys.stderr)
+
+
+def _silence(stream: TextIO) -> None:
+    """Point ``stream``'s descriptor at /dev/null, so that Python's exit does not fail
+    flushing what it still holds a second time."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 def entry() -> None:
@@ -148,12 +163,17 @@ def entry() -> None:
     except SystemExit as exc:  # argparse's --help and --version
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
         if exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except OSError:  # the reader left (`stepsim ... | head`), or the disk is full
-            _silence_stdout()
+            _tell(str(exc.code))
+    try:  # what argparse's help left in the buffer
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence(sys.stdout)
+    except OSError as exc:
+        code = code or _cannot_write("stepsim", exc)
+    try:
+        sys.stderr.flush()
+    except OSError:
+        _silence(sys.stderr)
     os._exit(code)
 
 

@@ -129,7 +129,7 @@ class _Full(io.TextIOWrapper):
 def test_a_full_stdout_is_one_line_not_a_traceback(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr("sys.stdout", _Full())
-    monkeypatch.setattr("simulator.cli._silence_stdout", lambda: None)
+    monkeypatch.setattr("simulator.cli._silence", lambda stream: None)
     assert main(["presets"]) == 2
     err = capsys.readouterr().err
     assert err == "stepsim presets: error: cannot write the output: No space left on device\n"

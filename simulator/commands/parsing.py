@@ -1,9 +1,10 @@
 """The one argument-parser style of every `stepsim` command.
 
-``Parser`` is argparse with three changes: a bad or unknown flag is one line (``UsageError``,
+``Parser`` is argparse with four changes: a bad or unknown flag is one line (``UsageError``,
 exit 2, no usage block; a near miss is suggested), a prefix of a flag is not taken for the
-flag (``allow_abbrev=False``: ``--bucket-m`` is an error, not ``--bucket-mb``), and a
-value-taking flag given twice is refused instead of the last one silently winning. Number
+flag (``allow_abbrev=False``: ``--bucket-m`` is an error, not ``--bucket-mb``), a
+value-taking flag given twice is refused instead of the last one silently winning, and help
+that cannot be written fails as any output does (argparse would drop the error). Number
 flags are read by ``whole`` and ``number``, which word their errors like the rest.
 """
 
@@ -11,10 +12,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from simulator.errors import InputError
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 
 class UsageError(InputError):
@@ -57,6 +62,11 @@ class Parser(argparse.ArgumentParser):
         if extra:  # here, so a subcommand's stray flag is reported by that subcommand
             self.error(self._unknown(extra))
         return parsed, extra
+
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        # argparse's own drops a failed write (a full disk would print nothing, status 0);
+        # here it fails like every other output, for the CLI to tell (cli.py)
+        (file or sys.stdout).write(self.format_help())
 
     def error(self, message: str) -> NoReturn:
         message = message.removeprefix("argument ")

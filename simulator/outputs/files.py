@@ -13,7 +13,10 @@ What a path may be, and what happens:
 - a symlink: the file it points to is written, so the link stays a link;
 - this process's own stdout or stderr (``/dev/stdout``, ``/dev/fd/1``, or a file the shell
   redirected them to), a FIFO with a reader, a terminal, ``/dev/null``: streamed, never
-  replaced; nothing else of a run depends on a stream, so streams are written last;
+  replaced; nothing else of a run depends on a stream, so streams are written last, and a
+  stream whose reader leaves early (`--trace /dev/stdout | head`) fails nothing: the files
+  stay, and for stdout or stderr the ``BrokenPipeError`` goes on to the CLI, which ends
+  quietly;
 - a directory, a socket, a block device or any other character device, and ``-``: refused.
 Two outputs naming one file are refused. Every problem is one :class:`InputError` line
 ("cannot write PATH: reason"), never a traceback.
@@ -54,6 +57,7 @@ class _Target:
     given: str  # as the user wrote it, for messages
     path: Path  # where the bytes go (a symlink's target)
     stream: bool  # written in place (stdout, FIFO, terminal, /dev/null), never renamed
+    left: bool = False  # a stream whose reader left before the end
     tmp: Path | None = None
     backup: Path | None = None
     moved: bool = False
@@ -71,6 +75,7 @@ def write_files(writers: Mapping[str | Path, Writer] | Sequence[tuple[str | Path
     targets = [_classify(str(p)) for p, _ in pairs]
     _refuse_duplicates(targets)
     current = targets[0] if targets else None
+    left: BrokenPipeError | None = None
     try:
         for current, (_, write) in zip(targets, pairs, strict=True):
             current.tmp = _temporary(current)
@@ -80,7 +85,12 @@ def write_files(writers: Mapping[str | Path, Writer] | Sequence[tuple[str | Path
                 _move_into_place(current)
         for current in targets:
             if current.stream:
-                _stream(current)
+                try:
+                    _stream(current)
+                except BrokenPipeError as exc:  # its reader left: it had what it wanted
+                    current.left = True
+                    if _same_as_std_stream(current.path):  # ... the command's reader too
+                        left = exc
     except OSError as exc:
         _roll_back(targets)
         assert current is not None
@@ -93,10 +103,12 @@ def write_files(writers: Mapping[str | Path, Writer] | Sequence[tuple[str | Path
             for leftover in (t.tmp, t.backup):
                 if leftover is not None:
                     leftover.unlink(missing_ok=True)
-    written = [t.given for t in targets]
+    written = [t.given for t in targets if not t.left]
     if announce:
         for name in written:
             print(f"wrote {name}", file=sys.stderr)
+    if left is not None:  # the files are in place; the CLI ends quietly (cli.py)
+        raise left
     return written
 
 
