@@ -26,7 +26,7 @@ from simulator.commands import figures as fig
 from simulator.commands import price_flags, recipe_flags, script_output, terminal
 from simulator.commands.parsing import whole
 from simulator.commands.run import NUMBER_FLAGS, add_job_arguments, check_strategy, memory_verdict
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.machine.nccl_env import NcclEnv
 from simulator.outputs.files import write_atomically
 from simulator.strategies.recipe import unused_flags
@@ -61,7 +61,8 @@ def points(args: argparse.Namespace) -> tuple[list[str], list[dict[str, Any]]]:
         flag = "--" + option.replace("_", "-")
         items = [v.strip() for v in str(text).split(",")]
         if not all(items):
-            raise InputError(f"{flag}: expected a comma-separated list of values, got {text!r}")
+            raise InputError(f"{flag}: expected a comma-separated list of values, "
+                             f"got {quoted(text)}")
         values = [parse(v, flag) for v in items]
         axes[option] = values
     swept = [k for k, v in axes.items() if len(v) > 1]

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.inputs import nccl_topo_xml, nvidia_smi, topo_import
 from simulator.inputs.schema import TopologyConfig
 from simulator.machine import hardware
@@ -46,11 +46,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot read the file: {exc.strerror or exc}",
+                         file=args.file) from None
     if args.lanes is not None and args.lanes not in (1, 2, 4, 8, 16):
         raise InputError(f"--lanes {args.lanes}: expected 1, 2, 4, 8 or 16")
     if args.cpu is not None and args.cpu not in hardware.SOCKET_LINKS:
-        raise InputError(f"--cpu {args.cpu!r}: known: {', '.join(hardware.SOCKET_LINKS)}")
+        raise InputError(f"--cpu {quoted(args.cpu)}: known: {', '.join(hardware.SOCKET_LINKS)}")
     hardware.gpu(args.gpu)  # an unknown name is an error before the file is read
     opts = topo_import.ImportOptions(
         gpu=args.gpu, name=args.name or path.stem.split(".")[0], pcie_gen=args.pcie_gen,

@@ -14,6 +14,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, get_args
 
+from simulator.errors import quoted
+
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
@@ -304,13 +306,13 @@ class TopologyConfig(Frozen):
         ids: set[str] = set()
         for i, node in enumerate(self.nodes):
             if node.id in ids:
-                errors.append((("nodes", i, "id"), f"node id {node.id!r} is defined twice"))
+                errors.append((("nodes", i, "id"), f"node id {quoted(node.id)} is defined twice"))
             ids.add(node.id)
         for i, link in enumerate(self.links):
             for end in ("a", "b"):
                 ref = getattr(link, end)
                 if ref not in ids:
-                    errors.append((("links", i, end), f"link to undefined node {ref!r}"))
+                    errors.append((("links", i, end), f"link to undefined node {quoted(ref)}"))
         gpus = sum(n.kind == "gpu" for n in self.nodes)
         if not gpus:
             errors.append((("nodes",), "the machine has no GPU node"))
@@ -322,7 +324,7 @@ class TopologyConfig(Frozen):
             for i, fit in enumerate(self.calibration.fitted):
                 if fit.parameter not in PARAMETERS:
                     errors.append((("calibration", "fitted", i, "parameter"),
-                                   f"unknown parameter {fit.parameter!r}; known: "
+                                   f"unknown parameter {quoted(fit.parameter)}; known: "
                                    f"{', '.join(PARAMETERS)}"))
         return errors + self._catalog_errors()
 
@@ -331,7 +333,7 @@ class TopologyConfig(Frozen):
         from simulator.machine import hardware
 
         def known(name: str, catalog: dict[str, object]) -> str:
-            return f"unknown {name!r}; known: {', '.join(sorted(catalog))}"
+            return f"unknown {quoted(name)}; known: {', '.join(sorted(catalog))}"
 
         errors: list[tuple[tuple[str | int, ...], str]] = []
         if self.gpu.base not in hardware.GPUS:
@@ -348,10 +350,11 @@ class TopologyConfig(Frozen):
         for i, link in enumerate(self.links):
             pair = frozenset((link.a, link.b))
             if link.a == link.b:
-                errors.append((("links", i, "b"), f"link from {link.a!r} to itself"))
+                errors.append((("links", i, "b"), f"link from {quoted(link.a)} to itself"))
             elif pair in pairs:
-                errors.append((("links", i), f"a second link between {link.a!r} and {link.b!r}; "
-                               "give one link with the total count or bandwidth"))
+                errors.append((("links", i), f"a second link between {quoted(link.a)} and "
+                               f"{quoted(link.b)}; give one link with the total count or "
+                               "bandwidth"))
             pairs.add(pair)
             if link.gen is not None and link.kind == "pcie" and \
                     link.gen not in hardware.PCIE_RAW_PER_LANE:

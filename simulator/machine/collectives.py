@@ -27,7 +27,7 @@ import weakref
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.machine import hardware, wire
 from simulator.machine import nccl_tuning as nt
 from simulator.scales import hop_mechanism
@@ -117,11 +117,11 @@ def plan(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...] | None =
          algo: str = "auto", protocol: str | None = None) -> Plan:
     """NCCL's decisions for one call, cached per machine (training steps repeat sizes)."""
     if op not in OPS:
-        raise InputError(f"unknown collective {op!r}; expected one of {', '.join(OPS)}")
+        raise InputError(f"unknown collective {quoted(op)}; expected one of {', '.join(OPS)}")
     if algo not in ("auto", *nt.ALGORITHMS):
-        raise InputError(f"unknown algorithm {algo!r}; expected auto, ring or tree")
+        raise InputError(f"unknown algorithm {quoted(algo)}; expected auto, ring or tree")
     if protocol is not None and protocol not in nt.PROTOCOLS:
-        raise InputError(f"unknown protocol {protocol!r}; expected LL, LL128 or Simple")
+        raise InputError(f"unknown protocol {quoted(protocol)}; expected LL, LL128 or Simple")
     if nbytes < 0:
         raise InputError(f"message size must be >= 0, got {nbytes}")
     ranks = tuple(range(machine.n_gpus)) if ranks is None else tuple(ranks)

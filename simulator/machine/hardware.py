@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.units import GB, US
 
 if TYPE_CHECKING:
@@ -194,7 +194,8 @@ def gpu(name: str) -> GPU:
     try:
         return GPUS[name]
     except KeyError:
-        raise InputError(f"unknown GPU {name!r}; catalog: {', '.join(sorted(GPUS))}") from None
+        raise InputError(f"unknown GPU {quoted(name)}; catalog: "
+                         f"{', '.join(sorted(GPUS))}") from None
 
 
 def resolve_gpu(spec: GpuSpec | str) -> GPU:

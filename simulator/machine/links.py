@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.errors import InputError
+from simulator.errors import InputError, cut, quoted
 from simulator.inputs.schema import LinkConfig, NodeConfig, TopologyConfig
 from simulator.machine import hardware
 from simulator.units import GB, US
@@ -49,7 +49,7 @@ def hop_type(kind_a: str, kind_b: str, link_kind: str) -> str:
 def link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: hardware.GPU,
                   nodes: dict[str, NodeConfig]) -> tuple[float, float, float]:
     """Physical capacity (B/s), latency (s) and NCCL's believed bandwidth (B/s) of a link."""
-    where = f"{config.name}: link {lc.a}-{lc.b}"
+    where = f"{cut(config.name)}: link {cut(lc.a)}-{cut(lc.b)}"
     end_gpus = [node_gpu(nodes[n], gpu) for n in (lc.a, lc.b) if nodes[n].kind == "gpu"]
     if lc.kind == "pcie":
         gen = lc.gen or (end_gpus[0].pcie_gen if end_gpus else gpu.pcie_gen)
@@ -63,7 +63,7 @@ def link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: hardware.GPU,
             raise InputError(f"{where}: {owner.name} has no NVLink")
         per_link = hardware.NVLINK_PER_LINK.get(lc.model or owner.arch)
         if per_link is None:
-            raise InputError(f"{where}: unknown NVLink model {lc.model or owner.arch!r}; "
+            raise InputError(f"{where}: unknown NVLink model {quoted(lc.model or owner.arch)}; "
                              f"known: {', '.join(hardware.NVLINK_PER_LINK)}")
         capacity, latency = per_link * count, hardware.NVLINK_HOP_LATENCY
         cc = owner.compute_capability
@@ -74,7 +74,7 @@ def link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: hardware.GPU,
         name = lc.model or cpu_model or hardware.DEFAULT_SOCKET_LINK[lc.kind]
         socket = hardware.SOCKET_LINKS.get(name)
         if socket is None:
-            raise InputError(f"{where}: unknown socket link {name!r}; "
+            raise InputError(f"{where}: unknown socket link {quoted(name)}; "
                              f"known: {', '.join(hardware.SOCKET_LINKS)}")
         capacity, latency, belief = socket.bandwidth, socket.latency, socket.nccl_bandwidth
     else:  # network

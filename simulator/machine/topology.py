@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from simulator.errors import InputError
+from simulator.errors import InputError, cut
 from simulator.inputs.schema import CalibrationConfig, NodeConfig, TopologyConfig
 from simulator.machine import hardware
 from simulator.machine.links import Link, hop_type, link_numbers, node_gpu
@@ -150,8 +150,8 @@ class Machine:
         gpu_nodes = tuple(n.id for n in config.nodes if n.kind == "gpu")
         lonely = unreached(adjacency, gpu_nodes[0])
         if lonely:
-            raise InputError(f"{config.name}: node(s) {', '.join(sorted(lonely))} are not "
-                             f"connected to {gpu_nodes[0]}")
+            raise InputError(f"{cut(config.name)}: node(s) {cut(', '.join(sorted(lonely)))} are "
+                             f"not connected to {cut(gpu_nodes[0])}")
         gpus = tuple(node_gpu(nodes[n], gpu) for n in gpu_nodes)
         return cls(config, gpu, adjacency, links, nodes, gpu_nodes, nccl_bw, gpus, wire=wire,
                    nccl=nccl or NcclEnv())
@@ -228,7 +228,8 @@ class Machine:
             return cached
         nodes = self.paths.best(a, b)
         if nodes is None:
-            raise InputError(f"{self.name}: no path from {a} to {b} that avoids other GPUs")
+            raise InputError(f"{cut(self.name)}: no path from {cut(a)} to {cut(b)} that avoids "
+                             "other GPUs")
         best = self._make_path(nodes)
         self._paths[(a, b)] = best
         return best
@@ -251,7 +252,8 @@ class Machine:
             for c in cpus:
                 t = self.paths.type_rank(node, c)
                 if t is None:
-                    raise InputError(f"{self.name}: no path from {node} to {c} that avoids "
+                    raise InputError(f"{cut(self.name)}: no path from {cut(node)} to {cut(c)} "
+                                     "that avoids "
                                      "other GPUs")
                 types[c] = t
             closest = [c for c in cpus if types[c] == min(types.values())]
@@ -269,8 +271,8 @@ class Machine:
             return known
         rank = self.paths.type_rank(self.gpu_nodes[i], self.gpu_nodes[j])
         if rank is None:
-            raise InputError(f"{self.name}: no path from {self.gpu_nodes[i]} to "
-                             f"{self.gpu_nodes[j]} that avoids other GPUs")
+            raise InputError(f"{cut(self.name)}: no path from {cut(self.gpu_nodes[i])} to "
+                             f"{cut(self.gpu_nodes[j])} that avoids other GPUs")
         self._types[(i, j)] = PATH_TYPES[rank]
         return PATH_TYPES[rank]
 
@@ -313,7 +315,7 @@ class Machine:
     def _staging_cpu(self, receiver: int) -> str:
         cpu = self.local_cpu(receiver)
         if cpu is None:
-            raise InputError(f"{self.name}: no CPU node to stage SHM transfers through "
+            raise InputError(f"{cut(self.name)}: no CPU node to stage SHM transfers through "
                              f"(add a cpu node, or allow P2P)")
         return cpu
 

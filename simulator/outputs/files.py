@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.errors import InputError
+from simulator.errors import PATH_CHARS, InputError, cut
 
 Writer = Callable[[Path], object]  # renders one file at the path it is given (result unused)
 
@@ -99,7 +99,8 @@ def write_files(writers: Mapping[str | Path, Writer] | Sequence[tuple[str | Path
     except OSError as exc:
         _roll_back(targets)
         assert current is not None
-        raise InputError(f"cannot write {current.given}: {_reason(exc)}") from None
+        raise InputError(f"cannot write {cut(current.given, PATH_CHARS)}: "
+                         f"{_reason(exc)}") from None
     except BaseException:
         _roll_back(targets)
         raise
@@ -131,7 +132,7 @@ def write_atomically(path: str | Path, write: Writer, *, announce: bool = True) 
 def _classify(given: str) -> _Target:
     """Where ``given`` leads and how to write it; refuses what must not be written."""
     def refuse(why: str) -> InputError:
-        return InputError(f"cannot write {given}: {why}")
+        return InputError(f"cannot write {cut(given, PATH_CHARS)}: {why}")
 
     if given == "-":  # many tools' "stdout"; here it would silently be a file named "-"
         raise refuse("`-` is not a file name stepsim takes; give a path, or /dev/stdout to "
@@ -139,13 +140,13 @@ def _classify(given: str) -> _Target:
     path = Path(given)
     if _same_as_std_stream(path):
         return _Target(given, path, stream=True)
-    real = Path(os.path.realpath(path)) if path.is_symlink() else path  # write the link's file
     try:
+        real = Path(os.path.realpath(path)) if path.is_symlink() else path  # the link's file
         info = os.stat(real)
     except FileNotFoundError:
         folder = real.parent
         if not folder.is_dir():
-            raise refuse(f"no such folder {folder}") from None
+            raise refuse(f"no such folder {cut(folder, PATH_CHARS)}") from None
         return _Target(given, real, stream=False)
     except OSError as exc:
         raise refuse(_reason(exc)) from None
@@ -191,7 +192,8 @@ def _refuse_duplicates(targets: list[_Target]) -> None:
     for t in targets:
         key = os.path.realpath(t.path)
         if key in seen:
-            raise InputError(f"two outputs would write the same file: {seen[key]} and {t.given}")
+            raise InputError("two outputs would write the same file: "
+                             f"{cut(seen[key], PATH_CHARS)} and {cut(t.given, PATH_CHARS)}")
         seen[key] = t.given
 
 

@@ -6,7 +6,7 @@ so ``check_recipe`` refuses it with one line naming the flag and the strategies 
 
 from __future__ import annotations
 
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 
 DDP_STRATEGIES = ("ddp", "tp", "tp+ddp")  # the ones that wrap the model in torch DDP
 TP_STRATEGIES = ("tp", "tp+ddp", "tp+fsdp")
@@ -18,7 +18,7 @@ def check_strategy(name: str) -> str:
     from simulator.strategies import STRATEGIES
 
     if name not in STRATEGIES:
-        raise InputError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+        raise InputError(f"unknown strategy {quoted(name)}; choose from {', '.join(STRATEGIES)}")
     return name
 
 
