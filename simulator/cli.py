@@ -103,8 +103,11 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
     except BrokenPipeError:  # `stepsim ... | head`: the reader has all it wanted
         _silence(sys.stdout)
         return 0
-    except OSError as exc:  # stdout itself cannot be written (a full disk, /dev/full)
-        return _cannot_write(prog, exc)
+    except OSError as exc:
+        if exc.filename is not None:  # a file the command opened, not its stdout
+            return _fail(prog, InputError(exc.strerror or str(exc), file=str(exc.filename)),
+                         argv)
+        return _cannot_write(prog, exc)  # stdout itself (a full disk, /dev/full)
 
 
 def _fail(prog: str, exc: InputError, argv: Sequence[str]) -> int:

@@ -135,6 +135,16 @@ def test_a_full_stdout_is_one_line_not_a_traceback(
     assert err == "stepsim presets: error: cannot write the output: No space left on device\n"
 
 
+def test_a_file_that_fails_to_open_is_named_not_taken_for_stdout(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def refused(args: object) -> int:
+        raise PermissionError(13, "Permission denied", "/srv/box.yaml")
+
+    monkeypatch.setattr("simulator.commands.presets.run", refused)
+    assert main(["presets"]) == 2
+    assert capsys.readouterr().err == "stepsim presets: error: /srv/box.yaml: Permission denied\n"
+
+
 @pytest.mark.parametrize("command", ["run", "memory"])
 def test_fail_if_no_fit_exits_3_after_the_usual_output(
         command: str, capsys: pytest.CaptureFixture[str]) -> None:
