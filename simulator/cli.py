@@ -85,6 +85,8 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
         # the others are listed only where argparse may print them: an unknown command, or a
         # help flag before the command (`stepsim --help run` is the top-level help)
         listed = known is None or any(a in ("-h", "--help") for a in argv[:argv.index(known)])
+        if not listed:  # its help is the command's own (a full disk names the command)
+            prog = f"stepsim {known}"
         args = build_parser(known or "", listed=listed).parse_args(argv)
         prog = f"stepsim {args.command}"
         if whole_process:
