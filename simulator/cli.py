@@ -6,8 +6,8 @@ module of the command being run is imported (its flags are built then); the othe
 presets` never load the simulator. Bad input (an :class:`InputError`) is printed as one line
 on stderr with exit status 2, never a traceback. A reader that leaves early (`stepsim ... |
 head -1`) ends the command quietly with status 0, whatever was being written (tables, JSON,
-CSV, a trace streamed to /dev/stdout); a stdout that cannot be written (a full disk) is one
-line on stderr and status 2.
+CSV, a trace streamed to /dev/stdout); a stdout that cannot be written (a full disk, or one
+the shell closed) is one line on stderr and status 2.
 
 ``entry`` is the installed `stepsim` program: once the answer is written and flushed it ends
 the process without tearing the interpreter down (freeing every module and object of a
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -158,11 +159,33 @@ def _silence(stream: TextIO) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
+def _hold_closed_streams() -> None:
+    """A standard stream the shell closed (`>&-`) is /dev/null here, so that no file the
+    command opens takes its descriptor (a trace would be written where stdout was): stdout's
+    read-only, so the output fails as on a full disk (one line, exit 2); stderr's writable, as
+    nothing can be told there anyway."""
+    for fd, mode in ((1, os.O_RDONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            held = os.open(os.devnull, mode)  # the lowest free descriptor: usually fd itself
+        if held != fd:
+            os.dup2(held, fd)
+            os.close(held)
+        stream = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), line_buffering=fd == 2)
+        if fd == 1:
+            sys.stdout = stream
+        else:
+            sys.stderr = stream
+
+
 def entry() -> None:
     """The `stepsim` program: run, flush what was printed, and leave without teardown."""
     # stepsim multiplies no matrices: OpenBLAS's thread pool, which numpy starts at import (for
     # the PNGs and `calibrate`'s fit) with a thread per core spinning for work, only costs CPU
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    _hold_closed_streams()
     try:
         code = main(whole_process=True)
     except SystemExit as exc:  # argparse's --help and --version

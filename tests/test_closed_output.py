@@ -1,10 +1,11 @@
 """A stdout that goes away: a reader that leaves early (`stepsim ... | head -1`) ends the
-command quietly with status 0; a stdout that cannot take the bytes (a full disk, /dev/full)
-is one line on stderr and a nonzero status. Both are the `stepsim` program as a shell starts
-it, in a process of its own."""
+command quietly with status 0; a stdout that cannot take the bytes (a full disk, /dev/full,
+or closed by the shell) is one line on stderr and a nonzero status. Each is the `stepsim`
+program as a shell starts it, in a process of its own."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -104,3 +105,26 @@ def test_a_full_stdout_is_one_line_and_a_nonzero_status(name: str) -> None:
         assert lines == [f"{command}: error: cannot write "
                          f"{'/dev/stdout' if '/dev/stdout' in argv else 'the output'}: "
                          "No space left on device"]
+
+
+def _shell(command: str) -> subprocess.CompletedProcess[str]:
+    """`stepsim COMMAND` in bash (pipefail: a pipeline's status is stepsim's)."""
+    return subprocess.run(["bash", "-o", "pipefail", "-c",
+                           f"{sys.executable} -m simulator {command}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_closed_stdout_is_one_line_and_no_file_takes_its_place(tmp_path: Path) -> None:
+    # `>&-`: no stdout at all; the first file opened would get its descriptor
+    trace = tmp_path / "t.json"
+    done = _shell(f"run -t 2x5090 -w gpt2-medium --no-ranges --trace {trace} >&-")
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"wrote {trace}", "stepsim run: error: cannot write the output: Bad file descriptor"]
+    assert json.loads(trace.read_text())["traceEvents"]  # the trace, and nothing else, in it
+
+
+def test_a_closed_stderr_keeps_errors_off_stdout() -> None:
+    done = _shell("run -t no-such-box -w gpt2-medium 2>&-")
+    assert (done.returncode, done.stdout) == (2, "")
+    done = _shell(f"{' '.join(RUN)} 2>&- | head -1")  # and a reader that leaves, on top
+    assert (done.returncode, done.stdout.count("\n")) == (0, 1)
