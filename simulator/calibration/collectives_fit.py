@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import least_squares
 
-from simulator.errors import InputError
+from simulator.errors import InputError, cut
 from simulator.inputs.nccl_tests_log import NcclTestsLog
 from simulator.machine.topology import Machine
 from simulator.nccl import collectives, wire
@@ -140,14 +140,14 @@ def fit(comm: Communicator, logs: Sequence[NcclTestsLog], fit_max: int | None) -
     machines: dict[int, Communicator] = {}
     for log in logs:
         if log.gpus > machine.n_gpus:
-            raise InputError(f"{log.source}: the log ran on {log.gpus} GPUs, the machine "
-                             f"{machine.name} has {machine.n_gpus}")
+            raise InputError(f"the log ran on {log.gpus} GPUs, the machine "
+                             f"{cut(machine.name)} has {machine.n_gpus}", file=log.source)
         machines[log.gpus] = Communicator(machine.subset(log.gpus), comm.env, comm.wire)
         usable = [r for r in log.rows if r.bytes > 0 and r.time_us > 0]
         chosen = [r for r in usable if fit_max is None or r.bytes <= fit_max]
         if not chosen:
-            raise InputError(f"{log.source}: --fit-max {fit_max} leaves no row (its sizes are "
-                             f"{log.sizes}); raise --fit-max")
+            raise InputError(f"--fit-max {fit_max} leaves no row (its sizes are "
+                             f"{log.sizes}); raise --fit-max", file=log.source)
         for r in usable:
             on = r in chosen
             observations.append(_Obs(log, r.bytes, r.time_us, r.busbw_gbps, on))

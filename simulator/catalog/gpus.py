@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.units import GB
 
 GiB = 1024**3
@@ -185,4 +185,5 @@ def gpu(name: str) -> GPU:
     try:
         return GPUS[name]
     except KeyError:
-        raise InputError(f"unknown GPU {name!r}; catalog: {', '.join(sorted(GPUS))}") from None
+        raise InputError(f"unknown GPU {quoted(name)}; catalog: "
+                         f"{', '.join(sorted(GPUS))}") from None

@@ -87,7 +87,8 @@ def _fit_logs(args: argparse.Namespace, comm: api.Communicator, old: Any) -> Any
         try:
             text = Path(name).read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
-            raise InputError(f"cannot read {name}: {exc.strerror or exc}") from None
+            raise InputError(f"cannot read the file: {exc.strerror or exc}",
+                             file=name) from None
         logs.append(nccl_tests_log.parse(text, name))
     result = collectives_fit.fit(comm, logs, fit_max)
     for log in logs:

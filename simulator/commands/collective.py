@@ -20,7 +20,7 @@ from simulator import api
 from simulator.commands import terminal
 from simulator.commands.nccl_notes import env_notes, env_of
 from simulator.commands.parsing import whole
-from simulator.errors import InputError
+from simulator.errors import InputError, cut, quoted
 from simulator.inputs.schema import MAX_GPUS
 from simulator.outputs import jsondoc, nccl_tests
 from simulator.units import format_size, parse_size
@@ -82,7 +82,8 @@ def sizes(args: argparse.Namespace) -> tuple[list[int], int, bool]:
     low = parse_size(args.minbytes)
     high = parse_size(args.maxbytes) if args.maxbytes is not None else low
     if low < 0 or high < low:
-        raise InputError(f"need 0 <= -b <= -e, got -b {args.minbytes} -e {args.maxbytes}")
+        raise InputError(f"need 0 <= -b <= -e, got -b {cut(args.minbytes)} -e "
+                         f"{cut(args.maxbytes)}")
     factor = args.stepfactor if args.stepfactor is not None else (
         1 if args.stepbytes is not None else 2)
     step = parse_size(args.stepbytes) if args.stepbytes is not None else 1 << 20
@@ -92,8 +93,8 @@ def sizes(args: argparse.Namespace) -> tuple[list[int], int, bool]:
     while size <= high:
         out.append(size)
         if len(out) > MAX_ROWS:
-            raise InputError(f"more than {MAX_ROWS} sizes from -b {args.minbytes} to -e "
-                             f"{args.maxbytes}; raise -f or -i")
+            raise InputError(f"more than {MAX_ROWS} sizes from -b {cut(args.minbytes)} to -e "
+                             f"{cut(args.maxbytes)}; raise -f or -i")
         size = size * factor if factor > 1 else size + step
         if size == 0:
             size = 1 if factor > 1 else step
@@ -103,7 +104,7 @@ def sizes(args: argparse.Namespace) -> tuple[list[int], int, bool]:
 def operation(name: str) -> str:
     op = nccl_tests.BINARIES.get(name.removeprefix("./").split("/")[-1], name)
     if op not in api.OPS:
-        raise InputError(f"--op: unknown collective {name!r}; expected one of "
+        raise InputError(f"--op: unknown collective {quoted(name)}; expected one of "
                          f"{', '.join(api.OPS)} or {', '.join(nccl_tests.BINARIES)}")
     return op
 
@@ -111,12 +112,12 @@ def operation(name: str) -> str:
 def run(args: argparse.Namespace) -> int:
     op = operation(args.op)
     if args.algo not in ("auto", "ring", "tree"):
-        raise InputError(f"--algo: expected ring, tree or auto, got {args.algo!r}")
+        raise InputError(f"--algo: expected ring, tree or auto, got {quoted(args.algo)}")
     if args.datatype not in nccl_tests.DATATYPES:
-        raise InputError(f"-d: unknown datatype {args.datatype!r}; nccl-tests knows "
+        raise InputError(f"-d: unknown datatype {quoted(args.datatype)}; nccl-tests knows "
                          f"{', '.join(nccl_tests.DATATYPES)}")
     if args.redop not in nccl_tests.REDOPS:
-        raise InputError(f"-o: unknown reduction {args.redop!r}; nccl-tests knows "
+        raise InputError(f"-o: unknown reduction {quoted(args.redop)}; nccl-tests knows "
                          f"{', '.join(nccl_tests.REDOPS)}")
     topology, threads = _topology(args.topology)
     requested, step, is_factor = sizes(args)

@@ -21,7 +21,7 @@ from simulator.api import RunResult, RunSpec
 from simulator.commands import figures as fig
 from simulator.commands import price_flags, recipe_flags, terminal
 from simulator.commands.parsing import NO_FIT_EXIT, no_fit_status
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
 from simulator.outputs import jsondoc
 from simulator.outputs.files import Writer, check_outputs, text_writer, write_files
@@ -322,7 +322,7 @@ TRACE_FORMATS = ("perfetto", "kineto")
 def trace_paths(path: str, fmt: str, world: int) -> list[str]:
     """The files a trace goes to: the path itself, or one per rank beside it (kineto)."""
     if fmt not in TRACE_FORMATS:
-        raise InputError(f"--trace-format: expected perfetto or kineto, got {fmt!r}")
+        raise InputError(f"--trace-format: expected perfetto or kineto, got {quoted(fmt)}")
     if fmt == "perfetto":
         return [path]
     from simulator.outputs import kineto  # its exporter only for a kineto trace

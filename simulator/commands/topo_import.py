@@ -15,7 +15,7 @@ from typing import Any
 from simulator import api
 from simulator.catalog import gpus as gpu_catalog
 from simulator.catalog import links as link_catalog
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.inputs import nccl_topo_xml, nvidia_smi, topo_import
 from simulator.inputs.schema import TopologyConfig
 from simulator.outputs.files import write_atomically
@@ -47,11 +47,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot read the file: {exc.strerror or exc}",
+                         file=args.file) from None
     if args.lanes is not None and args.lanes not in (1, 2, 4, 8, 16):
         raise InputError(f"--lanes {args.lanes}: expected 1, 2, 4, 8 or 16")
     if args.cpu is not None and args.cpu not in link_catalog.SOCKET_LINKS:
-        raise InputError(f"--cpu {args.cpu!r}: known: {', '.join(link_catalog.SOCKET_LINKS)}")
+        raise InputError(f"--cpu {quoted(args.cpu)}: known: "
+                         f"{', '.join(link_catalog.SOCKET_LINKS)}")
     gpu_catalog.gpu(args.gpu)  # an unknown name is an error before the file is read
     opts = topo_import.ImportOptions(
         gpu=args.gpu, name=args.name or path.stem.split(".")[0], pcie_gen=args.pcie_gen,

@@ -7,11 +7,14 @@ the line and the key, and are raised as :class:`simulator.errors.InputError`.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import re
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from simulator.errors import InputError
+from simulator.errors import PATH_CHARS, InputError, cut, quoted
 from simulator.inputs.bundled import preset_dir, preset_names
 
 if TYPE_CHECKING:  # pydantic loads with the first file checked, not before (never for a
@@ -32,20 +35,29 @@ def resolve(name_or_path: str, kind: str) -> Path:
 
         return hf_config.config_path(name_or_path)
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if path.is_dir():
-            raise InputError(f"{name_or_path} is a directory; expected a YAML file")
-        if not path.exists():
-            raise InputError(f"no such file: {name_or_path}")
-        if not path.is_file():  # a FIFO or a device would block or never end
-            raise InputError(f"{name_or_path} is not a regular file; expected a YAML file")
+    shown = cut(name_or_path, PATH_CHARS)
+    try:
+        mode: int | None = path.stat().st_mode
+    except OSError as exc:  # absent, or no path at all (a name longer than a path may be)
+        mode, problem = None, exc
+    if path.suffix in (".yaml", ".yml") or mode is not None:
+        if mode is None:
+            if problem.errno == errno.ENOENT:
+                raise InputError(f"no such file: {shown}")
+            raise InputError(f"cannot read the file: {problem.strerror or problem}",
+                             file=name_or_path)
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{shown} is a directory; expected a YAML file")
+        if not stat.S_ISREG(mode):  # a FIFO or a device would block or never end
+            raise InputError(f"{shown} is not a regular file; expected a YAML file")
         return path
     candidate = preset_dir(kind) / f"{name_or_path}.yaml"
-    if candidate.is_file():
-        return candidate
+    with contextlib.suppress(OSError):  # a name too long for a file is no preset either
+        if candidate.is_file():
+            return candidate
     names = ", ".join(preset_names(kind))
     singular = {"topologies": "topology", "workloads": "workload"}.get(kind, kind)
-    raise InputError(f"unknown {singular} {name_or_path!r}; presets: {names} "
+    raise InputError(f"unknown {singular} {quoted(name_or_path)}; presets: {names} "
                      "(`stepsim presets` describes them)")
 
 
@@ -141,7 +153,7 @@ def explain(err: Any) -> str:
     if kind == "missing":
         return "required key is missing"
     if kind == "int_parsing_size":
-        return f"{err.get('input')!r:.40} is too large a number (docs/inputs.md: Limits)"
+        return f"{quoted(err.get('input'))} is too large a number (docs/inputs.md: Limits)"
     msg = str(err["msg"]).removeprefix("Value error, ")
     if kind == "dataclass_type":  # a scalar or a list where a mapping of keys belongs
         msg = f"Input should be a valid dictionary or instance of {err['ctx']['class_name']}"
@@ -151,8 +163,7 @@ def explain(err: Any) -> str:
         limit = err["ctx"][bound[0]]
         msg = bound[1].format(f"{limit:,}" if isinstance(limit, int) else f"{limit:g}")
     if kind != "value_error" and not isinstance(value, dict | list):
-        text = repr(value)
-        msg += f", got {text if len(text) <= 60 else text[:57] + '...'}"
+        msg += f", got {quoted(value)}"
         if isinstance(value, str) and _YAML11.fullmatch(value) and kind.startswith(
                 ("int", "float")):
             msg += " (YAML 1.1 read this as a boolean or a base-60 number; here it is text)"

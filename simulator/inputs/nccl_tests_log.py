@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 
 ELEMENT_BYTES = {"int8": 1, "uint8": 1, "char": 1, "int32": 4, "uint32": 4, "int": 4,
                  "int64": 8, "uint64": 8, "half": 2, "float": 4, "double": 8, "bfloat16": 2,
@@ -58,7 +58,7 @@ def _number(text: str, source: str, line: int) -> float:
     try:
         return float(text)
     except ValueError:
-        raise InputError(f"expected a number in the result row, got {text!r}", file=source,
+        raise InputError(f"expected a number in the result row, got {quoted(text)}", file=source,
                          line=line) from None
 
 

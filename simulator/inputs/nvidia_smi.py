@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from simulator.errors import InputError
+from simulator.errors import InputError, cut, quoted
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NV = re.compile(r"^NV(\d+)$")
@@ -77,16 +77,16 @@ def parse(text: str, source: str = "<topo>") -> TopoMatrix:
         if name not in devices:
             if seen:  # the matrix ended, something else follows (a prompt, another command)
                 break
-            raise InputError(f"row {name!r} is not one of the header's devices",
+            raise InputError(f"row {quoted(name)} is not one of the header's devices",
                              file=source, line=line_no)
         if len(cells) < len(devices):
-            raise InputError(f"row {name} has {len(cells)} cells for {len(devices)} devices "
+            raise InputError(f"row {cut(name)} has {len(cells)} cells for {len(devices)} devices "
                              "(truncated?)", file=source, line=line_no)
         for other, cell in zip(devices, cells, strict=False):
             relation[(name, other)] = _relation(cell, source, line_no)
         if relation[(name, name)] != "X":
-            raise InputError(f"row {name}: its own column should be X, got "
-                             f"{relation[(name, name)]!r}", file=source, line=line_no)
+            raise InputError(f"row {cut(name)}: its own column should be X, got "
+                             f"{quoted(relation[(name, name)])}", file=source, line=line_no)
         extra = cells[len(devices):]
         if is_gpu(name) and extra:
             _affinity(name, extra, affinity_headers, cpu, numa)
@@ -94,15 +94,15 @@ def parse(text: str, source: str = "<topo>") -> TopoMatrix:
         i += 1
     missing = [d for d in devices if d not in seen]
     if missing:
-        raise InputError(f"the matrix has no row for {', '.join(missing)} (truncated?)",
+        raise InputError(f"the matrix has no row for {cut(', '.join(missing))} (truncated?)",
                          file=source, line=i + 1)
     if not any(is_gpu(d) for d in devices):
         raise InputError("the matrix has no GPU column", file=source, line=start + 1)
     for a in devices:
         for b in devices:
             if _NV.match(relation[(a, b)]) and relation[(a, b)] != relation[(b, a)]:
-                raise InputError(f"{a}-{b} is {relation[(a, b)]} but {b}-{a} is "
-                                 f"{relation[(b, a)]}", file=source)
+                raise InputError(f"{cut(a)}-{cut(b)} is {cut(relation[(a, b)])} but "
+                                 f"{cut(b)}-{cut(a)} is {cut(relation[(b, a)])}", file=source)
     rest = lines[i:]
     return TopoMatrix(tuple(devices), relation, cpu, numa, _nic_legend(rest),
                       _p2p_matrix(rest, devices, source, i))
@@ -137,8 +137,8 @@ def _relation(cell: str, source: str, line_no: int) -> str:
     cell = _OLD_NAMES.get(cell, cell)
     if cell in RELATIONS or _NV.match(cell):
         return cell
-    raise InputError(f"unknown relation {cell!r}; expected X, PIX, PXB, PHB, NODE, SYS or NV#",
-                     file=source, line=line_no)
+    raise InputError(f"unknown relation {quoted(cell)}; expected X, PIX, PXB, PHB, NODE, SYS "
+                     "or NV#", file=source, line=line_no)
 
 
 def _affinity(gpu: str, extra: list[str], headers: list[str], cpu: dict[str, str],
@@ -183,7 +183,7 @@ def _p2p_matrix(lines: list[str], devices: list[str], source: str,
             continue
         for other, cell in zip(header, tokens[1:], strict=False):
             if cell not in P2P_STATUS:
-                raise InputError(f"unknown P2P status {cell!r}; expected one of "
+                raise InputError(f"unknown P2P status {quoted(cell)}; expected one of "
                                  f"{', '.join(P2P_STATUS)}", file=source, line=offset + k + 1)
             out[(tokens[0], other)] = cell
     return out

@@ -14,6 +14,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, get_args
 
+from simulator.errors import quoted
+
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
@@ -324,13 +326,13 @@ class TopologyConfig(Frozen):
         ids: set[str] = set()
         for i, node in enumerate(self.nodes):
             if node.id in ids:
-                errors.append((("nodes", i, "id"), f"node id {node.id!r} is defined twice"))
+                errors.append((("nodes", i, "id"), f"node id {quoted(node.id)} is defined twice"))
             ids.add(node.id)
         for i, link in enumerate(self.links):
             for end in ("a", "b"):
                 ref = getattr(link, end)
                 if ref not in ids:
-                    errors.append((("links", i, end), f"link to undefined node {ref!r}"))
+                    errors.append((("links", i, end), f"link to undefined node {quoted(ref)}"))
         gpus = sum(n.kind == "gpu" for n in self.nodes)
         if not gpus:
             errors.append((("nodes",), "the machine has no GPU node"))
@@ -340,7 +342,7 @@ class TopologyConfig(Frozen):
             for i, fit in enumerate(self.calibration.fitted):
                 if fit.parameter not in CALIBRATION_PARAMETERS:
                     errors.append((("calibration", "fitted", i, "parameter"),
-                                   f"unknown parameter {fit.parameter!r}; known: "
+                                   f"unknown parameter {quoted(fit.parameter)}; known: "
                                    f"{', '.join(CALIBRATION_PARAMETERS)}"))
         return errors + self._catalog_errors()
 
@@ -350,7 +352,7 @@ class TopologyConfig(Frozen):
         from simulator.catalog import links as link_catalog
 
         def known(name: str, catalog: dict[str, object]) -> str:
-            return f"unknown {name!r}; known: {', '.join(sorted(catalog))}"
+            return f"unknown {quoted(name)}; known: {', '.join(sorted(catalog))}"
 
         errors: list[tuple[tuple[str | int, ...], str]] = []
         if self.gpu.base not in gpu_catalog.GPUS:
@@ -367,10 +369,11 @@ class TopologyConfig(Frozen):
         for i, link in enumerate(self.links):
             pair = frozenset((link.a, link.b))
             if link.a == link.b:
-                errors.append((("links", i, "b"), f"link from {link.a!r} to itself"))
+                errors.append((("links", i, "b"), f"link from {quoted(link.a)} to itself"))
             elif pair in pairs:
-                errors.append((("links", i), f"a second link between {link.a!r} and {link.b!r}; "
-                               "give one link with the total count or bandwidth"))
+                errors.append((("links", i), f"a second link between {quoted(link.a)} and "
+                               f"{quoted(link.b)}; give one link with the total count or "
+                               "bandwidth"))
             pairs.add(pair)
             if link.gen is not None and link.kind == "pcie" and \
                     link.gen not in link_catalog.PCIE_RAW_PER_LANE:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.catalog import gpus as gpu_catalog
 from simulator.catalog import links as link_catalog
-from simulator.errors import InputError
+from simulator.errors import InputError, cut
 from simulator.inputs.schema import CalibrationConfig, NodeConfig, TopologyConfig
 from simulator.machine.cards import node_gpu, resolve_gpu
 from simulator.machine.links import Link, hop_type, link_numbers
@@ -143,8 +143,8 @@ class Machine:
         gpu_nodes = tuple(n.id for n in config.nodes if n.kind == "gpu")
         lonely = unreached(adjacency, gpu_nodes[0])
         if lonely:
-            raise InputError(f"{config.name}: node(s) {', '.join(sorted(lonely))} are not "
-                             f"connected to {gpu_nodes[0]}")
+            raise InputError(f"{cut(config.name)}: node(s) {cut(', '.join(sorted(lonely)))} are "
+                             f"not connected to {cut(gpu_nodes[0])}")
         gpus = tuple(node_gpu(nodes[n], gpu) for n in gpu_nodes)
         return cls(config, gpu, adjacency, links, nodes, gpu_nodes, nccl_bw, gpus)
 
@@ -213,7 +213,8 @@ class Machine:
             return cached
         nodes = self.paths.best(a, b)
         if nodes is None:
-            raise InputError(f"{self.name}: no path from {a} to {b} that avoids other GPUs")
+            raise InputError(f"{cut(self.name)}: no path from {cut(a)} to {cut(b)} that avoids "
+                             "other GPUs")
         best = self._make_path(nodes)
         self._paths[(a, b)] = best
         return best
@@ -236,7 +237,8 @@ class Machine:
             for c in cpus:
                 t = self.paths.type_rank(node, c)
                 if t is None:
-                    raise InputError(f"{self.name}: no path from {node} to {c} that avoids "
+                    raise InputError(f"{cut(self.name)}: no path from {cut(node)} to {cut(c)} "
+                                     "that avoids "
                                      "other GPUs")
                 types[c] = t
             closest = [c for c in cpus if types[c] == min(types.values())]
@@ -254,8 +256,8 @@ class Machine:
             return known
         rank = self.paths.type_rank(self.gpu_nodes[i], self.gpu_nodes[j])
         if rank is None:
-            raise InputError(f"{self.name}: no path from {self.gpu_nodes[i]} to "
-                             f"{self.gpu_nodes[j]} that avoids other GPUs")
+            raise InputError(f"{cut(self.name)}: no path from {cut(self.gpu_nodes[i])} to "
+                             f"{cut(self.gpu_nodes[j])} that avoids other GPUs")
         self._types[(i, j)] = PATH_TYPES[rank]
         return PATH_TYPES[rank]
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from simulator.catalog import links as link_catalog
 from simulator.engine.program import Flow
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.nccl import tuning as nt
 from simulator.nccl import wire
 from simulator.units import GB, US
@@ -86,11 +86,11 @@ def plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...] | None
     """NCCL's decisions for one call, kept by the communicator (training steps repeat
     sizes)."""
     if op not in OPS:
-        raise InputError(f"unknown collective {op!r}; expected one of {', '.join(OPS)}")
+        raise InputError(f"unknown collective {quoted(op)}; expected one of {', '.join(OPS)}")
     if algo not in ("auto", *nt.ALGORITHMS):
-        raise InputError(f"unknown algorithm {algo!r}; expected auto, ring or tree")
+        raise InputError(f"unknown algorithm {quoted(algo)}; expected auto, ring or tree")
     if protocol is not None and protocol not in nt.PROTOCOLS:
-        raise InputError(f"unknown protocol {protocol!r}; expected LL, LL128 or Simple")
+        raise InputError(f"unknown protocol {quoted(protocol)}; expected LL, LL128 or Simple")
     if nbytes < 0:
         raise InputError(f"message size must be >= 0, got {nbytes}")
     ranks = tuple(range(comm.n_gpus)) if ranks is None else tuple(ranks)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from simulator.errors import InputError
+from simulator.errors import InputError, cut
 from simulator.machine.build import load_machine
 from simulator.machine.paths import PATH_RANK, Path
 from simulator.machine.scales import NEUTRAL, RateScales
@@ -100,8 +100,8 @@ class Communicator:
     def _staging_cpu(self, receiver: int) -> str:
         cpu = self.machine.local_cpu(receiver)
         if cpu is None:
-            raise InputError(f"{self.machine.name}: no CPU node to stage SHM transfers through "
-                             f"(add a cpu node, or allow P2P)")
+            raise InputError(f"{cut(self.machine.name)}: no CPU node to stage SHM transfers "
+                             "through (add a cpu node, or allow P2P)")
         return cpu
 
     def route(self, i: int, j: int) -> Route:

@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from simulator.errors import InputError
+from simulator.errors import InputError, cut, quoted
 
 VARIABLES = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_ALGO",
              "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
@@ -141,20 +141,20 @@ def _lists(text: str | None, name: str,
         prefix, sep, items = token.rpartition(":")
         if not sep:
             if k:
-                raise InputError(f"{name}={text}: all entries except the first must have a "
+                raise InputError(f"{name}={cut(text)}: all entries except the first must have a "
                                  "prefix (function:)")
             funcs = list(FUNCTIONS)
         else:
             funcs = [f for f in FUNCTIONS if f == prefix.strip().lower()]
             if not funcs:
-                raise InputError(f"{name}={text}: unrecognized function {prefix!r}; NCCL "
-                                 f"knows {', '.join(FUNCTIONS)}")
+                raise InputError(f"{name}={cut(text)}: unrecognized function "
+                                 f"{quoted(prefix)}; NCCL knows {', '.join(FUNCTIONS)}")
         negate = items.startswith("^")
         names = {e.strip().lower() for e in items.lstrip("^").split(",") if e.strip()}
         unknown = sorted(names - set(elements))
         if unknown:
-            raise InputError(f"{name}={text}: unrecognized element {unknown[0]!r}; NCCL knows "
-                             f"{', '.join(elements)}")
+            raise InputError(f"{name}={cut(text)}: unrecognized element {quoted(unknown[0])}; "
+                             f"NCCL knows {', '.join(elements)}")
         for f in funcs:
             enabled[f] = set(elements) - names if negate else names
     return tuple((op, tuple(e for e in elements if e in enabled[f]))

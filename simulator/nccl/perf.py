@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from simulator.engine.lone_flow import busiest, lone_flow
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.machine.build import blame
 from simulator.nccl.collectives import OPS, bus_factor
 from simulator.nccl.communicator import Communicator, load_communicator
@@ -55,9 +55,9 @@ class Result:
 def collective(spec: CollectiveSpec) -> list[Result]:
     """Each size alone on idle links: time, algbw and busbw as nccl-tests prints them."""
     if spec.op not in OPS:
-        raise InputError(f"unknown collective {spec.op!r}; expected one of {', '.join(OPS)}")
+        raise InputError(f"unknown collective {quoted(spec.op)}; expected one of {', '.join(OPS)}")
     if spec.algo not in ("auto", "ring", "tree"):
-        raise InputError(f"algorithm {spec.algo!r}: expected ring, tree or auto")
+        raise InputError(f"algorithm {quoted(spec.algo)}: expected ring, tree or auto")
     comm = load_communicator(spec.topology, spec.gpus, env=spec.nccl)
     with blame(spec.topology, "topologies"):
         return [time_alone(comm, spec.op, n, algo=spec.algo) for n in spec.sizes]
