@@ -262,7 +262,7 @@ def _workload(doc: JsonDoc, path: Path, model_type: str, fields: Fields,
     """The workload, checked as a YAML one is; a problem is named by the config's own key."""
     from pydantic import ValidationError
 
-    from simulator.inputs.config import explain
+    from simulator.inputs.model_errors import explain
     from simulator.inputs.schema import WorkloadConfig
 
     stem = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
