@@ -1,8 +1,10 @@
 """`stepsim topo`: the machine as NCCL sees it, like `nvidia-smi topo -m`.
 
 Prints, per GPU pair, the path type, the transport and the bottleneck bandwidth of a lone
-transfer (GB/s, physical), then the ring NCCL would build with its channels. ``--png`` draws
-the graph; ``--json`` prints the same matrices and ring as JSON.
+transfer (GB/s, physical), then the ring NCCL would build with its channels. A machine of more
+than ``MATRIX_GPUS`` GPUs gets the pairs counted by kind instead of matrices no one reads
+(``--json`` keeps every pair). ``--png`` draws the graph; ``--json`` prints the same matrices
+and ring as JSON. Each matrix row is one sweep from its GPU, so 1,024 GPUs take seconds.
 """
 
 from __future__ import annotations
@@ -61,16 +63,18 @@ def summary(comm: api.Communicator) -> dict[str, Any]:
     n = machine.n_gpus
     gpus = list(machine.gpu_nodes)
     ring = comm.ring()
+    types = [machine.path_type_row(i) for i in range(n)]
     return {
         "name": machine.name,
         "description": machine.description,
         "gpu": machine.gpu.name,
         "gpus": gpus,
-        "path_type": [[machine.path_type(i, j) for j in range(n)] for i in range(n)],
-        "transport": [[None if i == j else comm.transport(i, j) for j in range(n)]
-                      for i in range(n)],
-        "bottleneck_gbps": [[None if i == j else round(comm.bottleneck_bandwidth(i, j) / GB, 2)
-                             for j in range(n)] for i in range(n)],
+        "path_type": types,
+        "transport": [[None if i == j else comm.transport_over(kind)
+                       for j, kind in enumerate(row)] for i, row in enumerate(types)],
+        "bottleneck_gbps": [[None if i == j else round(gbps / GB, 2)
+                             for j, gbps in enumerate(comm.bottleneck_row(i))]
+                            for i in range(n)],
         "cpu_affinity": [machine.local_cpu(i) for i in range(n)],
         "ring": {
             "order": list(ring.order),
@@ -96,8 +100,10 @@ def _matrices(report: dict[str, Any]) -> list[tuple[str, list[list[str]]]]:
 
 def _ring_lines(report: dict[str, Any]) -> list[str]:
     ring = report["ring"]
-    order = " -> ".join(report["gpus"][r] for r in ring["order"])
-    lines = [f"Ring: {order} -> {report['gpus'][ring['order'][0]]}",
+    names = [report["gpus"][r] for r in ring["order"]]
+    if len(names) > MATRIX_GPUS:  # the whole order is in --json
+        names = [*names[:6], f"... ({len(names) - 8} more)", *names[-2:]]
+    lines = [f"Ring: {' -> '.join(names)} -> {report['gpus'][ring['order'][0]]}",
              f"Channels: {ring['n_channels']} x {ring['channel_gbps']:g} GB/s = "
              f"{ring['nccl_busbw_gbps']:g} GB/s (NCCL's search; physical rates can differ)"]
     if ring["fallback"]:
@@ -108,9 +114,36 @@ def _ring_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+MATRIX_GPUS = 16  # nvidia-smi's matrix stays readable up to about this many GPUs
+
+
+def _pair_counts(report: dict[str, Any]) -> list[str]:
+    """Every kind of GPU pair (path type, transport, bottleneck), with how many pairs."""
+    kinds: dict[tuple[str, str, float], int] = {}
+    for types, transports, gbps in zip(report["path_type"], report["transport"],
+                                       report["bottleneck_gbps"], strict=True):
+        for kind in zip(types, transports, gbps, strict=True):
+            if kind[1] is not None:
+                kinds[kind] = kinds.get(kind, 0) + 1
+    lines = [f"{'path':>6}  {'transport':>9}  {'GB/s':>8}  pairs"]
+    lines += [f"{path:>6}  {transport:>9}  {gbps:>8.1f}  {count:,}"
+              for (path, transport, gbps), count in sorted(kinds.items(),
+                                                           key=lambda kv: (-kv[1], kv[0]))]
+    return lines
+
+
 def _print_plain(report: dict[str, Any]) -> None:
     print(f"{report['name']}: {report['gpus'].__len__()} x {report['gpu']}")
     gpus = report["gpus"]
+    if len(gpus) > MATRIX_GPUS:
+        print(f"\nGPU pairs by kind ({len(gpus)} GPUs: --json lists every pair; bottleneck: "
+              "GB/s of a lone transfer)")
+        for line in _pair_counts(report):
+            print(line)
+        print()
+        for line in _ring_lines(report):
+            print(line)
+        return
     for title, rows in _matrices(report):
         print(f"\n{title}")
         width = max(len(s) for s in gpus + [c for row in rows for c in row]) + 2
@@ -128,6 +161,14 @@ def _print_rich(report: dict[str, Any]) -> None:
 
     console = Console()
     console.print(f"[bold]{report['name']}[/]: {len(report['gpus'])} x {report['gpu']}")
+    if len(report["gpus"]) > MATRIX_GPUS:
+        console.print(f"GPU pairs by kind ({len(report['gpus'])} GPUs: --json lists every "
+                      "pair; bottleneck: GB/s of a lone transfer)")
+        for line in _pair_counts(report):
+            console.print(line, highlight=False)
+        for line in _ring_lines(report):
+            console.print(line)
+        return
     for title, rows in _matrices(report):
         table = Table(title=title, title_justify="left")
         table.add_column("")
@@ -153,7 +194,7 @@ def draw(machine: api.Machine, path: Path) -> None:
     import matplotlib.pyplot as plt
     import networkx as nx
 
-    graph = machine.graph
+    graph = machine.graph.to_undirected(as_view=True)  # a link's two directions are alike
     pos = _layout(machine)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * graph.number_of_nodes()), 5.0))
     try:

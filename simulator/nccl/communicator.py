@@ -65,10 +65,13 @@ class Communicator:
     def transport(self, i: int, j: int) -> str:
         """"P2P", "SHM" (staged through the receiver's host memory) or "NET" (NCCL_SHM_DISABLE:
         sockets over loopback, staged through host memory too)."""
-        kind = self.machine.path_type(i, j)
-        if kind == "NET":
+        return "P2P" if i == j else self.transport_over(self.machine.path_type(i, j))
+
+    def transport_over(self, path_type: str) -> str:
+        """The transport between two distinct GPUs whose path has this type."""
+        if path_type == "NET":
             return "NET"
-        if i == j or self.p2p_allowed(kind):
+        if self.p2p_allowed(path_type):
             return "P2P"
         return "NET" if self.env.shm_disable else "SHM"
 
@@ -140,6 +143,34 @@ class Communicator:
         if not route:
             return float("inf")
         return min(self.machine.links[lid].capacity / w for lid, w in route)
+
+    def bottleneck_row(self, i: int) -> list[float]:
+        """``bottleneck_bandwidth(i, j)`` for every GPU j (inf for i itself), without a route
+        per pair: the best paths' capacities in one sweep from i, and for a staged pair the
+        thinnest of the way up to the receiver's socket, its memory and the way down."""
+        m = self.machine
+        source = m.gpu_nodes[i]
+        types = m.path_type_row(i)
+        transports = ["P2P" if j == i else self.transport_over(kind)
+                      for j, kind in enumerate(types)]
+        direct_to = [m.gpu_nodes[j] for j, (kind, how) in enumerate(zip(types, transports,
+                                                                        strict=True))
+                     if j != i and (how == "P2P" or kind == "NET")]
+        direct = m.path_capacities(source, direct_to) if direct_to else {}
+        up: dict[str, float] = {}  # the way from i to each socket it stages through
+        row = []
+        for j, node in enumerate(m.gpu_nodes):
+            if j == i:
+                row.append(float("inf"))
+            elif node in direct:
+                row.append(direct[node])
+            else:
+                cpu = self._staging_cpu(j)
+                if cpu not in up:
+                    up[cpu] = m.best_path(source, cpu).capacity
+                memory = m.links[f"mem:{cpu}"].capacity / HOST_MEMORY_PASSES[transports[j]]
+                row.append(min(up[cpu], memory, m.best_path(cpu, node).capacity))
+        return row
 
     # --- rings and plans --------------------------------------------------------------
 
