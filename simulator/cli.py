@@ -90,9 +90,6 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
             # ends: keep the cyclic collector from scanning it again at every collection the
             # simulation's allocations trigger (a fifth of a short run's CPU)
             gc.freeze()
-            from simulator.advice import forked
-
-            forked.allow()  # one thread, and it ends with the command: re-runs may fork
         code = int(args.handler(args))
         sys.stdout.flush()  # a full or closed stdout fails here, not in interpreter teardown
         return code

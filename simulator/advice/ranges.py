@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache, partial
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.advice import forked
 from simulator.scales import MECHANISMS, RateScales, hop_mechanism
 
 if TYPE_CHECKING:
@@ -198,24 +197,18 @@ def add_ranges(result: RunResult, prices: Prices | None = None) -> dict[str, Any
         return api.single_gpu_tokens_per_s(replace(result.spec, scales=scales))
 
     slow_scales, fast_scales = _scales(wide, "low"), _scales(wide, "high")
-    # every re-run is independent of the others: they may share two cores (forked.py)
-    calls: list[Callable[[], Any]] = []
-    if wide:  # else both ends are the point
-        calls += [partial(rerun, slow_scales), partial(rerun, fast_scales)]
-    if len(wide) > 1:  # the width shares: each mechanism alone at its slow end
-        calls += [partial(step_time, RateScales(**{m: s.low})) for m, s in wide.items()]
-    if report.get("scaling_efficiency") is not None:
-        calls += [partial(one_gpu, slow_scales), partial(one_gpu, fast_scales)]
-    done = iter(forked.run_all(calls))
-    slow, fast = (next(done), next(done)) if wide else (report, report)
-    alone = {m: next(done) for m in wide} if len(wide) > 1 else {}
+    slow, fast = (rerun(slow_scales), rerun(fast_scales)) if wide else (report, report)
+    # the width shares: each mechanism alone at its slow end
+    alone = ({m: step_time(RateScales(**{m: s.low})) for m, s in wide.items()}
+             if len(wide) > 1 else {})
     corners = (report, slow, fast)
     for key in HEADLINE:
         values = [r[key] for r in corners]
         report[f"{key}_range"] = [min(values), max(values)]
     if report.get("scaling_efficiency") is not None:  # against one GPU at the same scales
         values = [report["scaling_efficiency"]]
-        for r, one in zip((slow, fast), done, strict=True):
+        for r, scales in ((slow, slow_scales), (fast, fast_scales)):
+            one = one_gpu(scales)
             if one:
                 values.append(r["tokens_per_s_per_gpu"] / one)
         report["scaling_efficiency_range"] = [min(values), max(values)]
