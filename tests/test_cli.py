@@ -27,7 +27,7 @@ UNUSED_BY_AN_FSDP_RUN = (
     "simulator.strategies.ddp", "simulator.strategies.zero", "simulator.strategies.tensor",
     "simulator.strategies.paging", "simulator.strategies.buckets", "simulator.outputs.trace",
     "simulator.outputs.kineto", "simulator.job.compiled", "simulator.job.fused",
-    "simulator.engine.lone_flow", "simulator.machine.collective_run",
+    "simulator.machine.collective_run",
     "simulator.job.memory_search", "difflib", "gzip", "statistics", "numpy")
 
 

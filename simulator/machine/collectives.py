@@ -391,16 +391,16 @@ def _joined(machine: Machine, plans: list[Plan]) -> list[tuple[tuple[tuple[str, 
 
 def simulate(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,
              algo: str = "auto", protocol: str | None = None) -> Result:
-    """Run one collective alone on idle links, as nccl-tests would time it: one flow alone
-    on the fabric, in closed form (engine/lone_flow.py)."""
-    from simulator.engine.lone_flow import busiest, lone_flow  # a step's run never times one alone
+    """Run one collective alone on a fresh fabric, as nccl-tests would time it."""
+    import simpy  # here: commands that only plan (memory, topo) never load the event loop
 
     p = plan(machine, op, nbytes, ranks, algo, protocol)
-    capacities = {lid: link.capacity for lid, link in machine.links.items()}
-    seconds, carried = lone_flow(capacities, p.usage, p.bus_bytes, p.max_rate, p.latency)
+    env = simpy.Environment()
+    fabric = fabric_for(env, machine, record_history=False)
+    env.run(start(env, fabric, p))
+    seconds = env.now
     n = len(p.ranks)
     algbw = nbytes / seconds / GB if seconds > 0 else 0.0
-    link, util = (busiest(capacities, carried, seconds) if p.usage and nbytes > 0
-                  else (None, 0.0))
+    link, util = fabric.bottleneck() if p.usage and nbytes > 0 else (None, 0.0)
     return Result(op, nbytes, n, seconds / US, algbw, algbw * bus_factor(op, n), p.algorithm,
                   p.protocol, p.transport, p.n_channels, link, util)
