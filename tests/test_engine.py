@@ -210,23 +210,6 @@ def test_spans_on_one_stream_never_overlap(p: Program) -> None:
             assert b.start >= a.end - 1e-12
 
 
-@settings(max_examples=150, deadline=None)
-@given(programs(compute_streams=("compute", "side")), st.sampled_from([None, 0.0, 0.5]))
-def test_kernels_run_back_to_back_without_timeouts_time_as_with_them(
-        p: Program, slowdown: float | None) -> None:
-    """``Clock.skip`` (a kernel with nothing due before its end takes no timeout) gives the
-    timeline that waiting on a timeout for every kernel gives; two compute streams wake on
-    the same task, where a stream that skipped first would move the other's clock."""
-    def timeline() -> Any:
-        t = engine.simulate(p, machine(), compute_slowdown=slowdown)
-        return [(s.stream, s.name, s.start, s.end, s.args) for s in t.spans], t.link_usage
-
-    skipped = timeline()
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(clock.Clock, "skip", lambda self, delay: False)
-        assert timeline() == skipped
-
-
 def _resumptions(waits: list[tuple[list[float], str]], ours: bool) -> list[tuple[float, int]]:
     """(time, waiter) in the order waiters resume, each waiting for all or the first of its
     own timeouts (``how``), with SimPy's AllOf or with the engine's lighter wait."""

@@ -1,6 +1,5 @@
 """The SimPy primitives the event loop (core.py) runs on: a clock that refuses a wait it cannot
-represent and lets a kernel with nothing due before its end pass without a timeout, and a
-cheap "all of these events" for a task's dependencies."""
+represent, and a cheap "all of these events" for a task's dependencies."""
 
 from __future__ import annotations
 
@@ -35,31 +34,11 @@ class Clock(simpy.Environment):
             setattr(self, name, getattr(self, name))
 
     def timeout(self, delay: float = 0, value: Any = None) -> simpy.Timeout:
-        self._check(delay)
-        return simpy.Timeout(self, delay, value)
-
-    def skip(self, delay: float) -> bool:
-        """Wait ``delay`` at once where nothing else could happen meanwhile: no event is due
-        before it ends. That is what waiting on a timeout comes to, without the heap's push
-        and pop and the process's resumption; most kernels of a step follow one another
-        with nothing due between them. False, and no time passes, where an event is due
-        first (the caller then waits on a timeout).
-
-        Only for a process resumed as the one callback of the event that woke it (its own
-        timeout): other callbacks of that event would otherwise run at the later time.
-        """
-        self._check(delay)
-        at = self._now + delay
-        if not at < self.peek():
-            return False
-        self._now = at  # SimPy's own clock: the time a timeout would have been popped at
-        return True
-
-    def _check(self, delay: float) -> None:
         if delay != 0 and not delay < 0:  # a negative delay is Timeout's own error
             at = self._now + delay
             if not (math.isfinite(at) and at > self._now):
                 raise StalledClock(_stall_message(self._now, delay))
+        return simpy.Timeout(self, delay, value)
 
 
 def _stall_message(now: float, delay: float) -> str:

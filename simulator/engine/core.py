@@ -180,16 +180,13 @@ class _Run:
         sms = self.sms[p]
         me = env.active_process  # this stream's process: what an SM change interrupts
         assert me is not None
-        alone = False  # woken by its own kernel's timeout: nothing else runs on that event
         for task in tasks:
             tid = task.id
             pending = [d for d in task.deps if done.get(d) is not True]
             if len(pending) == 1:
                 yield self._waiting(done, pending[0])
-                alone = False
             elif pending:
                 yield AllDone(env, [self._waiting(done, d) for d in pending])
-                alone = False
             if tid in unit_first:
                 self._unit_starts(self.meets[unit_first[tid]])
             start = env.now
@@ -199,18 +196,15 @@ class _Run:
                 began = start
                 while remaining > _EPS * max(1.0, began):  # what is left is below the clock's
                     # resolution: done (waiting for it would not move the clock)
-                    rate = sms.rate() if sms.running else 1.0
-                    if alone and rate > 0 and env.skip(remaining / rate):
-                        break  # nothing was due before it ended: no rate could change
+                    rate = sms.rate()
                     sms.computing[me] = None
                     try:
                         # at a rate of zero only a change of rate (an interrupt) wakes it
                         yield env.timeout(remaining / rate) if rate > 0 else env.event()
                         del sms.computing[me]
-                        alone = True
                         break
                     except simpy.Interrupt:
-                        alone = False
+                        pass
                     now = env.now
                     remaining -= (now - began) * rate
                     began = now
@@ -223,9 +217,7 @@ class _Run:
                                                 env.now, args)))
             elif isinstance(work, Repeat):
                 yield from self.repeat(p, task)
-                alone = False
             else:
-                alone = False
                 kind: str
                 if isinstance(work, Comm):
                     args = yield from self.collective(p, tid, work)
