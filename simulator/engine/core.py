@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from simulator.engine.clock import AllDone, Clock
+from simulator.engine.clock import Clock
 from simulator.engine.fabric import Fabric, UsageSample
 from simulator.engine.program import Comm, Compute, Move, Program, Repeat, SendRecv, Task
 from simulator.engine.timeline import LinkSample, Span, Timeline
@@ -186,7 +186,7 @@ class _Run:
             if len(pending) == 1:
                 yield self._waiting(done, pending[0])
             elif pending:
-                yield AllDone(env, [self._waiting(done, d) for d in pending])
+                yield env.all_of([self._waiting(done, d) for d in pending])
             if tid in unit_first:
                 self._unit_starts(self.meets[unit_first[tid]])
             start = env.now
