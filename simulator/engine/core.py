@@ -117,8 +117,8 @@ class _Run:
         self.fabric = Fabric(self.env, self.capacity, record_history=history)
         self.sms = [_Sms(self.env, machine.gpu_of(p.members[0]).sms, slowdown)
                     for p in programs]
-        # per task: True once done, else the event its waiters wait on (made by the first)
-        self.done: list[dict[int, simpy.Event | bool]] = [{} for _ in programs]
+        # per task: the event of its completion
+        self.done = [{t.id: self.env.event() for t in p.tasks} for p in programs]
         self.spans: list[list[tuple[tuple[int, int, int], Span]]] = [[] for _ in programs]
         self.extra_bytes = [0.0] * len(self.fabric.link_ids)
         self.extra_samples: list[UsageSample] = []
@@ -182,11 +182,9 @@ class _Run:
         assert me is not None
         for task in tasks:
             tid = task.id
-            pending = [d for d in task.deps if done.get(d) is not True]
-            if len(pending) == 1:
-                yield self._waiting(done, pending[0])
-            elif pending:
-                yield env.all_of([self._waiting(done, d) for d in pending])
+            pending = [done[d] for d in task.deps if not done[d].triggered]
+            if pending:
+                yield env.all_of(pending)
             if tid in unit_first:
                 self._unit_starts(self.meets[unit_first[tid]])
             start = env.now
@@ -233,19 +231,7 @@ class _Run:
                 start += args.get("wait_s", 0.0)  # a span shows the data moving, not the wait
                 spans.append(((tid, 0, 0), Span(gpu, task.stream, work.name, kind, start,
                                                 env.now, args)))
-            event = done.get(tid)  # done: wake what waits for it (no event where nothing does)
-            done[tid] = True
-            if event is not None:
-                assert not isinstance(event, bool)
-                event.succeed()
-
-    def _waiting(self, done: dict[int, simpy.Event | bool], task_id: int) -> simpy.Event:
-        """The event that fires when a task not yet done is."""
-        event = done.get(task_id)
-        if event is None:
-            event = done[task_id] = self.env.event()
-        assert isinstance(event, simpy.Event)
-        return event
+            done[tid].succeed()
 
     def _join(self, meet: _Meet, start: Any) -> None:
         """Count one arrival; the last one starts the communication (``start()``)."""
@@ -444,7 +430,7 @@ def _ran(programs: Program | Sequence[Program], machine: Machine,
             run.env.process(run.stream(p, tasks))
     run.env.run()
     for p, program in enumerate(progs):
-        stuck = [t.id for t in program.tasks if run.done[p].get(t.id) is not True]
+        stuck = [t.id for t in program.tasks if not run.done[p][t.id].triggered]
         if stuck:
             raise RuntimeError(f"program deadlocks: tasks {stuck[:5]} of the program for GPU "
                                f"{program.members[0]} never became ready")
