@@ -133,8 +133,7 @@ def plan(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...] | None =
 
 
 def _plan_cache(machine: Machine) -> dict[tuple[Any, ...], Any]:
-    """Plans of one machine (and their hops' costs), dropped when the machine is
-    garbage-collected."""
+    """Plans of one machine, dropped when the machine is garbage-collected."""
     key = id(machine)
     entry = _PLANS.get(key)
     if entry is None or entry[0]() is not machine:
@@ -195,7 +194,9 @@ def _make_plan(machine: Machine, op: str, nbytes: int, ranks: tuple[int, ...], a
         else:
             hops, steps = _cycle(order), nt.ring_steps(op, n)
         bus_bytes = nbytes * bus_factor(op, n)
-    usage, transports, hop_latency = _hop_costs(machine, hops, choice.protocol)
+    usage = _usage(machine, hops, choice.protocol)
+    transports = sorted({machine.transport(a, b) for a, b in hops})
+    hop_latency = max(step_latency(machine, a, b, choice.protocol) for a, b in hops)
     latency = machine.wire.call_latency_us * US + steps * hop_latency
     max_rate = min(_max_rate(graph, choice.algorithm, choice.protocol, channels),
                    _pcie_channel_cap(machine, hops, choice.protocol, channels))
@@ -211,20 +212,6 @@ def _tree_enabled(n: int) -> bool:
 
 def _cycle(order: tuple[int, ...]) -> list[tuple[int, int]]:
     return [(a, order[(i + 1) % len(order)]) for i, a in enumerate(order)]
-
-
-def _hop_costs(machine: Machine, hops: list[tuple[int, int]], protocol: str
-               ) -> tuple[tuple[tuple[str, float], ...], list[str], float]:
-    """(link usage, transports, the slowest hop's step latency) of a ring or chain's hops
-    under a protocol, cached per machine: every message size of a step shares them."""
-    cache = _plan_cache(machine)
-    key = ("hops", tuple(hops), protocol)
-    if key not in cache:
-        cache[key] = (_usage(machine, hops, protocol),
-                      sorted({machine.transport(a, b) for a, b in hops}),
-                      max(step_latency(machine, a, b, protocol) for a, b in hops))
-    costs: tuple[tuple[tuple[str, float], ...], list[str], float] = cache[key]
-    return costs
 
 
 def _usage(machine: Machine, hops: list[tuple[int, int]],
