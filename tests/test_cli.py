@@ -27,8 +27,7 @@ UNUSED_BY_AN_FSDP_RUN = (
     "simulator.strategies.ddp", "simulator.strategies.zero", "simulator.strategies.tensor",
     "simulator.strategies.paging", "simulator.strategies.buckets", "simulator.outputs.trace",
     "simulator.outputs.kineto", "simulator.job.compiled", "simulator.job.fused",
-    "simulator.engine.lone_flow", "simulator.nccl.perf",
-    "simulator.memory.search", "difflib", "statistics", "numpy")
+    "simulator.nccl.perf", "simulator.memory.search", "difflib", "statistics", "numpy")
 
 
 def _imported_after(argv: list[str], modules: tuple[str, ...] = HEAVY, *,

@@ -150,7 +150,9 @@ def _make_plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...],
         else:
             hops, steps = _cycle(order), nt.ring_steps(op, n)
         bus_bytes = nbytes * bus_factor(op, n)
-    usage, transports, hop_latency = _hop_costs(comm, hops, choice.protocol)
+    usage = _usage(comm, hops, choice.protocol)
+    transports = sorted({comm.transport(a, b) for a, b in hops})
+    hop_latency = max(step_latency(comm, a, b, choice.protocol) for a, b in hops)
     latency = comm.wire.call_latency_us * US + steps * hop_latency
     max_rate = min(_max_rate(graph, choice.algorithm, choice.protocol, channels),
                    _pcie_channel_cap(comm, hops, choice.protocol, channels))
@@ -166,19 +168,6 @@ def _tree_enabled(n: int) -> bool:
 
 def _cycle(order: tuple[int, ...]) -> list[tuple[int, int]]:
     return [(a, order[(i + 1) % len(order)]) for i, a in enumerate(order)]
-
-
-def _hop_costs(comm: Communicator, hops: list[tuple[int, int]], protocol: str
-               ) -> tuple[tuple[tuple[str, float], ...], list[str], float]:
-    """(link usage, transports, the slowest hop's step latency) of a ring or chain's hops
-    under a protocol, kept by the communicator: every message size of a step shares them."""
-    key = ("hops", tuple(hops), protocol)
-    if key not in comm.plans:
-        comm.plans[key] = (_usage(comm, hops, protocol),
-                           sorted({comm.transport(a, b) for a, b in hops}),
-                           max(step_latency(comm, a, b, protocol) for a, b in hops))
-    costs: tuple[tuple[tuple[str, float], ...], list[str], float] = comm.plans[key]
-    return costs
 
 
 def _usage(comm: Communicator, hops: list[tuple[int, int]],

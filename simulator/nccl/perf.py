@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from simulator.engine.lone_flow import busiest, lone_flow
 from simulator.errors import InputError, quoted
 from simulator.machine.build import blame
 from simulator.nccl.collectives import OPS, bus_factor
@@ -65,14 +64,19 @@ def collective(spec: CollectiveSpec) -> list[Result]:
 
 def time_alone(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,
                algo: str = "auto", protocol: str | None = None) -> Result:
-    """Run one collective alone on idle links, as nccl-tests would time it: its one flow alone
-    on the fabric, in closed form (engine/lone_flow.py)."""
+    """Run one collective alone on a fresh fabric, as nccl-tests would time it."""
+    import simpy  # here: commands that only plan (memory, topo) never load the event loop
+
+    from simulator.engine.fabric import Fabric
+
     p = comm.plan(op, nbytes, ranks, algo, protocol)
-    capacities = comm.capacities()
-    seconds, carried = lone_flow(capacities, p.usage, p.bus_bytes, p.max_rate, p.latency)
+    env = simpy.Environment()
+    fabric = Fabric(env, comm.capacities(), record_history=False)
+    flow = p.flow
+    env.run(fabric.transfer(flow.usage, flow.nbytes, flow.max_rate, flow.latency))
+    seconds = env.now
     n = len(p.ranks)
     algbw = nbytes / seconds / GB if seconds > 0 else 0.0
-    link, util = (busiest(capacities, carried, seconds) if p.usage and nbytes > 0
-                  else (None, 0.0))
+    link, util = fabric.bottleneck() if p.usage and nbytes > 0 else (None, 0.0)
     return Result(op, nbytes, n, seconds / US, algbw, algbw * bus_factor(op, n), p.algorithm,
                   p.protocol, p.transport, p.n_channels, link, util)
