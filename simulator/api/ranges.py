@@ -15,7 +15,7 @@ that box's own residuals; one the topology's ``calibration`` fitted (``stepsim c
 gets twice the fit's rms error either way, or where the fit states none, the within-box scatter
 left on the boxes we have (each box's residuals about their own middle); any other gets the
 spread over all boxes. Every spread includes 1 (the model as it is) and at least
-``NOISE_FLOOR`` either way. docs/accuracy.md explains the method.
+``NOISE_FLOOR`` either way. docs/ranges.md explains the method.
 """
 
 from __future__ import annotations
