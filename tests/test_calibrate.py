@@ -56,7 +56,10 @@ def synthetic_log(tmp_path: Path, topology: str, op: str, noise: float, seed: in
     ("2x2080ti-switch", {"shm_pcie_efficiency": 0.45, "shm_ll_sync_us": 5.0,
                          "shm_simple_sync_us": 14.0}),
     (str(VALIDATION / "8xgb202-wrx90-2switch-p2p.yaml"),
-     {"simple_channel_cap_gbps": 9.0, "p2p_simple_sync_us": 3.0}),
+     {"p2p_pcie_simple_efficiency": 0.7, "p2p_simple_sync_us": 3.0}),
+    # the fallback ring's 2 channels of 256 threads bind there: their throughput is determined
+    (str(VALIDATION / "8xgb202-dual-turin-p2p.yaml"),
+     {"simple_channel_cap_gbps": 15.0, "p2p_simple_sync_us": 3.0}),
 ])
 def test_recovers_known_parameters_from_noisy_stepsim_logs(tmp_path, preset, truth):
     log = synthetic_log(tmp_path, truth_topology(tmp_path, preset, truth), "allreduce", 0.02)

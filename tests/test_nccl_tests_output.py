@@ -16,6 +16,9 @@ import pytest
 from simulator.cli import main
 from simulator.outputs import nccl_tests
 
+TURIN = str(Path(__file__).resolve().parent.parent / "validation" / "topologies"
+            / "8xgb202-dual-turin-p2p.yaml")
+
 REAL = Path(__file__).parent / "fixtures" / "real-inputs"
 
 
@@ -134,7 +137,9 @@ def test_stepsim_facts_are_comments_after_the_footer(capsys):
     footer = lines.index("#", lines.index("# Out of bounds values : 0 OK"))
     assert all(line.startswith("# stepsim: ") for line in lines[footer + 1:])
     assert any("Ring  Simple    4  P2P" in line for line in lines[footer + 1:])
-    assert any("channels bind" in line for line in lines[footer + 1:])
+    assert any("bottleneck at 1G" in line for line in lines[footer + 1:])
+    out = collective(capsys, "-t", TURIN, "--op", "allreduce", "-b", "1G")
+    assert "at 1G the 2 channels bind, not a link" in out  # 2 fallback channels of 256 threads
 
 
 @pytest.mark.parametrize("argv, message", [

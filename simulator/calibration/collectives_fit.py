@@ -105,6 +105,10 @@ def _start(comm: Communicator, name: str) -> float | None:
     links)."""
     machine = comm.machine
     value = comm.wire.value(name)
+    if name == "p2p_pcie_simple_efficiency" and value is None:  # its links' generations' share
+        gens = {g for lid in machine.links if (g := comm.pcie_generation(lid)) is not None}
+        return float(np.mean([wire.p2p_link_efficiency(comm.wire, g) for g in sorted(gens)])) \
+            if gens else None
     kinds = {"host_memory_gb_per_s": ("memory",), "socket_link_gb_per_s": ("upi", "xgmi")}
     if name in kinds:
         caps = [lk.capacity / GB for lk in machine.links.values() if lk.kind in kinds[name]]

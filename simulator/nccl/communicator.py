@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.errors import InputError
 from simulator.machine.build import load_machine
+from simulator.machine.links import pcie_generations
 from simulator.machine.paths import PATH_RANK, Path
 from simulator.machine.scales import NEUTRAL, RateScales
 from simulator.nccl.env import NO_ENV, NcclEnv
@@ -43,6 +44,7 @@ class Communicator:
         self.plans: dict[tuple[Any, ...], Any] = {}  # collectives.py's, by call
         self._routes: dict[tuple[int, int], Route] = {}
         self._rings: dict[tuple[int, ...], Ring] = {}
+        self._gens: dict[str, int] | None = None
 
     @property
     def n_gpus(self) -> int:
@@ -140,6 +142,13 @@ class Communicator:
         if not route:
             return float("inf")
         return min(self.machine.links[lid].capacity / w for lid, w in route)
+
+    def pcie_generation(self, link_id: str) -> int | None:
+        """The PCIe generation of a directed link (None: not a PCIe link)."""
+        if self._gens is None:
+            m = self.machine
+            self._gens = pcie_generations(m.config, m.gpu, m.nodes)
+        return self._gens.get(link_id)
 
     # --- rings and plans --------------------------------------------------------------
 
