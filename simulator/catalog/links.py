@@ -83,12 +83,28 @@ SOCKET_LINKS: dict[str, SocketLink] = {s.name: s for s in (
                "NCCL topo.h SRP_QPI_BW"),
     SocketLink("emerald-rapids-upi", 3 * 20e9 * 2, 40 * GB, _UPI_HOP,
                "5th-gen Xeon Gold: 3 UPI 2.0 links at 20 GT/s; NCCL topo.h ERP_QPI_BW"),
+    SocketLink("ice-lake-upi", 3 * 11.2e9 * 2, 10 * GB, _UPI_HOP,
+               "3rd-gen Xeon Gold: 3 UPI links at 11.2 GT/s; NCCL topo.h SKL_QPI_BW (model 0x6A "
+               "is above SKL's 0x55, below SRP's 0x8F)"),
+    SocketLink("granite-rapids-upi", 6 * 24e9 * 2, 22 * GB, _UPI_HOP,
+               "Xeon 6900P: 6 UPI 2.0 links at 24 GT/s; NCCL topo.h SRP_QPI_BW (model 0xAD is "
+               "above SRP's 0x8F, below ERP's 0xCF)"),
     SocketLink("amd-xgmi", 3 * 32e9 * 16 / 8, 16 * GB, _XGMI_HOP,
                "EPYC 9004/9005: 3 xGMI x16 links at 32 Gb/s per lane (the 4th often serves "
                "PCIe); NCCL topo.h AMD_BW"),
+    SocketLink("amd-xgmi2", 4 * 16e9 * 16 / 8, 16 * GB, _XGMI_HOP,
+               "EPYC 7002/7003: 4 xGMI x16 links at 16 Gb/s per lane; NCCL topo.h AMD_BW"),
 )}
 DEFAULT_SOCKET_LINK = {"upi": "sapphire-rapids-upi", "xgmi": "amd-xgmi"}
 
+
+def socket_link(name: str) -> SocketLink | None:
+    """A socket link by its own name, or by the name of a CPU family (cpus.py) that has it."""
+    from simulator.catalog.cpus import CPUS
+
+    if name in CPUS:
+        return SOCKET_LINKS[CPUS[name].socket_link]
+    return SOCKET_LINKS.get(name)
 
 # Host memory bandwidth per socket available to staged copies, when the topology gives none:
 # 8 channels of DDR5-4800 = 307 GB/s peak; STREAM-copy reaches about 80% of peak.

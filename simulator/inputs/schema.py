@@ -229,7 +229,8 @@ class NodeConfig(Frozen):
     kind: NodeKind
     # cpu only: achievable host-memory bandwidth of this socket (GB/s), shared by SHM traffic
     memory_bandwidth_gb_per_s: Annotated[Bandwidth | None, NUMBER] = None
-    # cpu only: CPU generation, sets the socket-link default (see link_catalog.SOCKET_LINKS)
+    # cpu only: CPU family (catalog/cpus.py) or socket link (catalog/links.py SOCKET_LINKS);
+    # sets the socket link between CPUs and the vendor NCCL's rules depend on
     model: str | None = None
     # cpu only: cores of this socket (the CPU optimizer of offloaded training runs on them)
     cores: Annotated[Annotated[int, Bounds(gt=0, le=MAX_CORES)] | None, NUMBER] = None
@@ -362,9 +363,11 @@ class TopologyConfig(Frozen):
         for i, node in enumerate(self.nodes):
             if node.gpu is not None and node.gpu.base not in gpu_catalog.GPUS:
                 errors.append((("nodes", i, "gpu"), known(node.gpu.base, dict(gpu_catalog.GPUS))))
-            if node.model is not None and node.model not in link_catalog.SOCKET_LINKS:
+            if node.model is not None and link_catalog.socket_link(node.model) is None:
+                from simulator.catalog.cpus import CPUS
+
                 errors.append((("nodes", i, "model"),
-                               known(node.model, dict(link_catalog.SOCKET_LINKS))))
+                               known(node.model, {**link_catalog.SOCKET_LINKS, **CPUS})))
         pairs: set[frozenset[str]] = set()
         for i, link in enumerate(self.links):
             pair = frozenset((link.a, link.b))

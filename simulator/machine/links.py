@@ -91,7 +91,7 @@ def link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: gpu_catalog.GPU,
     elif lc.kind in ("upi", "xgmi"):
         cpu_model = nodes[lc.a].model or nodes[lc.b].model
         name = lc.model or cpu_model or link_catalog.DEFAULT_SOCKET_LINK[lc.kind]
-        socket = link_catalog.SOCKET_LINKS.get(name)
+        socket = link_catalog.socket_link(name)  # a socket link, or a CPU family's
         if socket is None:
             raise InputError(f"{where}: unknown socket link {name!r}; "
                              f"known: {', '.join(link_catalog.SOCKET_LINKS)}")
