@@ -220,4 +220,6 @@ def _notes(topology: str, gpus: int | None, comm: api.Communicator, op: str, alg
                      f"{machine.describe(last.bottleneck_link)}")
     if machine.calibration is not None:
         notes.append(f"calibrated machine: {machine.calibration.source or 'stepsim calibrate'}")
+        if machine.calibration.forced:
+            notes.append(f"calibration forced: {machine.calibration.forced}")
     return notes

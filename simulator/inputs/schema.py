@@ -270,6 +270,11 @@ class FittedValue(Frozen):
     source: str  # the logs and sizes it was fitted on
     # fit residual over those rows, fraction
     rms_error: Annotated[Annotated[float, Bounds(ge=0)] | None, NUMBER] = None
+    # the physical bounds it was fitted within, and the one it ended on (floor | ceiling):
+    # a value on a bound is what the model could not explain, and narrows no range
+    low: Annotated[float | None, NUMBER] = None
+    high: Annotated[float | None, NUMBER] = None
+    at_bound: Literal["floor", "ceiling"] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -298,6 +303,9 @@ class CalibrationConfig(Frozen):
     """What `stepsim calibrate` fitted to the user's own measurements, with its provenance."""
 
     source: str = ""
+    # why the logs contradicted this machine when `stepsim calibrate --force` fitted them
+    # anyway ("" : they did not); a forced fit narrows no range, and every answer says so
+    forced: str = ""
     fitted: list[FittedValue] = field(default_factory=list)
     left_at_default: list[UnfittedValue] = field(default_factory=list)
     compute: list[ComputeCalibration] = field(default_factory=list)
