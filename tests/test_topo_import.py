@@ -159,7 +159,8 @@ def test_a_mixed_box_takes_each_gpus_model_from_its_name(tmp_path, capsys):
 def test_the_cpu_assumed_is_named(tmp_path, capsys):
     assert main(["topo", "import", str(MADE / "M1.topo.txt")]) == 0
     text = capsys.readouterr().out
-    assert "#  - CPU intel-xeon-sapphire-rapids (" in text and "--cpu NAME sets yours" in text
+    assert "#  - CPU intel-xeon-sapphire-rapids, an Intel Xeon" in text
+    assert "as the input names none" in text and "--cpu NAME sets yours" in text
 
 
 @pytest.mark.parametrize("spec, message", [

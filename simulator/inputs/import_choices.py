@@ -70,7 +70,7 @@ def cards(spec: str | None, n_gpus: int, names: dict[int, str]) -> Cards:
                                  f"{', '.join(sorted(gpu_catalog.GPUS))})")
             base, memory = found
             per_gpu.append(base if memory is None else {"base": base, "memory_gib": memory})
-        return Cards(tuple(per_gpu), "the models the paste names (nvidia-smi -L)")
+        return Cards(tuple(per_gpu), "as the paste's nvidia-smi -L lines name them")
     if "=" not in spec:
         gpu_catalog.gpu(spec.strip())
         return Cards((spec.strip(),) * n_gpus, "--gpu")
@@ -123,7 +123,7 @@ def cpu_choice(name: str | None, cpuid: cpu_catalog.CPU | None = None,
         return CpuChoice(vendor_model, None, None)
     family = cpu_catalog.CPUS[cpu_catalog.DEFAULT_CPU]
     return CpuChoice(family.name, round(family.memory_gb_per_s, 1),
-                     f"CPU {family.name} ({family.family}; the input does not name it): its "
+                     f"CPU {family.name}, an {family.family}, as the input names none: its "
                      f"socket link and {family.memory_gb_per_s:.0f} GB/s of host memory per "
                      "socket; --cpu NAME sets yours (e.g. amd-epyc-9005, "
                      "amd-threadripper-pro-5000, intel-xeon-ice-lake)")

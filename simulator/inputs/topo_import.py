@@ -81,7 +81,12 @@ class _Builder:
         self.nics: list[dict[str, Any]] = []
         self.links: list[dict[str, Any]] = []
         self.assumptions: list[str] = []
-        if opts.pcie_gen is None or opts.lanes is None:
+        gens = {gpus.base(i).pcie_gen for i in range(len(gpus.per_gpu))}
+        if (opts.pcie_gen is None or opts.lanes is None) and len(gens) > 1:
+            self.assumptions.append(
+                f"every PCIe link is x{self.lanes}, a GPU's at its own card's generation, the "
+                f"others Gen{self.gen} (the {self.gpu.name}'s; --pcie-gen/--lanes set them)")
+        elif opts.pcie_gen is None or opts.lanes is None:
             self.assumptions.append(
                 f"every PCIe link is Gen{self.gen} x{self.lanes} (the {self.gpu.name}'s own; "
                 "--pcie-gen/--lanes set them)")
@@ -90,10 +95,9 @@ class _Builder:
             where.setdefault(gpus.base(index).name, []).append(str(index))
         if len(where) > 1:
             cards_at = "; ".join(f"{name} at GPU {', '.join(ix)}" for name, ix in where.items())
-            self.assumptions.append(f"GPUs: {cards_at} ({gpus.why}); each GPU's PCIe link runs "
-                                    "at its own card's generation")
+            self.assumptions.append(f"GPUs: {cards_at}, {gpus.why}")
         elif gpus.why != "--gpu":
-            self.assumptions.append(f"GPUs: {self.gpu.name} ({gpus.why})")
+            self.assumptions.append(f"GPUs: {self.gpu.name}, {gpus.why}")
 
     def switch(self) -> str:
         sid = f"sw{len(self.switches)}"
