@@ -156,12 +156,19 @@ def test_p2p_disabled_against_a_p2p_topology_is_refused_then_forced(capsys, tmp_
     assert not calibrated_mechanisms(Machine.from_config(load_topology(str(out))))
 
 
-def test_a_log_without_its_command_is_refused_by_its_rates(capsys, imported):
+def test_a_log_without_its_command_is_refused_by_its_rates(capsys, tmp_path, imported):
     """B12 as published (no command line): on A16's first two GPUs, an NVLink pair, it runs
     at 0.08x the model, far below any published NVLink box; SHM would explain it."""
     assert main(["calibrate", "-t", imported["A16"], str(REAL / "B12.nccl-tests.log")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "over NVLink" in err[0] and "NCCL_P2P_DISABLE=1" in err[0]
+    # forced, it fits the NVLink share the rows ask for, still within (0, 1], and says so
+    out = tmp_path / "forced.yaml"
+    assert main(["calibrate", "-t", imported["A16"], str(REAL / "B12.nccl-tests.log"),
+                 "--force", "-o", str(out)]) == 0
+    capsys.readouterr()
+    cal = load_topology(str(out)).calibration
+    assert cal.forced and all(f.low <= f.value <= f.high for f in cal.fitted)
 
 
 def test_with_its_command_line_the_same_rows_calibrate_its_shm_pair(capsys, imported):

@@ -4,6 +4,7 @@ under the same NCCL variables), and the machine drawn as the tree it is."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,16 @@ def test_the_png_is_written(tmp_path):
     out = tmp_path / "tree.png"
     assert main(["topo", "-t", "8xh100-nvswitch", "--png", str(out)]) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_fallback_ring_says_the_transports_stand(capsys):
+    """The dual-Turin box: NCCL's search falls back (AMD's socket link is 16 GB/s to it), yet
+    every pair, across the sockets too, stays P2P as its p2p_level SYS says."""
+    turin = str(Path(__file__).resolve().parent.parent / "validation" / "topologies"
+                / "8xgb202-dual-turin-p2p.yaml")
+    assert main(["topo", "-t", turin, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ring"]["fallback"]
+    assert {t for row in report["transport"] for t in row if t} == {"P2P"}
+    assert main(["topo", "-t", turin]) == 0
+    assert "each pair keeps the transport above" in capsys.readouterr().out

@@ -116,8 +116,10 @@ def _ring_lines(report: dict[str, Any]) -> list[str]:
               f"Channels: {ring['n_channels']} x {ring['channel_gbps']:g} GB/s = "
               f"{ring['nccl_busbw_gbps']:g} GB/s (NCCL's search; physical rates can differ)"]
     if ring["fallback"]:
-        lines.append("NCCL's search finds no ring at its lowest speed and falls back to one "
-                     "channel at 0.1 GB/s (search.cc)")
+        lines.append("NCCL's ring search finds no ring at its lowest speed and falls back to "
+                     "one channel in rank order at 0.1 GB/s (search.cc); only its channels "
+                     "(doubled to 2, of 256 threads each) fall back: each pair keeps the "
+                     "transport above")
     elif ring["limited_by"]:
         lines.append(f"Channel packing limited by: {ring['limited_by']}")
     return lines
