@@ -63,6 +63,7 @@ COLLECTIVE_MACHINES = {
     "4x4090-epyc-p2p-patched": str(VALIDATION_TOPOLOGIES / "4x4090-epyc-p2p.yaml"),
     "a100-nvlink-pair-then-sys": str(VALIDATION_TOPOLOGIES / "a100-nvlink-pairs-dual-socket.yaml"),
     "8xgb202-wrx90-2switch-p2p": str(VALIDATION_TOPOLOGIES / "8xgb202-wrx90-2switch-p2p.yaml"),
+    "8xgb202-dual-turin-p2p-channels": str(VALIDATION_TOPOLOGIES / "8xgb202-dual-turin-p2p.yaml"),
 }
 # Points that fixed a constant (see the dataset comments in simulator/nccl/wire.py): they
 # show the fit, not a prediction. Every other row is a check.
@@ -78,8 +79,9 @@ CALIBRATION = {
     ("8xh200-nvswitch-ring", "allreduce", 17179869184),  # Simple-protocol efficiency, with
     ("8xh200-nvswitch-ring", "allgather", 17179869184),  # the all-gather and
     ("8xh200-nvswitch-ring", "reducescatter", 17179869184),  # reduce-scatter points
-    ("4x4090-epyc-p2p-patched", "allreduce", 1073741824),  # Simple P2P efficiency on PCIe
-    ("8xgb202-wrx90-2switch-p2p", "allreduce", 1073741824),  # Simple cap per PCIe channel
+    ("4x4090-epyc-p2p-patched", "allreduce", 1073741824),  # Simple P2P share of a Gen4 link
+    ("8xgb202-wrx90-2switch-p2p", "allreduce", 1073741824),  # Simple P2P share of a Gen5 link
+    ("8xgb202-dual-turin-p2p-channels", "allreduce", 33554432),  # Simple throughput a channel
     ("8xgb202-wrx90-2switch-p2p", "allreduce", 16777216),  # Simple P2P per-step sync: the
     ("8xgb202-wrx90-2switch-p2p", "allreduce", 67108864),  # start-up left by these two
     # each GPU's plain GEMM rate in simulator/catalog/ is its gemm point
@@ -124,8 +126,9 @@ def load_measurements(path: Path = MEASUREMENTS) -> dict[str, Any]:
 
 def _with_op(entry: dict[str, Any]) -> dict[str, Any]:
     """Points that take their op and GPU count from the entry (pcie-p2p.yaml's form); its
-    measurements were taken with the ring algorithm forced."""
-    points = [{"op": entry["op"], "gpus": entry["gpus"], "algorithm": "ring", **p}
+    measurements were taken with the ring algorithm forced unless the entry says otherwise."""
+    points = [{"op": entry["op"], "gpus": entry["gpus"],
+               "algorithm": entry.get("algorithm", "ring"), **p}
               for p in entry.get("points", [])]
     return {**entry, "points": points}
 
@@ -168,10 +171,10 @@ def collective_rows(data: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     machines: dict[str, Machine] = {}
 
-    def machine(dataset: str, gpus: int) -> Communicator:
+    def machine(dataset: str, gpus: int, env: NcclEnv | None = None) -> Communicator:
         if dataset not in machines:
             machines[dataset] = Machine.from_config(load_topology(COLLECTIVE_MACHINES[dataset]))
-        return Communicator(machines[dataset].subset(gpus))
+        return Communicator(machines[dataset].subset(gpus), env or NcclEnv())
 
     for entry in data["collectives"]:
         dataset = entry["id"]
@@ -195,14 +198,28 @@ def collective_rows(data: dict[str, Any]) -> list[Row]:
                 rows.append(Row(dataset, "allgather", m.n_gpus, int(size), "busbw GB/s",
                                 busbw, r.busbw_gbps, *_tags(m, "allgather", int(size))))
         for point in entry.get("points", []):
-            m = machine(dataset, point["gpus"])
-            size = int(point.get("bytes", PLATEAU_BYTES))
+            env = NcclEnv.from_environ({k: str(v) for k, v in point.get("nccl_env", {}).items()})
+            m = machine(dataset, point["gpus"], env)  # with the run's NCCL_* variables
             algo = point.get("algorithm", "auto")
+            if "avg_busbw_gbps" in point:  # nccl-tests' footer: the mean over a -f 2 sweep
+                rows.append(_average_row(dataset, m, point, algo))
+                continue
+            size = int(point.get("bytes", PLATEAU_BYTES))
             r = time_alone(m, point["op"], size, algo=algo)
             rows.append(Row(dataset, point["op"], m.n_gpus, size, "busbw GB/s",
                             point["busbw_gbps"], r.busbw_gbps,
                             *_tags(m, point["op"], size, algo)))
     return rows
+
+
+def _average_row(dataset: str, m: Communicator, point: dict[str, Any], algo: str) -> Row:
+    """nccl-tests' "Avg bus bandwidth" of a sweep from ``sizes[0]`` to ``sizes[1]`` by factors of
+    two, simulated over the same sizes (both halves alike, so the mean of one)."""
+    low, high = (int(x) for x in point["sizes"])
+    sizes = [low << k for k in range((high // low).bit_length()) if low << k <= high]
+    busbw = [time_alone(m, point["op"], s, algo=algo).busbw_gbps for s in sizes]
+    return Row(dataset, point["op"], m.n_gpus, None, "avg busbw", point["avg_busbw_gbps"],
+               statistics.fmean(busbw), *_tags(m, point["op"], sizes[-1], algo))
 
 
 def _tags(m: Communicator, op: str, size: int, algo: str = "auto") -> tuple[str | None, str]:
@@ -411,7 +428,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
 
 # What the residual table keeps: achieved rates (a time counts inverted), at sizes a training
 # step moves (buckets, per-block gathers: 1 MiB and up; smaller ones are latency bound).
-RATE_QUANTITIES = {"busbw GB/s", "samples/s", "seq/s", "tok/s/GPU"}
+RATE_QUANTITIES = {"busbw GB/s", "avg busbw", "samples/s", "seq/s", "tok/s/GPU"}
 TIME_QUANTITIES = {"sec/iter", "time us"}
 MIN_BYTES = 1 << 20
 
