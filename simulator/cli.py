@@ -85,6 +85,7 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
         listed = known is None or any(a in ("-h", "--help") for a in argv[:argv.index(known)])
         args = build_parser(known or "", listed=listed).parse_args(argv)
         prog = f"stepsim {args.command}"
+        args.argv = argv  # the command line as given (an HTML report shows it)
         if whole_process:
             # what the imports built (modules, the models' schemas) lives until the process
             # ends: keep the cyclic collector from scanning it again at every collection the

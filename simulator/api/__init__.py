@@ -2,7 +2,9 @@
 
 - ``simulate(RunSpec(...)) -> RunResult``: one training step (the `stepsim run` pipeline:
   machine and job from their YAML or preset names, the strategy's programs, the engine, the
-  report; ``ranges=True`` adds the ranges of ranges.py).
+  report with its confidence grade; ``ranges=True`` adds the ranges of ranges.py).
+- ``answer(RunSpec(...)) -> dict``: what the commands print for a spec: the simulated report
+  when the job fits, its memory verdict alone when it does not (answers.py).
 - ``memory(RunSpec(...)) -> MemoryResult``: the same spec's memory verdict without
   simulating (`stepsim memory`), optionally with the largest micro-batch or model that fits.
 - ``collective(CollectiveSpec(...)) -> list[Result]``: one NCCL collective over a range of
@@ -30,6 +32,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from simulator.api.answers import answer, answer_all, fits, largest_micro_batch, outcome
+    from simulator.api.confidence import grade_run
     from simulator.api.runner import (
         RunResult,
         clear_caches,
@@ -83,6 +87,9 @@ if TYPE_CHECKING:
 
 # name -> the module that holds it
 _HOME = {
+    **dict.fromkeys(("answer", "answer_all", "fits", "largest_micro_batch", "outcome"),
+                    "simulator.api.answers"),
+    "grade_run": "simulator.api.confidence",
     **dict.fromkeys(("RunResult", "clear_caches", "degrees", "presets", "recipe", "run",
                      "simulate", "single_gpu_tokens_per_s", "step_time"), "simulator.api.runner"),
     **dict.fromkeys(("MAX_SIMULATED_OPS", "TRAINING_OVERRIDES", "RunSpec", "check_offload",
@@ -107,11 +114,13 @@ _HOME = {
 
 __all__ = ["CollectiveSpec", "Communicator", "MAX_SIMULATED_OPS", "MOMENTS", "Machine",
            "MemoryReport", "MemoryResult", "NO_ENV", "NcclEnv", "OPS", "Result", "RunResult",
-           "RunSpec", "STRATEGIES", "TRAINING_OVERRIDES", "alive", "blame", "check_offload",
+           "RunSpec", "STRATEGIES", "TRAINING_OVERRIDES", "alive", "answer", "answer_all", "blame",
+           "check_offload", "fits", "grade_run", "largest_micro_batch",
            "check_optimizer", "check_recipe", "check_size", "check_strategy", "clear_caches",
            "collective", "configured", "degrees", "fullest", "job_of", "load_communicator",
            "load_job", "load_machine", "load_topology", "load_workload", "memory", "memory_of",
-           "memory_reports", "memory_scheme", "options_of", "pipeline_of", "pipeline_split",
+           "memory_reports", "memory_scheme", "options_of", "outcome", "pipeline_of",
+           "pipeline_split",
            "presets", "recipe", "run", "simulate", "single_gpu_tokens_per_s", "step_time",
            "strategy_options", "tp_degree", "transport_effects", "unused_flags",
            "with_adapters"]

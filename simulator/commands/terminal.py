@@ -1,10 +1,13 @@
 """How text reaches the user: tables as wide as the terminal, progress for long work.
 
 Tables are drawn by rich at the terminal's width (rich reads ``COLUMNS``, then the size of
-the terminal, else 80 columns), with box lines on a terminal and as plain aligned columns
-when stdout is piped or redirected, so `stepsim compare ... | cat`, `grep` and `awk` read
-words, not drawing characters. Progress goes to stderr, only when stderr is a terminal (never
-under CI) and only once the work has run for two seconds: short commands stay silent.
+the terminal), with box lines on a terminal and as plain aligned columns when stdout is piped
+or redirected, so `stepsim compare ... | cat`, `grep` and `awk` read words, not drawing
+characters. A number is never broken across lines: piped, nothing wraps at all (a line is as
+long as its content); on a terminal a cell wraps only between words, and a table whose words
+cannot fit the terminal is drawn as wide as they need (``show``). Progress goes to stderr,
+only when stderr is a terminal (never under CI) and only once the work has run for two
+seconds: short commands stay silent.
 rich is imported only when text is printed or a progress bar is due.
 """
 
@@ -23,6 +26,9 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 PROGRESS_AFTER_S = 2.0  # work shorter than this shows no progress at all
+# piped text is never wrapped: rich's width is set beyond any line a command prints (a
+# table is only as wide as its content, plain lines are not padded)
+PIPED_WIDTH = 100_000
 
 Update = Callable[[int, int | None], None]  # (done, total or None when not yet known)
 
@@ -57,7 +63,8 @@ def console(file: IO[str] | None = None) -> Console:
     if out.isatty():
         return Console(file=out, highlight=False)
     # rich decides colour from the stream it is given: a wrapper is no terminal
-    return Console(file=_Trimmed(out), highlight=False)  # type: ignore[arg-type]
+    return Console(file=_Trimmed(out), highlight=False,  # type: ignore[arg-type]
+                   width=PIPED_WIDTH, soft_wrap=True)
 
 
 def table(*, title: str | None = None, show_header: bool = True, **options: Any) -> Table:
@@ -68,6 +75,47 @@ def table(*, title: str | None = None, show_header: bool = True, **options: Any)
     plain = not sys.stdout.isatty()
     return Table(title=title, show_header=show_header, title_justify="left",
                  box=None if plain else box.HEAVY_HEAD, pad_edge=not plain, **options)
+
+
+def _words(cell: Any) -> list[str]:
+    return str(cell.plain if hasattr(cell, "plain") else cell).split()
+
+
+def _drawn(console: Console, table: Table, width: int) -> str:
+    from rich.console import Console
+
+    probe = Console(file=io.StringIO(), width=width, color_system=None, highlight=False)
+    with probe.capture() as captured:
+        probe.print(table)
+    return captured.get()
+
+
+def show(table: Table, console: Console) -> None:
+    """Print ``table`` so that no number (no word) is broken across lines. Piped, nothing
+    wraps (``console``'s width is beyond any line). On a terminal a cell may wrap between
+    words; where the terminal is too narrow for that, the table is drawn as much wider as
+    keeps every word whole (the check is on the drawn text itself)."""
+    from rich.measure import Measurement
+
+    widest = Measurement.get(console, console.options.update(width=PIPED_WIDTH), table).maximum
+    width = console.width
+    if widest > width:
+        words = {w for column in table.columns for cell in (column.header, *column.cells)
+                 for w in _words(cell)}
+        while width < widest:
+            lines = _drawn(console, table, width).splitlines()
+            if all(any(w in line for line in lines) for w in words):
+                break
+            width = min(widest, width + 4)
+    if width == console.width:
+        console.print(table)
+        return
+    old = console.width
+    console.width = width
+    try:
+        console.print(table)
+    finally:
+        console.width = old
 
 
 @contextlib.contextmanager

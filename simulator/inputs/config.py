@@ -43,9 +43,12 @@ def resolve(name_or_path: str, kind: str) -> Path:
     candidate = preset_dir(kind) / f"{name_or_path}.yaml"
     if candidate.is_file():
         return candidate
+    from simulator.errors import did_you_mean
+
     names = ", ".join(preset_names(kind))
     singular = {"topologies": "topology", "workloads": "workload"}.get(kind, kind)
-    raise InputError(f"unknown {singular} {name_or_path!r}; presets: {names} "
+    raise InputError(f"unknown {singular} {name_or_path!r}"
+                     f"{did_you_mean(name_or_path, preset_names(kind))}; presets: {names} "
                      "(`stepsim presets` describes them)")
 
 
