@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "advise": "the best strategy, recipe and micro-batch for a job on each machine",
     "presets": "list the bundled topologies and workloads",
     "schema": "the JSON Schema of topology or workload YAML (for editors)",
+    "serve": "a local page to compare boxes, live (127.0.0.1)",
 }
 
 

@@ -118,11 +118,23 @@ def show(table: Table, console: Console) -> None:
         console.width = old
 
 
+# `stepsim serve` runs commands as processes and reads their progress: with this variable set
+# to "lines", progress is a line ``stepsim-progress DONE TOTAL`` on stderr at each update
+PROGRESS_LINES = "STEPSIM_PROGRESS"
+
+
 @contextlib.contextmanager
 def progress(description: str) -> Iterator[Update]:
     """``update(done, total)`` for a piece of work; a bar on stderr appears once it has run
     two seconds (updates or not: a timer starts it), if stderr is a terminal and CI is not
-    set, and is erased when the work ends."""
+    set, and is erased when the work ends. Under ``STEPSIM_PROGRESS=lines``, a line per
+    update instead, for the program reading stderr."""
+    if os.environ.get(PROGRESS_LINES) == "lines":
+        def line(done: int, total: int | None) -> None:
+            print(f"stepsim-progress {done} {total or 0}", file=sys.stderr, flush=True)
+
+        yield line
+        return
     if not sys.stderr.isatty() or os.environ.get("CI"):
         yield lambda done, total: None
         return
