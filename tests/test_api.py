@@ -82,3 +82,20 @@ def test_a_sweep_on_dask_matches_the_serial_one() -> None:
     reports = bag.from_sequence(specs, npartitions=2).map(api.run).compute(
         scheduler="processes", num_workers=2)
     assert [r["step_time_s"] for r in reports] == [api.run(s)["step_time_s"] for s in specs]
+
+
+def test_advise_on_a_local_dask_cluster_gives_the_serial_answer() -> None:
+    """The candidates on two Dask workers: the same ranking, pick and words as one process."""
+    pytest.importorskip("distributed", reason="distributed is not installed "
+                        "(pip install 'stepsim[dask]')")
+    from distributed import Client, LocalCluster
+
+    machines = ["1x4090"]
+    serial = api.advise(machines, "gpt2-medium", jobs=1)
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        spread = api.advise(machines, "gpt2-medium", executor=client.get_executor())
+    assert [c["label"] for c in spread["candidates"]] == [c["label"] for c in serial["candidates"]]
+    assert spread["best"] == serial["best"]
+    # the words too, but the first line's wall time and where it ran
+    assert spread["explanation"][1:] == serial["explanation"][1:]

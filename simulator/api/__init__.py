@@ -11,6 +11,8 @@
   sizes, each alone on idle links, as nccl-tests times it (`stepsim collective`).
 - ``load_machine(topology, gpus)``, ``load_communicator(topology, gpus, env=...)`` (NCCL over
   it: transports, rings) and ``presets(kind)``: a machine and the bundled inputs.
+- ``advise(machines, workload, executor=...)``: `stepsim advise`'s whole answer, its
+  candidates run on any ``concurrent.futures`` executor (advice/advise.py).
 
 Specs are frozen dataclasses (hashable, picklable), so they cross process boundaries: a
 sweep can fan out over ``concurrent.futures``, Dask or Ray and call ``simulate`` in each
@@ -85,8 +87,11 @@ if TYPE_CHECKING:
         unused_flags,
     )
 
-# name -> the module that holds it
+# name -> the module that holds it. ``advise`` and ``PricedMachine`` live in advice/, which is
+# built on this package: named here so that scripts reach everything through one entry point,
+# imported only when asked for (never while this package loads, so no import circle).
 _HOME = {
+    **dict.fromkeys(("advise", "PricedMachine"), "simulator.advice.advise"),
     **dict.fromkeys(("answer", "answer_all", "fits", "largest_micro_batch", "outcome"),
                     "simulator.api.answers"),
     "grade_run": "simulator.api.confidence",
@@ -112,7 +117,8 @@ _HOME = {
                     "simulator.strategies.options"),
 }
 
-__all__ = ["CollectiveSpec", "Communicator", "MAX_SIMULATED_OPS", "MOMENTS", "Machine",
+__all__ = ["CollectiveSpec", "PricedMachine", "advise", "Communicator", "MAX_SIMULATED_OPS",
+           "MOMENTS", "Machine",
            "MemoryReport", "MemoryResult", "NO_ENV", "NcclEnv", "OPS", "Result", "RunResult",
            "RunSpec", "STRATEGIES", "TRAINING_OVERRIDES", "alive", "answer", "answer_all", "blame",
            "check_offload", "fits", "grade_run", "largest_micro_batch",
