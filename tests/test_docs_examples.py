@@ -21,11 +21,13 @@ def _block(word: str) -> str:
     return found
 
 
-@pytest.mark.parametrize(("library", "word"), [("distributed", "LocalCluster"),
-                                               ("ray", "RayExecutor")])
-def test_the_cluster_example_runs_as_a_script(library: str, word: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("library", "word", "install"), [
+    ("distributed", "LocalCluster", "pip install 'stepsim[dask]'"),
+    ("ray", "RayExecutor", "pip install ray")])
+def test_the_cluster_example_runs_as_a_script(library: str, word: str, install: str,
+                                             tmp_path: Path) -> None:
     if importlib.util.find_spec(library) is None:
-        pytest.skip(f"{library} is not installed (pip install 'stepsim[dask]' or ray)")
+        pytest.skip(f"{library} is not installed ({install})")
     script = tmp_path / "example.py"
     script.write_text(_block(word))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
