@@ -104,3 +104,15 @@ def test_a_pasted_config_is_named_as_the_user_names_it(url: str) -> None:
     broken = _post(url, "/api/memory", {**FORM, "config_json": "{\"hidden_size\": 12"})
     (line,) = broken["errors"].values()
     assert line.startswith("stepsim memory: error: config.json:1")
+
+
+def test_micro_batch_max_draws_the_largest_that_fits(url: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The bar at the micro-batch compare would run: the largest that fits."""
+    form = {**FORM, "machines": [{"name": "8x5090-switch"}], "workload": "llama2-7b",
+            "strategy": "fsdp", "seq_len": "", "micro_batch": "max"}
+    answer = _post(url, "/api/memory", form)
+    assert main(["memory", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp",
+                 "--micro-batch", "5", "--json"]) == 0
+    assert answer["peaks"] == [json.loads(capsys.readouterr().out)["peak_bytes"]]
+    assert "8x5090-switch (micro-batch 5)" in answer["html"]

@@ -180,6 +180,7 @@ class Session:
         """Each picked machine's memory verdict, as `stepsim memory --json` gives it."""
         from simulator import api
         from simulator.commands import memory as memory_command
+        from simulator.commands.run import largest
         from simulator.outputs import svg
 
         labels: list[str] = []
@@ -194,13 +195,17 @@ class Session:
             try:
                 with self.lock:
                     args = parse("memory", argv)
-                    result = api.memory(memory_command.spec_of(args),
-                                        largest_micro_batch=args.micro_batch == "max")
+                    spec = memory_command.spec_of(args)
+                    if args.micro_batch == "max":  # at the largest that fits, as compare runs
+                        spec = largest(spec)
+                    result = api.memory(spec)
             except InputError as exc:
                 line = self.shown(error_line("memory", exc))
                 errors.setdefault(field_of(line), line)
                 continue
-            labels.append(str(m["name"]) + (f":{gpus}" if gpus else ""))
+            labels.append(str(m["name"]) + (f":{gpus}" if gpus else "")
+                          + (f" (micro-batch {spec.micro_batch})" if args.micro_batch == "max"
+                             else ""))
             reports.append({"memory": result.summary})
         return {"html": svg.memory_bars(labels, reports), "errors": errors,
                 "verdicts": [r["memory"]["fits"] for r in reports],
