@@ -9,8 +9,11 @@ of another kind, the best of the other kinds (the runner-up). "Could" is bound.p
 bound, so what is left out provably loses. Ranked by the objective (tokens/s, USD per million
 tokens, or time to train ``train_tokens``); the best and the runner-up are simulated again
 with their ranges (ranges.py). The answer is one JSON object, ``{candidates, best,
-nothing_fits, what_would_fit, explanation}``; explain.py words the explanation, fallback.py
-what would fit when nothing does.
+nothing_fits, what_would_fit, explanation, confidence, without_thin_mechanisms}``; explain.py
+words the explanation, caveats.py how sure the pick is (and the best candidate that avoids
+its thinly validated mechanisms), fallback.py what would fit when nothing does. The
+candidates run on any ``concurrent.futures`` executor given (Dask, Ray through an adapter),
+else on ``jobs`` local processes.
 """
 
 from __future__ import annotations
@@ -18,14 +21,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from simulator import api
-from simulator.advice import bound, explain, fallback, spec_text
+from simulator.advice import bound, caveats, explain, fallback, spec_text
 from simulator.advice import candidates as cand
 from simulator.api import RunSpec
 from simulator.errors import InputError, quoted
@@ -38,10 +41,16 @@ Point = tuple[RunSpec, Prices, bool]  # the spec, its prices, whether to check m
 
 @dataclass(frozen=True)
 class PricedMachine:
-    """One -t of the question: the topology and the prices that apply to it."""
+    """One -t of the question: the topology, the prices that apply to it, and how many of its
+    GPUs to use (its first ``gpus``; None: all of them)."""
 
     topology: str
     prices: Prices
+    gpus: int | None = None
+
+    @property
+    def key(self) -> tuple[str, int | None]:
+        return self.topology, self.gpus
 
 
 def _simulate(point: Point) -> tuple[str, dict[str, Any] | None]:
@@ -65,7 +74,11 @@ def _simulate(point: Point) -> tuple[str, dict[str, Any] | None]:
 
 
 @contextmanager
-def _pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
+def _pool(workers: int, executor: Executor | None) -> Iterator[Executor | None]:
+    """The caller's executor (left running), else a process pool of ``workers`` (none for 1)."""
+    if executor is not None:
+        yield executor
+        return
     if workers <= 1:
         yield None
         return
@@ -88,7 +101,7 @@ class _Counter:
             yield r
 
 
-def _map(pool: ProcessPoolExecutor | None, workers: int, fn: Callable[[Any], Any],
+def _map(pool: Executor | None, workers: int, fn: Callable[[Any], Any],
          items: list[Any], counter: _Counter) -> list[Any]:
     """``fn`` over ``items`` in order, in the pool's processes when there is one (neighbours
     go to one process, which then reuses the jobs and machines it built)."""
@@ -113,7 +126,7 @@ def _bounds(mapper: Callable[[Callable[[Any], Any], list[Any]], Iterable[Any]],
     return dict(zip(order, mapper(bound.tokens_per_s_bound, order), strict=True))
 
 
-def _simulate_all(pool: ProcessPoolExecutor | None, workers: int, points: list[Point],
+def _simulate_all(pool: Executor | None, workers: int, points: list[Point],
                   counter: _Counter, tally: explain.Tally) -> list[tuple[RunSpec, dict[str, Any]]]:
     """Simulate ``points``; the ranked (spec, report) pairs, with ``tally`` counting."""
     points = sorted(points, key=lambda p: _locality(p[0]))
@@ -161,25 +174,34 @@ def check_objective(objective: str, machines: Sequence[PricedMachine]) -> None:
                                  "--price-per-gpu-hour (once, or once per -t)")
 
 
-def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str = "throughput",
-           jobs: int | None = None, progress: Progress | None = None,
-           peft: str | None = None, load_in_4bit: bool = False) -> dict[str, Any]:
+def advise(given: Sequence[PricedMachine | str], workload: str, *,
+           objective: str = "throughput", jobs: int | None = None,
+           progress: Progress | None = None, peft: str | None = None,
+           load_in_4bit: bool = False, executor: Executor | None = None) -> dict[str, Any]:
     """The whole answer: ranked candidates, the best with its ranges, and the explanation.
-    ``peft``, ``load_in_4bit``: the job's adapters from a PEFT adapter_config.json (QLoRA on
-    a 4-bit base), as `run --peft` takes them; every candidate trains them."""
+    ``given``: the machines (PricedMachine), or topology names (their own prices).
+    ``peft``, ``load_in_4bit``: the job's adapters from a PEFT adapter_config.json (QLoRA on a 4-bit
+    base), as `run --peft` takes them; every candidate trains them. ``executor``: any
+    ``concurrent.futures`` executor to run the candidates on (a process pool, Dask's
+    ``client.get_executor()``, ...), left running; without one, ``jobs`` local processes
+    (default one per core). The answer is the same wherever the candidates run."""
+    machines = [m if isinstance(m, PricedMachine) else PricedMachine(m, Prices())
+                for m in given]
 
-    def base(topology: str) -> RunSpec:
-        return RunSpec(topology, workload, peft=peft, load_in_4bit=load_in_4bit)
+    def base(m: PricedMachine) -> RunSpec:
+        return RunSpec(m.topology, workload, gpus=m.gpus, peft=peft, load_in_4bit=load_in_4bit)
 
     check_objective(objective, machines)
     started = time.perf_counter()
     workers = jobs if jobs is not None else os.cpu_count() or 1
+    if executor is not None:  # its size is its own: chunks for a few workers
+        workers = max(workers, 2)
     counter, tally = _Counter(progress), explain.Tally()
-    choices: dict[str, cand.Choices] = {}
+    choices: dict[tuple[str, int | None], cand.Choices] = {}
     ranked: list[tuple[RunSpec, dict[str, Any]]] = []
     leading: dict[Any, float] = {}  # tokens/s of the best ranked run of each kind and machine
-    prices = {m.topology: m.prices for m in machines}
-    with _pool(workers) as pool:
+    prices = {m.key: m.prices for m in machines}
+    with _pool(workers, executor) as pool:
         def mapper(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
             return _map(pool, workers, fn, items, counter)
 
@@ -188,7 +210,7 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
             """Simulate the specs whose bound reaches their ``threshold`` (tokens/s): branch
             and bound, a spec whose compute alone is slower than a run already simulated
             cannot beat it; how many the bound left out."""
-            todo = [(s, prices[s.topology], check_memory) for s in specs
+            todo = [(s, prices[s.topology, s.gpus], check_memory) for s in specs
                     if bounds[s] >= threshold(s)]
             for spec, report in _simulate_all(pool, workers, todo, counter, tally):
                 ranked.append((spec, report))
@@ -197,7 +219,7 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
             return len(specs) - len(todo)
 
         for m in machines:  # memory verdicts first: no simulation
-            choices[m.topology] = cand.enumerate_machine(base(m.topology), mapper)
+            choices[m.key] = cand.enumerate_machine(base(m), mapper)
         first = [spec for c in choices.values() for spec in c.first]
         tally.choices = sum(len(c.verdicts) for c in choices.values())
         tally.first = len(first)
@@ -214,7 +236,8 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
         wave(list(heads.values()), False, lambda spec: 0.0)
 
         def could_change_the_answer(spec: RunSpec) -> float:
-            tops = sorted(((v, k) for k, v in leading.items() if k[0] == spec.topology),
+            tops = sorted(((v, k) for k, v in leading.items()
+                           if k[0] == (spec.topology, spec.gpus)),
                           reverse=True)
             (v1, k1), *rest = tops or [(0.0, None)]
             return v1 if cand.kind(spec) == k1 else (rest[0][0] if rest else 0.0)
@@ -223,13 +246,13 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
                              lambda spec: leading.get(cand.kind(spec), 0.0))
         tally.first_simulated = tally.simulated
         # the variants, checked for memory before simulating
-        accum = api.job_of(base(machines[0].topology)).grad_accum
+        accum = api.job_of(base(machines[0])).grad_accum
         recipes: dict[cand.Recipe, list[RunSpec]] = {}
         for spec in first:
             recipes.setdefault(cand.recipe_of(spec)[0], []).append(spec)
 
         def variants(spec: RunSpec) -> list[RunSpec]:
-            c = choices[spec.topology]
+            c = choices[spec.topology, spec.gpus]
             # a recipe's other first-round specs fit smaller micro-batches: lighter modes
             lighter = [s for s in recipes[cand.recipe_of(spec)[0]] if s != spec]
             return [*cand.variants(spec, c.above[spec], accum, lighter),
@@ -243,23 +266,28 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
         ranked = _ranked(ranked, objective)
         reports = [r for _, r in ranked]
         second = runner_up(reports) if reports else None
-        finalists = reports[:1] + ([second] if second is not None else [])
-        # the best and the runner-up again with their ranges, in the processes that hold
-        # their jobs already
+        sure = caveats.alternative(reports[0], reports) if reports else None
+        finalists = reports[:1] + [r for r in (second, sure) if r is not None]
+        finalists = list({id(r): r for r in finalists}.values())
+        # the best, the runner-up and the best candidate that avoids the best's thinly
+        # validated mechanisms again with their ranges, in the processes that hold their jobs
         ranged = _map(pool, workers, partial(_ranged, prices=prices), finalists, counter)
+        by_id = {id(r): x for r, x in zip(finalists, ranged, strict=True)}
     elapsed = time.perf_counter() - started
     answer: dict[str, Any] = {"candidates": reports, "best": None, "nothing_fits": not reports,
-                              "what_would_fit": [], "explanation": []}
+                              "what_would_fit": [], "explanation": [], "confidence": None,
+                              "without_thin_mechanisms": None}
     lines = answer["explanation"]
-    names = ", ".join(api.load_machine(m.topology).name for m in machines)
+    names = ", ".join(explain.machine_name(m) for m in machines)
     verdicts = {t: c.verdicts for t, c in choices.items()}
-    lines += explain.search_lines(workload, names, tally, objective, workers, elapsed, len(reports))
+    where = "the executor given" if executor is not None else workers
+    lines += explain.search_lines(workload, names, tally, objective, where, elapsed, len(reports))
     if not reports:
         for m in machines:
-            lines.extend(explain.not_fitting_lines(verdicts[m.topology]))
+            lines.extend(explain.not_fitting_lines(verdicts[m.key]))
         answer["what_would_fit"] = fallback.what_would_fit(machines[0].topology, workload,
                                                             peft, load_in_4bit)
-        finetune = api.job_of(base(machines[0].topology)).finetune
+        finetune = api.job_of(base(machines[0])).finetune
         lines.append(f"nothing fits: no {finetune} fine-tuning configuration of {workload} "
                      f"fits on {names}; what would:")
         lines.extend(f"  {w['change']}: {w['detail']}" for w in answer["what_would_fit"])
@@ -269,20 +297,25 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
     lines.append(explain.winner_line(best, objective))
     lines.append("why: " + explain.why(best))
     for m in machines:
-        lines.extend(explain.not_fitting_lines(verdicts[m.topology],
+        lines.extend(explain.not_fitting_lines(verdicts[m.key],
                                                prefix=explain.prefix(machines, m)))
-    if len(ranged) > 1:
-        lines.append(explain.runner_up_line(best, ranged[1], objective))
+    if second is not None:
+        lines.append(explain.runner_up_line(best, by_id[id(second)], objective))
     if len(machines) > 1:
         lines.extend(explain.machine_lines(reports, machines, objective))
     lines.append(best["range_basis"]["summary"])
+    alt = by_id[id(sure)] if sure is not None else None
+    answer["confidence"] = best["confidence"]
+    answer["without_thin_mechanisms"] = alt
+    lines.extend(caveats.lines(best, alt, caveats.shared(reports[0], reports)))
     return answer
 
 
-def _ranged(report: dict[str, Any], prices: dict[str, Prices]) -> dict[str, Any]:
+def _ranged(report: dict[str, Any], prices: dict[tuple[str, int | None], Prices]
+            ) -> dict[str, Any]:
     """The candidate again, with its ranges (and its DDP buckets)."""
     spec = spec_text.spec_of(report["options"])
-    ranged = api.simulate(spec, baseline=False, prices=prices[spec.topology],
+    ranged = api.simulate(spec, baseline=False, prices=prices[spec.topology, spec.gpus],
                           ranges=True).report
     ranged["options"] = report["options"]
     ranged["label"] = report["label"]
