@@ -25,8 +25,8 @@ def _w(name: str) -> str:
 
 _TUNE_3B = {"topology": "8xa100-nvswitch", "gpus": 1, "workload": _w("torchtune-llama3.2-3b"),
             "strategy": "ddp", "memory": "allocated"}
-# llm-foundry's H100 tables ran CUDA 11.8's cuBLAS (the machine file says why that matters)
-_FOUNDRY_H100 = {"topology": str(TOPOLOGIES / "8xh100-cuda11.8.yaml"), "strategy": "fsdp"}
+# each run's software stack is its point's ``software`` in validation/frameworks.yaml
+_FOUNDRY_H100 = {"topology": "8xh100-nvswitch", "strategy": "fsdp"}
 _FOUNDRY_A100 = {"topology": "8xa100-nvswitch", "strategy": "fsdp"}
 
 # point id -> how it is simulated: RunSpec fields, and which memory counter it printed
@@ -60,7 +60,15 @@ RUNS: dict[str, dict[str, Any]] = {
                                         "strategy": "fsdp", "micro_batch": 1, "proxy": True},
 }
 _SPEC_KEYS = ("gpus", "micro_batch", "grad_accum", "seq_len", "kernels", "cross_entropy",
-              "precision", "optimizer", "checkpointing", "framework")
+              "precision", "optimizer", "checkpointing", "framework", "attention")
+
+
+def software_flag(point: dict[str, Any]) -> str | None:
+    """A point's ``software`` (a year, or {torch, cuda, source}) as --software gives it."""
+    stack = point.get("software")
+    if stack is None or isinstance(stack, int):
+        return None if stack is None else str(stack)
+    return ",".join(f"{k}={stack[k]}" for k in ("torch", "cuda") if k in stack)
 
 
 def rows(data: dict[str, Any], row_type: Any, mechanism: Any) -> list[Any]:
@@ -75,6 +83,7 @@ def rows(data: dict[str, Any], row_type: Any, mechanism: Any) -> list[Any]:
         if setup is None:
             continue
         spec = RunSpec(setup["topology"], setup["workload"], setup["strategy"],
+                       software=software_flag(point),
                        **{k: setup[k] for k in _SPEC_KEYS if k in setup})
         result = simulate(spec, baseline=False)
         r = result.report

@@ -23,6 +23,7 @@ from simulator.api.spec import (
 )
 from simulator.api.verdict import _memory, _memory_verdict, strategy_options
 from simulator.catalog import gpus as gpu_catalog
+from simulator.catalog import software
 from simulator.engine.program import Program
 from simulator.engine.timeline import Timeline
 from simulator.errors import InputError
@@ -168,7 +169,7 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
 def _single_gpu(one: RunSpec) -> float | None:
     job = job_of(one)
     comm = load_communicator(one.topology, 1, one.scales, one.nccl)
-    one_gpu = comm.machine.for_job(job.name)
+    one_gpu = comm.machine.for_job(job.name, job.software)
     if not _memory(job, one_gpu, one)["fits"]:
         return None
     programs = strategies.build("ddp", job, one_gpu, strategy_options(one, job, one_gpu))
@@ -236,7 +237,7 @@ def _job_and_machine(spec: RunSpec) -> tuple[Job, Machine, Communicator]:
     measured for the job), and NCCL over it under the spec's variables."""
     job = job_of(spec)
     comm = load_communicator(spec.topology, spec.gpus, spec.scales, spec.nccl)
-    return job, comm.machine.for_job(job.name), comm
+    return job, comm.machine.for_job(job.name, job.software), comm
 
 
 def _programs(spec: RunSpec, job: Job, machine: Machine) -> list[Program]:
@@ -292,6 +293,9 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
         extra={"topology": machine.name, "workload": job.name, "strategy": spec.strategy,
                "gpu": machine.gpu.name, "tokens_per_step": tokens,
                "overlap": spec.overlap, "recipe": recipe(spec, job),
+               "software": software.rows_used(job.software, machine.gpu.arch,
+                                              job.attention_kernel,
+                                              own_gemm=machine.gpu.own_matmul),
                **degrees(spec, job, machine, dp)},
     )
     files = config_files(spec, job)

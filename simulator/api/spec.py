@@ -49,6 +49,9 @@ class RunSpec:
     precision: str | None = None
     optimizer: str | None = None
     optimizer_in_bwd: bool | None = None  # training.optimizer_in_bwd (torchtune's key)
+    attention: str | None = None  # training.attention
+    # training.software as --software gives it: "2023" or "torch=2.1,cuda=12.1"
+    software: str | None = None
     checkpointing: str | None = None  # training.activation_checkpointing
     grad_compression: str = "none"  # DDP comm hook
     gradient_as_bucket_view: bool = False
@@ -141,13 +144,27 @@ def _deepspeed_settings(path: str) -> tuple[tuple[str, Any], ...]:
 
 
 TRAINING_OVERRIDES = ("framework", "kernels", "cross_entropy", "precision", "optimizer",
-                      "optimizer_in_bwd")
+                      "optimizer_in_bwd", "attention", "software")
+
+
+def _training_value(key: str, value: Any) -> Any:
+    """A RunSpec field as the training key it overrides (``--software`` is text)."""
+    if key == "software":
+        from simulator.catalog.software import parse_flag
+
+        flag = parse_flag(value)
+        if isinstance(flag, dict):
+            from simulator.inputs.schema import SoftwareConfig
+
+            return SoftwareConfig(torch=flag["torch"], cuda=flag.get("cuda"))
+        return flag
+    return value
 
 
 def job_of(spec: RunSpec) -> Job:
     """The job a spec names, with its batch, sequence and training-recipe overrides."""
     spec = configured(spec)
-    training = tuple((k, getattr(spec, k)) for k in TRAINING_OVERRIDES
+    training = tuple((k, _training_value(k, getattr(spec, k))) for k in TRAINING_OVERRIDES
                      if getattr(spec, k) is not None)
     job = load_job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum,
                    spec.checkpointing, training, spec.peft, spec.load_in_4bit)

@@ -47,6 +47,12 @@ class GPU:
     # modelled / measured compute time of the user's own job on this card, 1.0 in the catalog;
     # only Machine.for_job sets it, from the topology's calibration.compute (stepsim calibrate)
     achieved_fraction: float = 1.0
+    # the share of the plain GEMM rate the job's cuBLAS generation reaches, 1.0 in the catalog
+    # (today's stack); only Machine.for_job sets it, from catalog/software.py GEMM_ROWS
+    gemm_library_share: float = 1.0
+    # the topology gives this card's own measured plain GEMM rate (matmul_tflops), which no
+    # library table then scales
+    own_matmul: bool = False
 
     @property
     def power_limit(self) -> float:

@@ -207,6 +207,7 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
             f"{eff:.1%}", r.get("scaling_efficiency_range"), lambda x: f"{x:.1%}")),
         ("memory per GPU", memory_verdict(r["memory"])),
         ("recipe", recipe_flags.training_words(r.get("recipe", {})) or "-"),
+        *([("software", software_words(r["software"]))] if r.get("software") else []),
         *([("config files", recipe_flags.config_words(r["config_files"]))]
           if r.get("config_files") else []),
         *([("host memory", host)] if (host := host_verdict(r["memory"])) else []),
@@ -223,6 +224,16 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("per GPU dollar", f"{r['tokens_per_s_per_kusd']:,.0f} tokens/s per $1k "
                                        f"(GPUs ${r['gpus_price_usd']:,.0f})"))
     return rows + cost_rows(r)
+
+
+def software_words(sw: dict[str, Any]) -> str:
+    """``2023 (PyTorch 2.0, CUDA 11.8): GEMM row hopper CUDA 11.8 (cuBLAS 11.11), 90% of
+    today's; attention triton``."""
+    stack, gemm = sw["stack"], sw["gemm"]
+    name = "today's stack" if stack["given"] == "today" else stack["given"]
+    where = f"{gemm['arch']} {gemm['row']}" if "arch" in gemm else gemm["row"]
+    return (f"{name} (PyTorch {stack['torch']}, CUDA {stack['cuda']}): GEMM row {where}, "
+            f"{gemm['share']:.0%} of today's rate; attention kernel {sw['attention']['kernel']}")
 
 
 def _usd(value: float) -> str:

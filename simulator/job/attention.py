@@ -27,12 +27,13 @@ from simulator.job.kernels import FP32, Kernel, gemm, memory
 def flash(b: int, s: int, h: int, kv_in: int, e: int, *, causal: bool,
           backward: bool, version: int | str = 2) -> Kernel:
     """``kv_in``: the K/V width the kernel reads (kv_dim, or hidden when repeated);
-    ``version`` 2, 3 (FlashAttention-3, Shah et al. 2024) or "triton" (flash-attn's
-    flash_attn_triton.py, the same algorithm in Triton): compute.py times them apart."""
+    ``version`` 1 (FlashAttention-1, SDPA's kernel before PyTorch 2.2), 2, 3
+    (FlashAttention-3, Shah et al. 2024) or "triton" (flash-attn's flash_attn_triton.py, the
+    same algorithm in Triton): compute.py times them apart."""
     flops = 4.0 * b * s * s * h / (2 if causal else 1)
     tokens = b * s
-    names: dict[int | str, str] = {2: "flash_attention", 3: "flash3_attention",
-                                   "triton": "triton_flash_attention"}
+    names: dict[int | str, str] = {1: "flash1_attention", 2: "flash_attention",
+                                   3: "flash3_attention", "triton": "triton_flash_attention"}
     name = names[version]
     mask = "_causal" if causal else ""  # compute.py: a causal kernel has its own efficiency
     if not backward:

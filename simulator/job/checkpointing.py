@@ -88,7 +88,7 @@ def saved_tensors(job: Job, *, flash: bool | None = None) -> dict[str, tuple[flo
     tensor-parallel group). Residual-stream tensors (norm inputs and outputs, dropout masks)
     are replicated across TP ranks; the rest are split."""
     if flash is None:
-        flash = job.training.attention != "eager"
+        flash = job.flash_attention
     return dict(_SAVED.get((job_shape(job), flash), partial(_saved_tensors, job, flash)))
 
 
@@ -161,7 +161,7 @@ def per_token(job: Job, *, tp: int = 1, sequence_parallel: bool = False,
     while the block is recomputed)."""
     mode = mode or job.checkpointing
     if flash is None:
-        flash = job.training.attention != "eager"
+        flash = job.flash_attention
     tensors = saved_tensors(job, flash=flash)
 
     def share(split: bool) -> float:

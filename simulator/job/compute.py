@@ -15,6 +15,7 @@ from functools import cache
 
 from simulator.catalog import power
 from simulator.catalog.gpus import GPU, GPUS
+from simulator.catalog.software import FLASH1_SLOWDOWN
 from simulator.job.ops import Kernel, Op
 from simulator.job.workload import Job
 from simulator.units import US
@@ -122,9 +123,10 @@ def plain_to_spec(line: str) -> float:
 def matmul_rate(gpu: GPU) -> float:
     """Achievable dense 16-bit FLOP/s of a large plain GEMM benchmark at the enforced power
     limit: plain-matmul measured, else from MAMF, else spec x the median ratio of its product
-    line; slowed with the SM clock under a lower power limit (simulator/catalog/power.py)."""
+    line; slowed with the SM clock under a lower power limit (simulator/catalog/power.py), and
+    at the share the job's cuBLAS generation reaches (catalog/software.py GEMM_ROWS)."""
     rate = _derived_plain_rate(gpu) or gpu.matmul_flops * plain_to_spec(gpu.line)
-    return rate * power.clock_share(gpu)
+    return rate * power.clock_share(gpu) * gpu.gemm_library_share
 
 
 def sustained_share(gpu: GPU) -> float:
@@ -179,7 +181,10 @@ def _flash_version(k: Kernel) -> int:
 
 
 def _flash_slowdown(k: Kernel) -> float:
-    return TRITON_FLASH_SLOWDOWN if k.name.startswith("triton") else 1.0
+    """Triton's and FlashAttention-1's kernels against FlashAttention-2's rate."""
+    if k.name.startswith("triton"):
+        return TRITON_FLASH_SLOWDOWN
+    return FLASH1_SLOWDOWN if k.name.startswith("flash1") else 1.0
 
 
 def kernel_time(k: Kernel, gpu: GPU) -> float:

@@ -281,7 +281,7 @@ class Builder:
         """The attention core's kernels: eager matmul-softmax-matmul or one FlashAttention."""
         A, j = self.arch, self.job
         b, s = j.micro_batch, j.seq_len
-        if j.training.attention == "eager":
+        if j.attention_kernel == "eager":
             return attention.eager(b, s, A.heads, A.head_dim, self.a, dropout=j.training.dropout,
                                    unfused_mask=A.encoder, backward=backward,
                                    matmul_copies=self.kernels != "fused")
@@ -290,8 +290,8 @@ class Builder:
 
     @property
     def flash_version(self) -> int | str:
-        attention = self.job.training.attention
-        return 3 if attention == "flash3" else "triton" if attention == "triton" else 2
+        versions: dict[str, int | str] = {"flash3": 3, "triton": "triton", "flash1": 1}
+        return versions.get(self.job.attention_kernel, 2)
 
     @property
     def kv_in(self) -> int:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from simulator.catalog import software
+from simulator.catalog.software import TODAY, Stack
 from simulator.errors import InputError
 from simulator.inputs.schema import (
     LORA_TARGETS,
@@ -52,6 +54,7 @@ class Job:
     modules: tuple[Module, ...]
     params: list[ParamTensor] = field(hash=False, compare=False)
     recipe: Recipe = field(default_factory=lambda: resolve_recipe(TrainingConfig(seq_len=1)))
+    software: Stack = TODAY  # the software stack (catalog/software.py)
     # built on first use: every strategy, the memory model and the size check read them
     _ops: dict[tuple[str, bool], tuple[Op, ...]] = field(default_factory=dict, init=False,
                                                          repr=False,
@@ -91,10 +94,13 @@ class Job:
                            lora=m.leaf in targets and m.path != "lm_head") for m in mods]
         params = [p for m in mods for p in module_params(
             m, peft=t.finetune != "full", finetune=t.finetune, lora_rank=lora_rank)]
+        stack = software.resolve(t.software)
+        recipe = resolve_recipe(t, stack)
+        software.attention_kernel(recipe.attention, stack)  # a stack that lacks it: refused
         return Job(name=cfg.name, arch=arch, generic_layers=tuple(cfg.layers or ()), training=t,
                    micro_batch=micro_batch or t.micro_batch, seq_len=seq_len or t.seq_len,
                    grad_accum=grad_accum or t.grad_accum, modules=tuple(mods), params=params,
-                   recipe=resolve_recipe(t))
+                   recipe=recipe, software=stack)
 
     # --- sizes ------------------------------------------------------------------------------
     @property
@@ -172,6 +178,17 @@ class Job:
     @property
     def kernels(self) -> str:
         return self.recipe.kernels
+
+    @property
+    def attention_kernel(self) -> str:
+        """What the attention implementation runs on the job's stack: flash2, flash1, flash3,
+        triton or eager (catalog/software.py)."""
+        return software.attention_kernel(self.recipe.attention, self.software)
+
+    @property
+    def flash_attention(self) -> bool:
+        """The attention core keeps no s x s scores (every kernel but eager)."""
+        return self.attention_kernel != "eager"
 
     @property
     def grad_bytes(self) -> int:

@@ -69,7 +69,7 @@ def activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool | None,
     stored, working = activations_per_token(job, tp=tp, sequence_parallel=sp,
                                             flash_attention=flash)
     if flash is None:
-        flash = job.training.attention != "eager"
+        flash = job.flash_attention
     attn = "flash attention" if flash else "eager attention (s x s scores)"
     layers = a.layers if stage is None else stage.layers_in_flight
     what = (f"{a.layers} layers" if stage is None else
