@@ -270,6 +270,13 @@ def _bucket_slowdown(note: str) -> float | None:
     return float(match.group(1)) / 100 if match else None
 
 
+def software_flag(entry: dict[str, Any]) -> str | None:
+    """A measurement's software stack as --software gives it (validate_frameworks.py)."""
+    import validate_frameworks
+
+    return validate_frameworks.software_flag(entry)
+
+
 def _scaling_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
     """Throughput at each GPU count of one machine, and the scaling efficiency at the largest."""
     from simulator.api import RunSpec, simulate
@@ -280,7 +287,8 @@ def _scaling_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
         simulated: dict[int, float] = {}
         for gpus, measured in zip(result["gpus"], result["seq_per_s"], strict=True):
             spec = RunSpec(topology, setup["workload"], setup["strategy"], gpus=gpus,
-                           micro_batch=batch, overlap=setup["overlap"])
+                           micro_batch=batch, overlap=setup["overlap"],
+                           software=software_flag(entry))
             report = simulate(spec, baseline=False, ranges=True).report
             simulated[gpus] = report["samples_per_s"]
             rows.append(Row(entry["id"], result["hardware"][:13], gpus, None, "seq/s",
@@ -308,7 +316,8 @@ def _bucket_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
     def run(gpus: int, bucket_mb: float | None = None) -> dict[str, Any]:
         spec = RunSpec(machine, setup["workload"], setup["strategy"], gpus=gpus,
                        bucket_mb=bucket_mb, overlap=setup["overlap"],
-                       legacy_reducer=setup.get("legacy_reducer", False))
+                       legacy_reducer=setup.get("legacy_reducer", False),
+                       software=software_flag(entry))
         return simulate(spec, baseline=False, ranges=True).report
 
     def step(gpus: int, bucket_mb: float | None = None) -> float:
@@ -364,7 +373,8 @@ def training_rows(data: dict[str, Any]) -> list[Row]:
             topology = setup["machines"].get(result.get("link"), setup["machines"][None])
             spec = RunSpec(topology, setup["workload"], setup["strategy"] if gpus > 1 else "ddp",
                            gpus=gpus, micro_batch=result.get("micro_batch"),
-                           grad_accum=result.get("grad_accum"), overlap=setup["overlap"])
+                           grad_accum=result.get("grad_accum"), overlap=setup["overlap"],
+                           software=software_flag(entry))
             r = simulate(spec, baseline=False, ranges=True).report
             label = f"{entry['id']}"
             what = f"{result.get('link') or result.get('model') or ''}".split(",")[0][:13]

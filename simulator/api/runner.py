@@ -29,6 +29,7 @@ from simulator.engine.timeline import Timeline
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology, load_workload, preset_names
 from simulator.inputs.schema import TopologyConfig, WorkloadConfig
+from simulator.job.ops import flops_counted
 from simulator.job.workload import Job
 from simulator.machine.build import blame, forget_machines, load_machine
 from simulator.machine.scales import RateScales
@@ -284,6 +285,8 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
         tokens_per_step=tokens,
         samples_per_step=job.micro_batch * job.grad_accum * dp,
         model_flops_per_step=job.model_flops_per_step() * dp,
+        hardware_flops_per_step=job.hardware_flops_per_step() * dp,
+        flops_counted=flops_counted(job),
         peak_flops=sum(machine.gpu_of(r).matmul_flops for r in range(machine.n_gpus))
         / machine.n_gpus,  # MFU against the box's mean card on a mixed box
         memory=mem,

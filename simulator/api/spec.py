@@ -50,6 +50,8 @@ class RunSpec:
     optimizer: str | None = None
     optimizer_in_bwd: bool | None = None  # training.optimizer_in_bwd (torchtune's key)
     attention: str | None = None  # training.attention
+    amp: str | None = None  # training.amp: apex amp opt_level o1 | o2
+    ddp: str | None = None  # training.ddp: torch | apex (DistributedDataParallel)
     # training.software as --software gives it: "2023" or "torch=2.1,cuda=12.1"
     software: str | None = None
     checkpointing: str | None = None  # training.activation_checkpointing
@@ -144,7 +146,7 @@ def _deepspeed_settings(path: str) -> tuple[tuple[str, Any], ...]:
 
 
 TRAINING_OVERRIDES = ("framework", "kernels", "cross_entropy", "precision", "optimizer",
-                      "optimizer_in_bwd", "attention", "software")
+                      "optimizer_in_bwd", "attention", "software", "amp", "ddp")
 
 
 def _training_value(key: str, value: Any) -> Any:
@@ -217,6 +219,13 @@ def check_optimizer(spec: RunSpec, job: Job, machine: Machine) -> None:
     if job.recipe.optimizer_in_bwd and machine.n_gpus > 1:
         raise InputError(f"optimizer_in_bwd on {machine.n_gpus} GPUs: the step in backward is "
                          "modelled on one GPU only (torchtune full_finetune_single_device)")
+    for what, used in (("amp o2 (apex: a 16-bit model beside fp32 master weights)",
+                        job.recipe.amp_o2),
+                       ("ddp apex (apex.parallel.DistributedDataParallel)",
+                        job.recipe.ddp == "apex")):
+        if used and spec.strategy not in ("ddp", "tp", "tp+ddp"):
+            raise InputError(f"{what} with -s {spec.strategy}: modelled under -s ddp, tp and "
+                             "tp+ddp only")
     if job.optimizer in PAGED and (spec.strategy != "ddp" or spec.pp > 1
                                              or spec.offload != "none"):
         raise InputError(f"optimizer {job.optimizer} with -s {spec.strategy}"

@@ -187,6 +187,16 @@ PRICE_SOURCES: dict[str, str] = {
 }
 
 
+# Achievable share of the spec HBM bandwidth for streaming kernels: STREAM-like copy kernels
+# reach about 85-90% of spec on A100/H100 (BabelStream published results); 0.85 is the low end.
+MEMORY_EFFICIENCY = 0.85
+
+
+def achievable_memory_bandwidth(card: GPU) -> float:
+    """What streaming kernels (and NCCL's copies) get of the card's memory, B/s."""
+    return card.memory_bandwidth * MEMORY_EFFICIENCY
+
+
 def gpu(name: str) -> GPU:
     try:
         return GPUS[name]

@@ -28,6 +28,8 @@ TRAINING_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--framework": ("framework", get_args(Framework)),
     "--kernels": ("kernels", get_args(Kernels)),
     "--attention": ("attention", get_args(Attention)),
+    "--amp": ("amp", ("o1", "o2")),
+    "--ddp": ("ddp", ("torch", "apex")),
     "--cross-entropy": ("cross_entropy", get_args(CrossEntropy)),
     "--precision": ("precision", get_args(Precision)),
     "--optimizer": ("optimizer", get_args(Optimizer)),
@@ -38,6 +40,10 @@ _HELP = {
     "--attention": "flash2 | flash1 | flash3 | sdpa (FA1 before torch 2.2, FA2 after) | triton "
                    "(flash-attn's Triton kernel) | eager (scores in memory); default: the "
                    "framework's",
+    "--amp": "apex amp opt_level: o1 (as torch.autocast) | o2 (16-bit model, fp32 master "
+             "weights, 16-bit gradients); default torch.autocast",
+    "--ddp": "the DDP wrapper under -s ddp: torch | apex (apex.parallel."
+             "DistributedDataParallel: 1e7-element buckets on its own stream)",
     "--cross-entropy": "fp32 (logits.float()) | chunked (torchtune) | fused (one kernel)",
     "--precision": "bf16 | fp16 (AMP) | fp32 | pure-bf16 (bf16 weights and states)",
     "--optimizer": "adamw | adamw-8bit | paged-adamw-8bit | paged-adamw (bitsandbytes; paged: "

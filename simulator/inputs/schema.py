@@ -522,6 +522,15 @@ class TrainingConfig(Frozen):
     precision: Precision = "bf16"
     optimizer: Optimizer = "adamw"
     activation_checkpointing: Checkpointing = "none"
+    # apex amp's opt_level under fp16/bf16 (NVIDIA DeepLearningExamples, Lambda's benchmarks):
+    # o1 patches functions as torch.autocast does (fp32 weights and gradients); o2 casts the
+    # model to 16 bit, keeps fp32 master weights in the optimizer and 16-bit gradients, and
+    # runs no op in fp32 but what the modules ask. Default: torch.autocast (as o1)
+    amp: Literal["o1", "o2"] | None = None
+    # the data-parallel wrapper under -s ddp: torch's DistributedDataParallel, or apex's
+    # (apex.parallel.DistributedDataParallel: 1e7-element buckets in arrival order, flattened,
+    # all-reduced and copied back on its own stream)
+    ddp: Literal["torch", "apex"] = "torch"
     # torchtune's option of the same name: each parameter's optimizer step runs in its
     # post-accumulate-grad hook during backward and frees its gradient (one gradient alive)
     optimizer_in_bwd: bool = False

@@ -109,7 +109,7 @@ def _saved_tensors(job: Job, flash: bool) -> dict[str, tuple[float, bool]]:
     else:
         out["attention q, k, v, output, softmax"] = (
             attention.eager_saved_per_token(A.hidden, A.kv_dim, A.heads, job.seq_len, e,
-                                            job.training.dropout), True)
+                                            job.eager_chain), True)
     for op, width, name in (("qkv", A.hidden, "attention input (norm output)"),
                             ("mlp_in", A.hidden, "MLP input (norm output)"),
                             ("mlp_out", A.ffn_hidden, "down-projection input")):
@@ -129,8 +129,7 @@ def scores_per_token(job: Job, flash: bool) -> float:
     assert A is not None
     if flash:
         return FP32 * A.heads
-    e, p = job.activation_bytes, job.training.dropout
-    return A.heads * job.seq_len * (e + (1 + e if p > 0 else 0))
+    return A.heads * job.seq_len * job.eager_chain.saved
 
 
 def op_saved_per_token(job: Job) -> float:

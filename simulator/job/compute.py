@@ -14,7 +14,7 @@ import math
 from functools import cache
 
 from simulator.catalog import power
-from simulator.catalog.gpus import GPU, GPUS
+from simulator.catalog.gpus import GPU, GPUS, achievable_memory_bandwidth
 from simulator.catalog.software import FLASH1_SLOWDOWN
 from simulator.job.ops import Kernel, Op
 from simulator.job.workload import Job
@@ -25,9 +25,6 @@ from simulator.units import US
 # we take 5 us, which also covers PyTorch's per-op dispatch on small kernels.
 LAUNCH_OVERHEAD = 5 * US
 
-# Achievable share of the spec HBM bandwidth for streaming kernels: STREAM-like copy kernels
-# reach about 85-90% of spec on A100/H100 (BabelStream published results); 0.85 is the low end.
-MEMORY_EFFICIENCY = 0.85
 
 # FlashAttention's share of the spec dense 16-bit peak (FP32 accumulate), forward and backward,
 # by architecture and version; causal FLOPs counted halved, as attention.py does.
@@ -146,7 +143,7 @@ def fp32_rate(gpu: GPU) -> float:
 
 
 def memory_rate(gpu: GPU) -> float:
-    return gpu.memory_bandwidth * MEMORY_EFFICIENCY
+    return achievable_memory_bandwidth(gpu)
 
 
 def memory_time(nbytes: float, gpu: GPU) -> float:
@@ -210,6 +207,13 @@ def kernel_work_time(k: Kernel, gpu: GPU) -> float:
         rate = math.inf
     compute = k.flops / rate if k.flops else 0.0
     return max(compute, k.bytes / memory_rate(gpu)) + LAUNCH_OVERHEAD
+
+
+def memory_bound(k: Kernel, gpu: GPU) -> bool:
+    """Whether a kernel's time is its memory traffic's (what a collective's use of the
+    memory bandwidth slows: nccl/interference.py)."""
+    work = kernel_work_time(k, gpu) - LAUNCH_OVERHEAD
+    return work > 0 and k.bytes / memory_rate(gpu) >= work * (1 - 1e-12)
 
 
 def achieved(gpu: GPU) -> float:

@@ -93,6 +93,8 @@ class Recipe:
     compile_loss: bool
     clip_grad: bool
     optimizer_in_bwd: bool = False  # the step per parameter in backward (training key)
+    amp: str | None = None  # apex amp opt_level (training key): None (torch.autocast), o1, o2
+    ddp: str = "torch"  # the DDP wrapper (training key): torch or apex
     from_bundle: tuple[str, ...] = ()  # the keys the bundle set (the rest were given)
 
     @property
@@ -101,13 +103,24 @@ class Recipe:
 
     @property
     def autocast(self) -> bool:
-        """torch.autocast over fp32 weights (AMP); Megatron keeps bf16 parameters beside fp32
-        main parameters instead and accumulates its weight gradients into fp32 in the GEMM."""
-        return self.precision in ("bf16", "fp16") and self.framework != "megatron"
+        """torch.autocast over fp32 weights (AMP, apex O1); Megatron keeps bf16 parameters
+        beside fp32 main parameters instead and accumulates its weight gradients into fp32 in
+        the GEMM, and apex O2 runs a 16-bit model beside fp32 master weights."""
+        return (self.precision in ("bf16", "fp16") and self.framework != "megatron"
+                and not self.amp_o2)
+
+    @property
+    def amp_o2(self) -> bool:
+        """apex amp O2: a 16-bit model, fp32 master weights, 16-bit gradients."""
+        return self.amp == "o2" and self.precision in ("bf16", "fp16")
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k in ("framework", *KEYS)}
         out["optimizer_in_bwd"] = self.optimizer_in_bwd
+        if self.amp is not None:
+            out["amp"] = self.amp
+        if self.ddp != "torch":
+            out["ddp"] = self.ddp
         out["from_framework"] = list(self.from_bundle)
         return out
 
@@ -115,7 +128,9 @@ class Recipe:
         """One line: ``framework hf: kernels eager, attention sdpa, ...``."""
         return f"framework {self.framework}: " + ", ".join(
             f"{k} {getattr(self, k)}" for k in KEYS) + (
-            ", optimizer_in_bwd" if self.optimizer_in_bwd else "")
+            ", optimizer_in_bwd" if self.optimizer_in_bwd else "") + (
+            f", apex amp {self.amp}" if self.amp else "") + (
+            ", apex DDP" if self.ddp == "apex" else "")
 
 
 def resolve(training: TrainingConfig, stack: Stack = TODAY) -> Recipe:
@@ -132,8 +147,8 @@ def resolve(training: TrainingConfig, stack: Stack = TODAY) -> Recipe:
     if training.optimizer_in_bwd:  # torchtune refuses clip_grad_norm with optimizer_in_bwd
         details["clip_grad"] = False
     return Recipe(framework=framework, **values, **details,
-                  optimizer_in_bwd=training.optimizer_in_bwd,
-                  from_bundle=tuple(k for k in KEYS if k not in given))
+                  optimizer_in_bwd=training.optimizer_in_bwd, amp=training.amp,
+                  ddp=training.ddp, from_bundle=tuple(k for k in KEYS if k not in given))
 
 
 def bundle_attention(framework: str, stack: Stack) -> str:

@@ -282,9 +282,8 @@ class Builder:
         A, j = self.arch, self.job
         b, s = j.micro_batch, j.seq_len
         if j.attention_kernel == "eager":
-            return attention.eager(b, s, A.heads, A.head_dim, self.a, dropout=j.training.dropout,
-                                   unfused_mask=A.encoder, backward=backward,
-                                   matmul_copies=self.kernels != "fused")
+            return attention.eager(b, s, A.heads, A.head_dim, self.a, chain=j.eager_chain,
+                                   backward=backward, matmul_copies=self.kernels != "fused")
         return [attention.flash(b, s, A.hidden, self.kv_in, self.a, causal=not A.encoder,
                                 backward=backward, version=self.flash_version)]
 

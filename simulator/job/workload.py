@@ -25,6 +25,7 @@ from simulator.inputs.schema import (
     TrainingConfig,
     WorkloadConfig,
 )
+from simulator.job.attention import EagerChain, eager_chain
 from simulator.job.parameters import (
     Arch,
     Module,
@@ -186,15 +187,35 @@ class Job:
         return software.attention_kernel(self.recipe.attention, self.software)
 
     @property
+    def eager_chain(self) -> EagerChain:
+        """The passes over the scores of eager attention as this job's modules run them
+        (job/attention.py eager_chain): Megatron's fused softmax under fused or compiled
+        kernels, else the family's transformers module, under autocast where the recipe
+        runs torch.autocast over fp32 parameters."""
+        assert self.arch is not None
+        if self.kernels != "eager":
+            pattern = "fused"
+        else:
+            pattern = {"gpt2": "gpt2", "bert": "bert"}.get(self.arch.family, "llama")
+        return eager_chain(pattern, e=self.activation_bytes, autocast=self.recipe.autocast,
+                           dropout=self.training.dropout > 0)
+
+    @property
     def flash_attention(self) -> bool:
         """The attention core keeps no s x s scores (every kernel but eager)."""
         return self.attention_kernel != "eager"
 
     @property
     def grad_bytes(self) -> int:
-        """Bytes per weight and gradient element of the trainable weights: fp32 under mixed
+        """Bytes per element of the trainable weights' gradients (.grad): fp32 under mixed
         precision (PyTorch AMP and FSDP keep fp32 master weights, so .grad is fp32) and fp32
-        training, bf16 under pure-bf16 training."""
+        training, 16-bit under pure-bf16 training and apex O2 (a 16-bit model)."""
+        return 2 if self.precision == "pure-bf16" or self.recipe.amp_o2 else 4
+
+    @property
+    def master_bytes(self) -> int:
+        """Bytes per element of the weights and gradients the optimizer steps: fp32 but under
+        pure-bf16 (apex O2 steps fp32 master copies of its 16-bit model)."""
         return 2 if self.precision == "pure-bf16" else 4
 
     @property
@@ -250,6 +271,13 @@ class Job:
         from simulator.job import ops
 
         return ops.model_flops_per_micro_batch(self) * self.grad_accum
+
+    def hardware_flops_per_step(self) -> float:
+        """Model FLOPs plus the forward FLOPs checkpointing recomputes, for HFU."""
+        from simulator.job import ops
+
+        return self.model_flops_per_step() + (ops.recompute_flops_per_micro_batch(self)
+                                              * self.grad_accum)
 
 
 def _default_lora() -> LoraConfig:

@@ -84,10 +84,16 @@ class Recipe:
 
 
 def recipe(strategy: str, precision: str, optimizer: str,
-           implementation: str = "foreach") -> Recipe:
+           implementation: str = "foreach", amp_o2: bool = False) -> Recipe:
     """Bytes per trainable parameter of weights, gradients and optimizer states."""
     st = optim.states(optimizer, implementation, 2 if precision == "pure-bf16" else 4)
     opt, opt_name = st.bytes_per_param, st.description
+    if amp_o2 and strategy in ("ddp", "tp"):
+        # apex amp O2 (apex/amp/_process_optimizer.py): the model in 16 bit with 16-bit
+        # .grad, the optimizer over fp32 master weights and their fp32 gradients
+        return Recipe(2, 2, 4 + 4 + opt, False, False, False,
+                      f"apex amp O2: {precision} weights and gradients, fp32 master weights, "
+                      f"fp32 master gradients and {opt_name} in the optimizer")
     shard_o = strategy in ("zero1", "zero2", "zero3", "fsdp")
     shard_g = strategy in ("zero2", "zero3", "fsdp")
     shard_w = strategy in ("zero3", "fsdp")
@@ -244,7 +250,7 @@ def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: d
         # Trainer does not change it): the buckets are a second, gradient-sized flat buffer.
         lines.append(Line("other", "DDP bucket buffers (gradient-sized; gradient_as_bucket_view"
                           "=False, the PyTorch default)", sizes["trainable_local"] * r.grad))
-    if strategy in ("ddp", "tp") and mixed and sizes["autocast"]:
+    if strategy in ("ddp", "tp") and mixed and sizes["autocast"] and job.recipe.autocast:
         lines.append(Line("other", "autocast 16-bit copies of the trainable matmul weights",
                           sizes["autocast"], "backward"))
     if strategy in ("zero1", "zero2") and dp > 1:
@@ -356,7 +362,8 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
     _check(job, strategy, world // pp, tp)
     dp = world // tp // pp
     b = micro_batch or job.micro_batch
-    r = recipe(strategy, job.precision, job.optimizer, job.recipe.optimizer_impl)
+    r = recipe(strategy, job.precision, job.optimizer, job.recipe.optimizer_impl,
+               job.recipe.amp_o2)
     states, sizes = _state_lines(job, r, strategy, dp, tp, stage)
     # the forward sees FSDP's unsharded weights in its param_dtype, the others' as they are held
     head_weight = job.activation_bytes if strategy == "fsdp" else r.weight
