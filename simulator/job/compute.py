@@ -209,11 +209,12 @@ def kernel_work_time(k: Kernel, gpu: GPU) -> float:
     return max(compute, k.bytes / memory_rate(gpu)) + LAUNCH_OVERHEAD
 
 
-def memory_bound(k: Kernel, gpu: GPU) -> bool:
+def memory_bound(k: Kernel, gpu: GPU, work: float | None = None) -> bool:
     """Whether a kernel's time is its memory traffic's (what a collective's use of the
-    memory bandwidth slows: nccl/interference.py)."""
-    work = kernel_work_time(k, gpu) - LAUNCH_OVERHEAD
-    return work > 0 and k.bytes / memory_rate(gpu) >= work * (1 - 1e-12)
+    memory bandwidth slows: nccl/interference.py); ``work``: its kernel_work_time, where the
+    caller has it."""
+    busy = (kernel_work_time(k, gpu) if work is None else work) - LAUNCH_OVERHEAD
+    return busy > 0 and k.bytes / memory_rate(gpu) >= busy * (1 - 1e-12)
 
 
 def achieved(gpu: GPU) -> float:

@@ -106,7 +106,7 @@ def _kernel_work(k: Kernel, gpu: GPU, kernels: dict[int, tuple[Kernel, float]]) 
     hit = kernels.get(id(k))
     if hit is None or hit[0] is not k:
         work = compute.kernel_work_time(k, gpu)
-        hit = kernels[id(k)] = (k, -work if compute.memory_bound(k, gpu) else work)
+        hit = kernels[id(k)] = (k, -work if compute.memory_bound(k, gpu, work) else work)
     return hit[1]
 
 
