@@ -141,7 +141,8 @@ def recipe(spec: RunSpec, job: Job | None = None) -> dict[str, Any]:
             "reshard_after_forward": spec.reshard_after_forward,
             "overlap_comm": bool(spec.zero_overlap_comm), "offload": spec.offload,
             "pin_memory": spec.pin_memory,
-            **{key: getattr(spec, key) for key in ("reduce_bucket_size", "allgather_bucket_size")
+            **{key: getattr(spec, key) for key in ("reduce_bucket_size", "allgather_bucket_size",
+                                                   "prefetch_bucket_size")
                if getattr(spec, key) is not None}}  # DeepSpeed's, when its config gave them
 
 
@@ -163,7 +164,7 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
                                schedule="1f1b", virtual_stages=1,
                                offload="none", pin_memory=None, deepspeed=None,
                                explicit=frozenset(), reduce_bucket_size=None,
-                               allgather_bucket_size=None))
+                               allgather_bucket_size=None, prefetch_bucket_size=None))
 
 
 @lru_cache(maxsize=64)

@@ -64,6 +64,8 @@ class RunSpec:
     # DeepSpeed's ZeRO-1/2 bucket sizes, in elements (None: its default 5e8, strategies/zero.py)
     reduce_bucket_size: int | None = None
     allgather_bucket_size: int | None = None
+    # DeepSpeed's stage3_prefetch_bucket_size in elements (None: Hugging Face's "auto")
+    prefetch_bucket_size: int | None = None
     # offload to host memory (strategies/offload.py): none | optimizer | params, pinned buffers
     offload: str = "none"
     pin_memory: bool | None = None  # None: the framework's default (DeepSpeed no, FSDP2 yes)
@@ -129,6 +131,7 @@ def configured(spec: RunSpec) -> RunSpec:
     found = dict(_deepspeed_settings(spec.deepspeed))
     if "strategy" in spec.explicit and found.get("strategy", spec.strategy) != spec.strategy:
         for key in ("zero_overlap_comm", "reduce_bucket_size", "allgather_bucket_size",
+                    "prefetch_bucket_size",
                     "offload", "pin_memory"):
             found.pop(key, None)
     defaults = {f.name: f.default for f in fields(RunSpec)}
@@ -275,7 +278,8 @@ def options_of(spec: RunSpec) -> strategies.Options:
         zero_overlap_comm=spec.zero_overlap_comm, pp=spec.pp, schedule=spec.schedule,
         virtual_stages=spec.virtual_stages, offload=spec.offload, pin_memory=spec.pin_memory,
         reduce_bucket_size=spec.reduce_bucket_size,
-        allgather_bucket_size=spec.allgather_bucket_size)
+        allgather_bucket_size=spec.allgather_bucket_size,
+        prefetch_bucket_size=spec.prefetch_bucket_size)
 
 
 def forget_jobs() -> None:

@@ -527,6 +527,12 @@ class TrainingConfig(Frozen):
     # model to 16 bit, keeps fp32 master weights in the optimizer and 16-bit gradients, and
     # runs no op in fp32 but what the modules ask. Default: torch.autocast (as o1)
     amp: Literal["o1", "o2"] | None = None
+    # how the processes were started: torchrun (sets OMP_NUM_THREADS=1 per process when it
+    # starts several, torch/distributed/run.py: a CPU optimizer or CPU op then runs on one
+    # thread per rank), deepspeed (its launcher leaves it unset) or accelerate (cores /
+    # processes threads); default: torchrun for torchtune and torchtitan, else the strategy's
+    # own launcher
+    launcher: Literal["torchrun", "deepspeed", "accelerate"] | None = None
     # the data-parallel wrapper under -s ddp: torch's DistributedDataParallel, or apex's
     # (apex.parallel.DistributedDataParallel: 1e7-element buckets in arrival order, flattened,
     # all-reduced and copied back on its own stream)

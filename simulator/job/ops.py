@@ -107,6 +107,18 @@ def build(job: Job, phase: Phase, *, autocast: bool = False) -> list[Op]:
     return out
 
 
+def op_params(job: Job) -> dict[str, tuple[int, ...]]:
+    """Op label -> the indices into ``job.params`` of the parameters its modules hold
+    (trainable or not), as ``build`` names the ops (a transformer job)."""
+    bld = Builder(job)
+    out: dict[str, tuple[int, ...]] = {}
+    for (block, op), mods in bld.by_op.items():
+        idx = tuple(i for m in mods for i in bld.mod_params[m.path])
+        if idx:
+            out[_label(block, op)] = idx
+    return out
+
+
 def optimizer_ops(job: Job) -> list[Op]:
     """One op per block over its trainable parameters (simulator/job/optimizer.py)."""
     rec = job.recipe

@@ -187,6 +187,14 @@ class Job:
         return software.attention_kernel(self.recipe.attention, self.software)
 
     @property
+    def torchrun(self) -> bool:
+        """Started by torchrun: OMP_NUM_THREADS=1 in every process of a multi-GPU run."""
+        launcher = self.training.launcher
+        if launcher is not None:
+            return launcher == "torchrun"
+        return self.recipe.framework in ("torchtune", "torchtitan")
+
+    @property
     def eager_chain(self) -> EagerChain:
         """The passes over the scores of eager attention as this job's modules run them
         (job/attention.py eager_chain): Megatron's fused softmax under fused or compiled
