@@ -20,8 +20,11 @@ parallelism divides every matrix by t (norm weights stay replicated).
 Activations are counted per saved tensor as the kernel regime and the checkpointing mode keep
 them (simulator/job/checkpointing.py); under fused kernels that is Korthikanti et al. 2022
 (arXiv:2205.05198, table 2).
-Assumption: the peak is the start of backward with every activation alive and every gradient
-resident (the ZeRO-style sum); the optimizer step is checked as a second phase. Under
+The peak is the largest of the step's allocation timeline (report.py MOMENTS): the loss's and
+LM head's backward (every activation and the logits alive), the first block's backward (every
+activation and that block's recompute, the logits freed), the end of backward (every gradient)
+and the optimizer step. PyTorch's three counters (allocated, reserved, the card's total with
+the CUDA context) each have their own peak on it. Under
 ``optimizer_in_bwd`` one gradient is alive at a time; a paged optimizer's managed states
 (``Line.paged``) are outside the verdict and fill what the peak leaves, the rest in host RAM.
 """
@@ -383,8 +386,9 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                           pool="cache"))
     lines += _reserve_lines(dp, tp, nccl_channels, pp)
     notes = [f"recipe: {r.description}",
-             "peak = the largest of the start of backward (every activation alive), the end "
-             "of backward (every gradient) and the optimizer step"]
+             "peak = the largest moment of the step: the loss's backward (activations and "
+             "logits), a block's backward (activations and its recompute), the end of backward "
+             "(every gradient), the optimizer step"]
     if any(x.phase == "grads" for x in lines):
         notes.append("gradients are created during backward: optimizer.zero_grad() sets them "
                      "to None by default (PyTorch >= 2.0)")
