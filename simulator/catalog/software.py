@@ -16,6 +16,8 @@ without one it runs today's: the newest row of every table below. What depends o
   torch >= 2.1.1, llm-foundry's benchmark configs ran its Triton attention until v0.7.0.
 - Which cards a stack can drive at all: a CUDA release older than an architecture has no
   kernels for it (an RTX 5090 needs CUDA 12.8).
+- What transformers returns (``transformers``): a Llama-family model's logits in fp32 before
+  4.46, in the compute dtype from 4.46 (memory/activations.py, when the loop keeps them).
 """
 
 from __future__ import annotations
@@ -50,15 +52,40 @@ class Stack:
     torch: Version
     cuda: Version
     given: str  # "today", "2023", "torch 2.1, CUDA 12.1"
+    transformers_given: Version | None = None  # as the run named it; see ``transformers``
+
+    @property
+    def transformers(self) -> Version:
+        """The transformers release: as given, else one of its PyTorch's time (see
+        LOSS_FUNCTION)."""
+        if self.transformers_given is not None:
+            return self.transformers_given
+        return OLD_TRANSFORMERS if self.torch < TORCH_OF_LOSS_FUNCTION else TODAY_TRANSFORMERS
 
     def words(self) -> str:
+        hf = f", transformers {_words(self.transformers_given)}" if self.transformers_given \
+            else ""
         if self.given == "today":
             return (f"today's (the newest rate rows: PyTorch {_words(self.torch)}, "
-                    f"CUDA {_words(self.cuda)})")
-        return f"{self.given}: PyTorch {_words(self.torch)}, CUDA {_words(self.cuda)}"
+                    f"CUDA {_words(self.cuda)}{hf})")
+        return f"{self.given}: PyTorch {_words(self.torch)}, CUDA {_words(self.cuda)}{hf}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"given": self.given, "torch": _words(self.torch), "cuda": _words(self.cuda)}
+        return {"given": self.given, "torch": _words(self.torch), "cuda": _words(self.cuda),
+                "transformers": _words(self.transformers)}
+
+
+# transformers' Llama-family models upcast the logits in the model's forward before 4.46
+# (LlamaForCausalLM.forward, 4.36-4.45: ``logits = logits.float()`` ahead of the loss) and return
+# them in fp32; 4.46 (2024-10-24) moved the upcast into the loss function
+# (src/transformers/loss/loss_utils.py ForCausalLMLoss: ``logits = logits.float()`` on a local),
+# so the model returns them in the compute dtype. A stack that names no transformers takes one
+# of its PyTorch's time: before 4.46 with PyTorch before 2.6 (4.46.0 came a week after PyTorch
+# 2.5.0 of 2024-10-17; 2.6.0, 2025-01-29, met 4.48), today's after.
+LOSS_FUNCTION = (4, 46, 0)
+TORCH_OF_LOSS_FUNCTION = (2, 6, 0)
+OLD_TRANSFORMERS = (4, 45, 0)
+TODAY_TRANSFORMERS = (4, 56, 0)
 
 
 # Today's stack: the catalog's newest rates were measured on PyTorch 2.7-2.8 with CUDA 12.6-12.8
@@ -104,8 +131,10 @@ def resolve(value: Any) -> Stack:
         return Stack(torch, cuda, str(value))
     torch_text = getattr(value, "torch", None)
     cuda_text = getattr(value, "cuda", None)
+    hf_text = getattr(value, "transformers", None)
     if isinstance(value, dict):
         torch_text, cuda_text = value.get("torch"), value.get("cuda")
+        hf_text = value.get("transformers")
     if torch_text is None:
         raise InputError("software: give a year or {torch: MAJOR.MINOR, cuda: MAJOR.MINOR}",
                          key="training.software")
@@ -120,20 +149,22 @@ def resolve(value: Any) -> Stack:
     else:
         cuda = parse_version(cuda_text, "cuda")
     given = f"torch {_words(torch)}" + (f", CUDA {_words(cuda)}" if cuda_text else "")
-    return Stack(torch, cuda, given)
+    hf = None if hf_text is None else parse_version(hf_text, "transformers")
+    return Stack(torch, cuda, given, hf)
 
 
 def parse_flag(text: str) -> int | dict[str, str]:
-    """``--software 2023`` or ``--software torch=2.1,cuda=12.1`` as a training value."""
+    """``--software 2023`` or ``--software torch=2.1,cuda=12.1[,transformers=4.38]`` as a
+    training value."""
     text = text.strip()
     if text.isdigit():
         return int(text)
     out: dict[str, str] = {}
     for part in text.split(","):
         key, _, value = part.partition("=")
-        if key.strip() not in ("torch", "cuda") or not value.strip():
+        if key.strip() not in ("torch", "cuda", "transformers") or not value.strip():
             raise InputError(f"--software {text!r}: expected a year (2023) or "
-                             "torch=2.1,cuda=12.1")
+                             "torch=2.1,cuda=12.1,transformers=4.38")
         out[key.strip()] = value.strip()
         parse_version(value, key.strip())
     if "torch" not in out:

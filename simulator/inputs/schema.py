@@ -477,6 +477,9 @@ class LoraConfig(Frozen):
 
     rank: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER] = 16
     alpha: Annotated[Annotated[float, Bounds(gt=0, le=MAX_LORA_ALPHA)] | None, NUMBER] = None
+    # PEFT's lora_dropout (default 0.0, peft LoraConfig): above 0 each adapter drops its own
+    # copy of the layer's input (nn.Dropout before lora_A), saved with its 1-byte mask
+    dropout: Annotated[float, Bounds(ge=0, lt=1), NUMBER] = 0.0
     targets: Annotated[list[str], Bounds(max_length=MAX_LORA_TARGETS)] = field(
         default_factory=lambda: ["q_proj", "v_proj"])
 
@@ -499,6 +502,8 @@ class SoftwareConfig(Frozen):
     torch: Annotated[str, Bounds(pattern=VERSION)]  # e.g. "2.1"
     # default: the CUDA of that PyTorch release's default wheel
     cuda: Annotated[str | None, Bounds(pattern=VERSION)] = None
+    # default: a release of that PyTorch's time (catalog/software.py LOSS_FUNCTION)
+    transformers: Annotated[str | None, Bounds(pattern=VERSION)] = None
 
 
 # torchtune's recipes raise on this pair (recipes/full_finetune_single_device.py __init__:
@@ -537,6 +542,11 @@ class TrainingConfig(Frozen):
     # (apex.parallel.DistributedDataParallel: 1e7-element buckets in arrival order, flattened,
     # all-reduced and copied back on its own stream)
     ddp: Literal["torch", "apex"] = "torch"
+    # the training loop holds the model's output (its logits) until after the optimizer step
+    # (``output = model(...)``, ``output.loss.backward()``, ``output = None`` at the end, as
+    # AnswerDotAI's fsdp_qlora train.py); HF's Trainer, torchtune and torchtitan drop it
+    # before backward
+    keeps_output: bool = False
     # torchtune's option of the same name: each parameter's optimizer step runs in its
     # post-accumulate-grad hook during backward and frees its gradient (one gradient alive)
     optimizer_in_bwd: bool = False

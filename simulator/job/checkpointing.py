@@ -120,6 +120,9 @@ def _saved_tensors(job: Job, flash: bool) -> dict[str, tuple[float, bool]]:
     lora = sum(1 for m in job.modules if m.block == 0 and m.lora)
     if lora:
         out["LoRA A outputs"] = (lora * rank * e, False)
+    if lora and job.lora_dropout > 0:  # each adapter's own dropped copy of its input, and mask
+        width = sum(m.in_features for m in job.modules if m.block == 0 and m.lora)
+        out["LoRA dropout outputs and masks"] = (width * (e + 1), False)
     return out
 
 

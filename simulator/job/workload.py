@@ -247,6 +247,26 @@ class Job:
         return (self.training.lora or _default_lora()).rank
 
     @property
+    def lora_dropout(self) -> float:
+        """PEFT's lora_dropout: above 0, each adapter drops its own copy of the layer input."""
+        if self.finetune == "full":
+            return 0.0
+        return (self.training.lora or _default_lora()).dropout
+
+    @property
+    def output_logit_bytes(self) -> float:
+        """Bytes per logit of the model output the training loop keeps through backward
+        (``training.keeps_output``), 0 if it drops it: fp32 from a Llama-family model under
+        transformers before 4.46 (it upcast them in forward), else the compute dtype; a fused
+        linear cross-entropy makes none (catalog/software.py LOSS_FUNCTION)."""
+        if not self.training.keeps_output or self.recipe.cross_entropy == "fused-linear":
+            return 0.0
+        upcast = (self.recipe.framework == "hf" and self.recipe.cross_entropy == "fp32"
+                  and self.arch is not None and self.arch.family == "llama"
+                  and self.software.transformers < software.LOSS_FUNCTION)
+        return 4.0 if upcast else float(self.activation_bytes)
+
+    @property
     def activation_bytes(self) -> int:
         """Bytes per element of activations and 16-bit weights: 2 under bf16/fp16, 4 under fp32."""
         return 4 if self.precision == "fp32" else 2

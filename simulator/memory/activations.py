@@ -6,7 +6,9 @@ head's input; the loss keeps what simulator/job/loss.py says its variant saves, 
 loss's backward runs (the first thing backward does, every activation still alive) its
 temporaries come on top. The blocks' saved tensors are alive through backward
 (``phase="backward"``), the head's and the loss's only until the head's backward (``"loss"``),
-a block's recompute only during that block's backward (``"recompute"``): report.py MOMENTS.
+a block's recompute only during that block's backward (``"recompute"``), the model output a
+training loop keeps (``training.keeps_output``) to the end of the step (``"output"``):
+report.py MOMENTS.
 """
 
 from __future__ import annotations
@@ -94,6 +96,11 @@ def activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool | None,
         lines.append(Line("activations", what + (f" x {heads} micro-batches" if heads > 1
                                                  else ""), (head + logits) * tokens * heads,
                           "loss"))
+    held = job.output_logit_bytes
+    if heads and held and not a.encoder:  # the loop's `output` holds them to the step's end
+        lines.append(Line("activations", f"the model output's logits, kept by the training "
+                          f"loop until after the step: {held:g} B per logit",
+                          width * held * tokens * heads, "output"))
     if heads and job.recipe.cross_entropy == "fused-linear" and not a.encoder:
         # Liger's forward saves the head weight's gradient (zeros_like(weight): the weight's
         # dtype) beside the input's; the input's takes the place of the saved head input

@@ -29,8 +29,10 @@ class Line:
     # when it is alive (MOMENTS): "both" (all step), "backward" (saved in forward and held
     # through backward: activations, units in flight), "loss" (the logits and the loss's
     # tensors: from the head's forward to its backward), "recompute" (a block's recomputed
-    # forward: during that block's backward only), "grads" (made during backward, all alive
-    # at its end and at the step), "step" (the optimizer step only) or "only:<moment>"
+    # forward: during that block's backward only), "output" (the model output a training
+    # loop keeps: from the head's forward to the step's end), "grads" (made during backward,
+    # all alive at its end and at the step), "step" (the optimizer step only) or
+    # "only:<moment>"
     phase: str = "both"
     host: bool = False  # in host RAM (offloaded), not on the GPU
     # where it lives: "tensor" (allocated through PyTorch's caching allocator), "cache" (held
@@ -61,7 +63,7 @@ def alive(line: Line, moment: str) -> bool:
     phase = line.phase
     if phase.startswith("only:"):
         return phase == f"only:{moment}"
-    if phase == "both":
+    if phase in ("both", "output"):
         return True
     if phase == "loss":
         return moment == "loss_backward"

@@ -73,7 +73,8 @@ def memory_over_step(timeline: Timeline, lines: Sequence[Mapping[str, object]],
     optimizer step (zero_grad(set_to_none=True) frees them at the next step's start); saved
     activations (``backward``) rise with forward work and fall with backward work, per
     micro-step; the logits and the loss's tensors (``loss``) from the head's forward to the
-    end of its backward; the recomputed layer's working set (``recompute``) while the blocks'
+    end of its backward; the model output a loop keeps (``output``) from the head's forward to
+    the step's end; the recomputed layer's working set (``recompute``) while the blocks'
     backward runs; other ``backward`` lines (units in flight, autocast copies) from forward
     until the optimizer; ``step`` during the optimizer; ``only:<moment>`` (allocator overhead
     at that moment) in the part of the step that moment stands for. At the loss's backward, a
@@ -106,7 +107,8 @@ def memory_over_step(timeline: Timeline, lines: Sequence[Mapping[str, object]],
               "only:loss_backward": during([(0.0, h1)]), "only:backward": during([(h1, mid)]),
               "only:backward_end": during([(mid, o0)]), "only:step": during(optimizer),
               "running": during([(f0, o0)]), "loss": during(heads or [(b0, b0)]),
-              "recompute": during([(h1, b1)]), "saved": saved}
+              "recompute": during([(h1, b1)]), "saved": saved,
+              "output": during([(min((a for a, _ in heads), default=b0), end)])}
     bands: dict[str, list[float]] = {k: [0.0] * len(times) for k in MEMORY_BANDS}
     for line in lines:
         if line.get("host") or line.get("paged"):  # host RAM, or managed (paged) memory
