@@ -117,8 +117,11 @@ def build(job: Job, machine: Machine, options: StrategyOptions) -> Program:
     counts = {"allgather": 0, "reducescatter": 0}
     n_fetches = 0
 
-    def fetch(unit: _Unit, prefix: str, sync: bool) -> tuple[int | None, int]:
-        """(the H2D copy the CPU waits for, or None; the task the unit is ready after)."""
+    def fetch(unit: _Unit, prefix: str, sync: bool, start: int | None
+              ) -> tuple[int | None, int]:
+        """(the H2D copy the CPU waits for, or None; the task the unit is ready after). No
+        copy starts before ``start``: the CPU issues a micro-step's fetches from its forward,
+        after the previous micro-step's backward."""
         nonlocal n_fetches
         n_fetches += 1
         name = f"{prefix}fetch{n_fetches}"
@@ -127,7 +130,8 @@ def build(job: Job, machine: Machine, options: StrategyOptions) -> Program:
         if fetched_from_host:
             assert off is not None
             h2d = off.copy(prog, "allgather" if world > 1 else "h2d", f"{name}.h2d",
-                           unit.numel / world * param_bytes, False, ())
+                           unit.numel / world * param_bytes, False,
+                           () if start is None else (start,))
             last = (h2d,)
         if world == 1:
             return None, h2d if h2d is not None else -1
@@ -154,7 +158,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions) -> Program:
                 if id(unit) in inflight:
                     ready = inflight.pop(id(unit))
                 else:
-                    _, ready = fetch(unit, prefix, sync=False)
+                    _, ready = fetch(unit, prefix, sync=False, start=after)
                 if ready >= 0:
                     deps.append(ready)
                 available.add(id(unit))
@@ -164,7 +168,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions) -> Program:
                     break
                 if later is None or id(later) in available or id(later) in inflight:
                     continue
-                sync, ready = fetch(later, prefix, sync=True)
+                sync, ready = fetch(later, prefix, sync=True, start=after)
                 inflight[id(later)] = ready
                 numel += later.numel
                 if sync is not None:
