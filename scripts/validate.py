@@ -259,7 +259,13 @@ TRAINING_RUNS: dict[str, dict[str, Any]] = {
         # cards, 28 on the RTX 3090; the H100 SXM5 row is absent there, taken as the 80 GB 112)
         "hardware": {"A100 80GB SXM4": ("8xa100-nvswitch", 112),
                      "H100 80GB SXM5": ("8xh100-nvswitch", 112),
-                     "2x RTX 3090": (str(VALIDATION_TOPOLOGIES / "2x3090-pcie.yaml"), 28)},
+                     "2x RTX 3090": (str(VALIDATION_TOPOLOGIES / "2x3090-pcie.yaml"), 28),
+                     "2x RTX 4090": (str(VALIDATION_TOPOLOGIES / "2x4090-lambda-wrx80.yaml"),
+                                     28)},
+    },
+    "lambda-bert-large-h100-2024": {
+        "workload": str(WORKLOADS / "bert-large-squad.yaml"), "strategy": "ddp", "overlap": True,
+        "hardware": {"H100 80GB SXM5": ("8xh100-nvswitch", 112)},
     },
 }
 
