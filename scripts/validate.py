@@ -277,7 +277,13 @@ TRAINING_RUNS: dict[str, dict[str, Any]] = {
         # cards, 28 on the RTX 3090; the H100 SXM5 row is absent there, taken as the 80 GB 112)
         "hardware": {"A100 80GB SXM4": ("8xa100-nvswitch", 112),
                      "H100 80GB SXM5": ("8xh100-nvswitch", 112),
-                     "2x RTX 3090": (str(VALIDATION_TOPOLOGIES / "2x3090-pcie.yaml"), 28)},
+                     "2x RTX 3090": (str(VALIDATION_TOPOLOGIES / "2x3090-pcie.yaml"), 28),
+                     "2x RTX 4090": (str(VALIDATION_TOPOLOGIES / "2x4090-lambda-wrx80.yaml"),
+                                     28)},
+    },
+    "lambda-bert-large-h100-2024": {
+        "workload": str(WORKLOADS / "bert-large-squad.yaml"), "strategy": "ddp", "overlap": True,
+        "hardware": {"H100 80GB SXM5": ("8xh100-nvswitch", 112)},
     },
 }
 
@@ -286,6 +292,13 @@ def _bucket_slowdown(note: str) -> float | None:
     """"bucket_cap_mb=1 is 2.6% slower than the default 25" -> 0.026."""
     match = re.search(r"bucket_cap_mb=1 is ([\d.]+)% slower", note)
     return float(match.group(1)) / 100 if match else None
+
+
+def software_flag(entry: dict[str, Any]) -> str | None:
+    """A measurement's software stack as --software gives it (validate_frameworks.py)."""
+    import validate_frameworks
+
+    return validate_frameworks.software_flag(entry)
 
 
 def _scaling_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
@@ -298,7 +311,8 @@ def _scaling_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
         simulated: dict[int, float] = {}
         for gpus, measured in zip(result["gpus"], result["seq_per_s"], strict=True):
             spec = RunSpec(topology, setup["workload"], setup["strategy"], gpus=gpus,
-                           micro_batch=batch, overlap=setup["overlap"])
+                           micro_batch=batch, overlap=setup["overlap"],
+                           software=software_flag(entry))
             report = simulate(spec, baseline=False, ranges=True).report
             simulated[gpus] = report["samples_per_s"]
             rows.append(Row(entry["id"], result["hardware"][:13], gpus, None, "seq/s",
@@ -326,7 +340,8 @@ def _bucket_rows(entry: dict[str, Any], setup: dict[str, Any]) -> list[Row]:
     def run(gpus: int, bucket_mb: float | None = None) -> dict[str, Any]:
         spec = RunSpec(machine, setup["workload"], setup["strategy"], gpus=gpus,
                        bucket_mb=bucket_mb, overlap=setup["overlap"],
-                       legacy_reducer=setup.get("legacy_reducer", False))
+                       legacy_reducer=setup.get("legacy_reducer", False),
+                       software=software_flag(entry))
         return simulate(spec, baseline=False, ranges=True).report
 
     def step(gpus: int, bucket_mb: float | None = None) -> float:
@@ -382,7 +397,8 @@ def training_rows(data: dict[str, Any]) -> list[Row]:
             topology = setup["machines"].get(result.get("link"), setup["machines"][None])
             spec = RunSpec(topology, setup["workload"], setup["strategy"] if gpus > 1 else "ddp",
                            gpus=gpus, micro_batch=result.get("micro_batch"),
-                           grad_accum=result.get("grad_accum"), overlap=setup["overlap"])
+                           grad_accum=result.get("grad_accum"), overlap=setup["overlap"],
+                           software=software_flag(entry))
             r = simulate(spec, baseline=False, ranges=True).report
             label = f"{entry['id']}"
             what = f"{result.get('link') or result.get('model') or ''}".split(",")[0][:13]

@@ -25,9 +25,12 @@ def _w(name: str) -> str:
 
 _TUNE_3B = {"topology": "8xa100-nvswitch", "gpus": 1, "workload": _w("torchtune-llama3.2-3b"),
             "strategy": "ddp", "memory": "allocated"}
-# llm-foundry's H100 tables ran CUDA 11.8's cuBLAS (the machine file says why that matters)
-_FOUNDRY_H100 = {"topology": str(TOPOLOGIES / "8xh100-cuda11.8.yaml"), "strategy": "fsdp"}
+# each run's software stack is its point's ``software`` in validation/frameworks.yaml
+_FOUNDRY_H100 = {"topology": "8xh100-nvswitch", "strategy": "fsdp"}
 _FOUNDRY_A100 = {"topology": "8xa100-nvswitch", "strategy": "fsdp"}
+
+# LLaMA-Factory on IST-DASLab/llmq's 4 x 4090 box (no P2P); its one-GPU runs on one of them
+_LLMQ = {"topology": str(TOPOLOGIES / "4x4090-llmq.yaml"), "strategy": "ddp"}
 
 # point id -> how it is simulated: RunSpec fields, and which memory counter it printed
 RUNS: dict[str, dict[str, Any]] = {
@@ -54,13 +57,39 @@ RUNS: dict[str, dict[str, Any]] = {
                                  "strategy": "zero1"},
     "lambda-1x4090-bert-large": {"topology": "1x4090", "workload": "bert-large-squad",
                                  "strategy": "ddp", "micro_batch": 28},
+    "torchtune-4090-llama3.1-8b-qlora": {"topology": "1x4090",
+                                         "workload": _w("torchtune-llama3.1-8b-qlora-4090"),
+                                         "strategy": "ddp", "memory": "allocated"},
+    "llmq-1x4090-qwen2.5-0.5b": {**_LLMQ, "gpus": 1, "workload": _w("llamafactory-qwen2.5-0.5b")},
+    "llmq-1x4090-qwen2.5-1.5b": {**_LLMQ, "gpus": 1, "workload": _w("llamafactory-qwen2.5-1.5b")},
+    "llmq-4x4090-qwen2.5-0.5b": {**_LLMQ, "workload": _w("llamafactory-qwen2.5-0.5b"),
+                                 "micro_batch": 128, "grad_accum": 1},
+    "llmq-4x4090-qwen2.5-1.5b": {**_LLMQ, "workload": _w("llamafactory-qwen2.5-1.5b"),
+                                 "micro_batch": 32, "grad_accum": 4},
+    "llmfoundry-h100-mpt-7b-s2048": {**_FOUNDRY_H100, "workload": _w("mpt-7b"),
+                                     "micro_batch": 6, "grad_accum": 1},
+    "mli-3090ti-gpt2-medium-hf": {"topology": "2x3090ti-nvlink", "gpus": 1,
+                                  "workload": "gpt2-medium", "strategy": "ddp",
+                                  "framework": "hf", "micro_batch": 2, "grad_accum": 4},
+    **{f"answerdotai-2x3090-llama2-7b-lora-c{s}{suffix}": {
+        "topology": str(TOPOLOGIES / "2x3090-pcie.yaml"), "workload": _w("fsdp-lora-llama2-7b"),
+        "strategy": "fsdp", "micro_batch": 1, "seq_len": s, "memory": counter}
+       for s in (2048, 512) for suffix, counter in (("", "allocated"), ("-reserved", "reserved"))},
     # 64 GPUs over 8 nodes in the source: eight GPUs of one node stand in for them
     "torchtitan-a100-llama3-8b-64gpu": {"topology": "8xa100-nvswitch",
                                         "workload": _w("torchtitan-llama3.1-8b"),
                                         "strategy": "fsdp", "micro_batch": 1, "proxy": True},
 }
 _SPEC_KEYS = ("gpus", "micro_batch", "grad_accum", "seq_len", "kernels", "cross_entropy",
-              "precision", "optimizer", "checkpointing", "framework")
+              "precision", "optimizer", "checkpointing", "framework", "attention")
+
+
+def software_flag(point: dict[str, Any]) -> str | None:
+    """A point's ``software`` (a year, or {torch, cuda, source}) as --software gives it."""
+    stack = point.get("software")
+    if stack is None or isinstance(stack, int):
+        return None if stack is None else str(stack)
+    return ",".join(f"{k}={stack[k]}" for k in ("torch", "cuda") if k in stack)
 
 
 def rows(data: dict[str, Any], row_type: Any, mechanism: Any) -> list[Any]:
@@ -75,6 +104,7 @@ def rows(data: dict[str, Any], row_type: Any, mechanism: Any) -> list[Any]:
         if setup is None:
             continue
         spec = RunSpec(setup["topology"], setup["workload"], setup["strategy"],
+                       software=software_flag(point),
                        **{k: setup[k] for k in _SPEC_KEYS if k in setup})
         result = simulate(spec, baseline=False)
         r = result.report

@@ -50,7 +50,15 @@ for _size, _micro, _accum in (("3b", 64, 2), ("7b", 32, 4), ("14b", 21, 6), ("32
     RUNS[f"llmq-4x4090-qwen2.5-{_size}-zero3-offload"] = {
         **_LLMQ, "workload": _w(f"llamafactory-qwen2.5-{_size}"), "micro_batch": _micro,
         "grad_accum": _accum}
-_SPEC_KEYS = ("gpus", "micro_batch", "grad_accum", "offload", "pin_memory", "pp", "schedule")
+RUNS["llmq-1x4090-qwen2.5-3b-zero2-offload"] = {
+    **_LLMQ, "gpus": 1, "strategy": "zero2", "offload": "optimizer", "zero_overlap_comm": True,
+    "workload": _w("llamafactory-qwen2.5-3b"), "micro_batch": 48, "grad_accum": 11}
+for _size, _micro, _accum in (("7b", 32, 16), ("14b", 20, 26)):
+    RUNS[f"llmq-1x4090-qwen2.5-{_size}-zero3-offload"] = {
+        **_LLMQ, "gpus": 1, "workload": _w(f"llamafactory-qwen2.5-{_size}"),
+        "micro_batch": _micro, "grad_accum": _accum}
+_SPEC_KEYS = ("gpus", "micro_batch", "grad_accum", "offload", "pin_memory", "pp", "schedule",
+              "zero_overlap_comm")
 
 
 def load() -> list[dict[str, Any]]:
@@ -72,6 +80,8 @@ def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
     offload, and what it moves): the confidence grade of every run that offloads alike rests
     on these points. The ranges do not re-simulate it (no rate scale stands for it); a run
     without offload is tagged with nothing (it mixes compute and collectives)."""
+    from validate_frameworks import software_flag
+
     from simulator.api import RunSpec, simulate
     from simulator.api.confidence import offload_mechanism
     from simulator.units import GiB
@@ -82,6 +92,7 @@ def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
         if setup is None:
             continue
         spec = RunSpec(setup["topology"], setup["workload"], setup["strategy"],
+                       software=software_flag(point),
                        **{k: setup[k] for k in _SPEC_KEYS if k in setup})
         if "host_fits" in point:  # a verdict, not a figure: tests/test_validation.py
             continue

@@ -51,10 +51,16 @@ def test_batch_precision_and_buckets(tmp_path: Path, capsys: pytest.CaptureFixtu
                               "reduce_bucket_size": 200_000_000, "micro_batch": 4,
                               "grad_accum": 8, "precision": "fp16"}
     assert capsys.readouterr().err == ""
-    stage3 = _config(tmp_path, {"zero_optimization": {"stage": 3, "reduce_bucket_size": 2e8}})
-    assert settings(stage3) == {"strategy": "zero3"}
-    assert "reduce_bucket_size: warning: 200,000,000 elements: applied under ZeRO-1 and -2" \
+    stage3 = _config(tmp_path, {"zero_optimization": {"stage": 3, "reduce_bucket_size": 2e8,
+                                                      "allgather_bucket_size": 3e8}})
+    # ZeRO-3 reduces in its buckets; absent, stage3_prefetch_bucket_size is DeepSpeed's 5e7
+    assert settings(stage3) == {"strategy": "zero3", "reduce_bucket_size": 200_000_000,
+                                "prefetch_bucket_size": 50_000_000}
+    assert "allgather_bucket_size: warning: 300,000,000 elements: applied under ZeRO-1 and -2" \
         in capsys.readouterr().err
+    auto = _config(tmp_path, {"zero_optimization": {
+        "stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto"}})
+    assert settings(auto) == {"strategy": "zero3"}  # Hugging Face fills them in
     both_off = _config(tmp_path, {"bf16": {"enabled": False}, "fp16": {"enabled": False}})
     assert settings(both_off) == {"precision": "fp32"}
 

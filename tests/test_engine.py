@@ -24,6 +24,7 @@ class FakePlan:
     algorithm: str = "ring"
     protocol: str = "Simple"
     transport: str = "P2P"
+    hbm_share: float = 0.0
 
 
 class FakeNetwork:
@@ -31,8 +32,9 @@ class FakeNetwork:
     bytes once over every link, as one flow, with ``channels`` channels; a send moves its
     bytes over the link from its sender to its receiver on two."""
 
-    def __init__(self, links: dict[str, float], sms: int = 100, channels: int = 10) -> None:
-        self.links, self._sms, self.channels = links, sms, channels
+    def __init__(self, links: dict[str, float], sms: int = 100, channels: int = 10,
+                 hbm: float = 0.0) -> None:
+        self.links, self._sms, self.channels, self.hbm = links, sms, channels, hbm
 
     def capacities(self) -> dict[str, float]:
         return dict(self.links)
@@ -41,7 +43,8 @@ class FakeNetwork:
         return self._sms
 
     def collective(self, op: str, nbytes: int, ranks: tuple[int, ...]) -> FakePlan:
-        return FakePlan(Flow(tuple((k, 1.0) for k in self.links), nbytes), self.channels)
+        return FakePlan(Flow(tuple((k, 1.0) for k in self.links), nbytes), self.channels,
+                        hbm_share=self.hbm)
 
     def sendrecv(self, src: int, dst: int, nbytes: int) -> FakePlan:
         return FakePlan(Flow(((f"g{src}->g{dst}", 1.0),), nbytes), 2)
@@ -73,6 +76,20 @@ def test_compute_beside_a_collective_runs_at_one_minus_channels_over_sms() -> No
     bwd, ar = t.spans
     assert ar.end == pytest.approx(0.5)
     assert bwd.end == pytest.approx(0.5 + (1.0 - 0.5 * 0.9))
+
+
+@pytest.mark.parametrize(("memory_share", "rate"), [(0.0, 0.9), (1.0, 0.45),
+                                                    (0.5, 0.9 / 1.5)])
+def test_the_memory_bound_share_slows_with_the_bandwidth_a_collective_takes(
+        memory_share: float, rate: float) -> None:
+    """10 of 100 SMs held; half the memory bandwidth taken: memory-bound work at half speed
+    on the SMs left, compute-bound work at the SMs' 0.9."""
+    p = Program(world=2)
+    p.add("nccl", comm("ar", 1000))  # 10 s on a 100 B/s link
+    p.add("compute", Compute("work", "backward", 1.0, memory_share=memory_share))
+    t = engine.simulate(p, FakeNetwork({"g0->g1": 100.0}, 100, 10, hbm=0.5))
+    (work,) = [s for s in t.spans if s.name == "work"]
+    assert work.end - work.start == pytest.approx(1.0 / rate)
 
 
 @pytest.mark.parametrize("slowdown, expected", [(0.0, 1.0), (0.5, 1.25), (1.0, 1.5)])

@@ -108,12 +108,13 @@ def test_optimizer_steps_the_local_shard() -> None:
     assert abs(opt - full / 8) < 1e-12
 
 
-def test_zero3_has_fsdp_pattern_with_16_bit_reduction() -> None:
+def test_zero3_gathers_per_module_and_reduces_in_16_bit() -> None:
+    """DeepSpeed gathers each module's parameters as it runs (more, smaller all-gathers than
+    FSDP's per block) and reduce-scatters bf16 gradients in bf16 (FSDP's recipe: fp32)."""
     fsdp, zero3 = build("fsdp", job(), machine()), build("zero3", job(), machine())
-    assert len(collectives(zero3, "allgather")) == len(collectives(fsdp, "allgather"))
-    assert [c.nbytes for c in collectives(zero3, "allgather")] == \
-        [c.nbytes for c in collectives(fsdp, "allgather")]
-    # DeepSpeed reduces bf16 gradients in bf16; the FSDP recipe reduces in fp32
+    assert len(collectives(zero3, "allgather")) > len(collectives(fsdp, "allgather"))
+    assert max(c.nbytes for c in collectives(zero3, "allgather")) < \
+        max(c.nbytes for c in collectives(fsdp, "allgather"))
     assert sum(c.nbytes for c in collectives(zero3, "reducescatter")) == \
         sum(c.nbytes for c in collectives(fsdp, "reducescatter")) // 2
     assert zero3.meta["strategy"] == "zero3"

@@ -121,4 +121,4 @@ def test_every_command_writes_its_page(argv: list[str], tmp_path: Path,
     assert [r for r in page.rows if r] and "<svg" in text
     assert "stepsim " + " ".join([*argv, "--html", str(out)]) in text
     if argv[0] == "advise":
-        assert "confidence: high" in text and "best (throughput)" in text
+        assert re.search(r"confidence: (high|medium|low)", text) and "best (throughput)" in text

@@ -103,12 +103,31 @@ def test_the_workload_says_which_attention_it_runs() -> None:
 
 def test_peak_is_the_larger_end_of_backward_not_the_sum() -> None:
     # PyTorch frees gradients between steps: at the start of backward every activation is alive
-    # and no gradient; at its end every gradient and (almost) no activation
-    r = memory.estimate(job("llama2-7b"), gpu("rtx5090"), "ddp", world=8)
-    start, end = r.phase_total("backward"), r.phase_total("backward_end")
+    # and no gradient; at its end every gradient and (almost) no activation (no checkpointing:
+    # a recomputed block's working set lives only during its own backward)
+    cfg = load_workload("llama2-7b").with_training(activation_checkpointing="none")
+    r = memory.estimate(Job.from_config(cfg), gpu("rtx5090"), "ddp", world=8)
+    start, end = r.phase_total("loss_backward"), r.phase_total("backward_end")
     grads, acts = r.category_bytes("gradients"), r.category_bytes("activations")
-    assert r.peak_bytes == pytest.approx(max(start, end, r.phase_total("step")))
+    assert r.peak_bytes == pytest.approx(max(r.phase_total(m) for m in memory.MOMENTS))
     assert start - end == pytest.approx((acts - grads) * (1 + memory.FRAGMENTATION), rel=1e-6)
+
+
+def test_the_logits_and_a_blocks_recompute_never_coexist() -> None:
+    """The loss's and the head's backward free the logits before the first block's backward
+    recomputes it: the timeline's peak holds one or the other, each counter its own peak."""
+    full = Job.from_config(load_workload("llama2-7b").with_training(
+        activation_checkpointing="full"))
+    r = memory.estimate(full, gpu("rtx5090"), "ddp", world=1)
+    loss = [x for x in r.lines if x.phase == "loss"]
+    recompute = [x for x in r.lines if x.phase == "recompute"]
+    assert loss and recompute
+    assert not any(memory.alive(x, "backward") for x in loss)
+    assert not any(memory.alive(x, "loss_backward") for x in recompute)
+    timeline = {t["moment"]: t for t in r.timeline()}
+    for counter in ("allocated", "reserved", "total"):
+        assert r.peak_as(counter) == max(t[f"{counter}_bytes"] for t in timeline.values())
+    assert r.peak_as("allocated") < r.peak_as("reserved") < r.peak_as("total") == r.peak_bytes
     zero = memory.estimate(job("llama2-7b"), gpu("rtx5090"), "zero2", world=8)
     # DeepSpeed keeps its gradient partitions: counted at the start of backward too
     assert zero.breakdown_bytes["gradients"] > 0

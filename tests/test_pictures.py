@@ -36,7 +36,7 @@ def test_no_exposed_lane_when_communication_is_hidden() -> None:
 
 
 @pytest.mark.parametrize(("strategy", "checkpointing"), [("ddp", "none"), ("fsdp", "full")])
-def test_memory_curve_meets_the_memory_model_at_its_three_moments(
+def test_memory_curve_meets_the_memory_model_at_its_moments(
         strategy: str, checkpointing: str) -> None:
     result = _run(strategy, checkpointing=checkpointing)
     tl, lines = result.timeline, result.memory["lines"]
@@ -44,16 +44,21 @@ def test_memory_curve_meets_the_memory_model_at_its_three_moments(
     b0 = min(s.start for s in rep if s.kind == "backward")
     b1 = max(s.end for s in rep if s.kind == "backward")
     o0, o1 = min(s.start for s in rep if s.kind == "optimizer"), tl.step_time
-    times = [b0, b1, (o0 + o1) / 2]
+    head = max(s.end for s in rep if s.kind == "backward" and s.name.endswith("lm_head"))
+    first_block = min(s.start for s in rep if s.kind == "backward" and s.start >= head)
+    times = [b0, first_block, b1, (o0 + o1) / 2]
     bands = memory_plot.memory_over_step(tl, lines, times)
     drawn = [sum(v[i] for v in bands.values()) for i in range(len(times))]
     gpu = [x for x in lines if not x.get("host")]  # memory.py's totals at each moment
     line_objs = [memory_model.Line(x["category"], x["label"], x["bytes"], x["phase"])
                  for x in gpu]
-    for moment, value in zip(("backward", "backward_end", "step"), drawn, strict=True):
+    moments = ("loss_backward", "backward", "backward_end", "step")
+    for moment, value in zip(moments, drawn, strict=True):
         want = sum(x.bytes for x in line_objs if memory_model.alive(x, moment))
-        assert value == pytest.approx(want, rel=1e-6), moment
-    assert max(drawn) == pytest.approx(result.memory["peak_bytes"], rel=1e-6)
+        # at a block's backward the curve already holds the gradients the head's backward
+        # made (they appear as backward runs), which the moment leaves to the end of backward
+        assert value == pytest.approx(want, rel=1e-6 if moment != "backward" else 0.03), moment
+    assert max(drawn) == pytest.approx(result.memory["peak_bytes"], rel=0.03)
 
 
 def test_gradients_appear_during_backward_and_activations_rise_and_fall() -> None:

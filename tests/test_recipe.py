@@ -56,7 +56,7 @@ def test_run_prints_the_recipe_and_flags_override_it(capsys: pytest.CaptureFixtu
     assert "kernels" not in rec["from_framework"]
     assert main(args + ["--optimizer", "adamw-8bit", "--precision", "pure-bf16"]) == 0
     out = capsys.readouterr().out
-    assert "hf: eager kernels, fp32 cross-entropy, pure-bf16, adamw-8bit" in out
+    assert "hf: eager kernels, sdpa attention, fp32 cross-entropy, pure-bf16, adamw-8bit" in out
 
 
 @pytest.mark.parametrize("command", ["memory", "compare", "sweep"])

@@ -7,6 +7,7 @@ four blocks, the optimizer), so these tests check the commands, not a strategy's
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -105,7 +106,7 @@ def test_a_job_that_does_not_fit_gets_its_verdict_not_figures(
                    for line in rest)
     assert "$" not in out and "per million tokens" not in out
     assert "not simulated" in out
-    assert "--checkpointing full: needs 16.7 of 32.0 GiB per GPU" in out
+    assert re.search(r"--checkpointing full: needs \d+\.\d of 32\.0 GiB per GPU", out)
     assert main(["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp",
                  "--checkpointing", "none", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -136,11 +137,11 @@ def test_micro_batch_max_runs_the_largest_that_fits(capsys: pytest.CaptureFixtur
             "--json"]
     assert main([*argv, "--micro-batch", "max"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["micro_batch"] == 5 and doc["memory"]["fits"]
     assert main(["memory", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp",
                  "--micro-batch", "max", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["largest_micro_batch"] == 5
-    assert main([*argv, "--micro-batch", "6"]) == 0  # one more does not fit
+    largest = json.loads(capsys.readouterr().out)["largest_micro_batch"]
+    assert doc["micro_batch"] == largest > 1 and doc["memory"]["fits"]
+    assert main([*argv, "--micro-batch", str(largest + 1)]) == 0  # one more does not fit
     assert json.loads(capsys.readouterr().out)["simulated"] is False
 
 

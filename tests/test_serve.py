@@ -113,6 +113,9 @@ def test_micro_batch_max_draws_the_largest_that_fits(url: str,
             "strategy": "fsdp", "seq_len": "", "micro_batch": "max"}
     answer = _post(url, "/api/memory", form)
     assert main(["memory", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp",
-                 "--micro-batch", "5", "--json"]) == 0
+                 "--micro-batch", "max", "--json"]) == 0
+    largest = json.loads(capsys.readouterr().out)["largest_micro_batch"]
+    assert main(["memory", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp",
+                 "--micro-batch", str(largest), "--json"]) == 0
     assert answer["peaks"] == [json.loads(capsys.readouterr().out)["peak_bytes"]]
-    assert "8x5090-switch (micro-batch 5)" in answer["html"]
+    assert f"8x5090-switch (micro-batch {largest})" in answer["html"]

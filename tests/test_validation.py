@@ -106,11 +106,15 @@ def test_dgx1_small_buckets_cost_throughput_as_measured():
 
 def test_lambda_h100_bert_large_steady_scaling():
     # deeplearning-benchmark's 8x H100 SXM5 logs: 2.825 / 2.77 / 2.755 / 2.74 it/s at batch
-    # 112 per GPU on 1 / 2 / 4 / 8 GPUs, an overlapped fp16 all-reduce over NVSwitch
+    # 112 per GPU on 1 / 2 / 4 / 8 GPUs, an overlapped fp16 all-reduce over NVSwitch (apex
+    # DDP under amp O2: 2-byte gradients); the 2-3% the box loses is not all modelled
     rows = validate.training_rows(validate.load_measurements())
     steady = [r for r in rows if r.quantity == "steady eff" and r.op.startswith("H100")]
-    assert [r.gpus for r in steady] == [2, 4, 8]
-    assert all(abs(r.error) < 0.02 for r in steady)
+    assert [(r.id, r.gpus) for r in steady] == [("lambda-bert-large-scaling", 2),
+                                                ("lambda-bert-large-scaling", 4),
+                                                ("lambda-bert-large-scaling", 8),
+                                                ("lambda-bert-large-h100-2024", 8)]
+    assert all(abs(r.error) < 0.03 for r in steady)  # the 2024 stack's too (PyTorch 2.3)
 
 
 def test_new_training_datasets_are_simulated_and_printed(capsys):
@@ -118,9 +122,9 @@ def test_new_training_datasets_are_simulated_and_printed(capsys):
     ids = {r.id for r in rows}
     assert {"v100-ddp-bucket-size", "lambda-bert-large-scaling"} <= ids
     bert = [r for r in rows if r.id == "lambda-bert-large-scaling"]
-    assert len([r for r in bert if r.quantity == "seq/s"]) == 4 + 4 + 2
-    assert len([r for r in bert if r.quantity == "scaling eff"]) == 3
-    assert len([r for r in bert if r.quantity == "steady eff"]) == 3 + 3 + 1
+    assert len([r for r in bert if r.quantity == "seq/s"]) == 4 + 4 + 2 + 2
+    assert len([r for r in bert if r.quantity == "scaling eff"]) == 4
+    assert len([r for r in bert if r.quantity == "steady eff"]) == 3 + 3 + 1 + 1
     v100 = [r for r in rows if r.id == "v100-ddp-bucket-size"]
     assert [r.quantity for r in v100] == ["sec/iter", "sec/iter"] + ["tput loss %"] * 3
     assert all(r.simulated == r.simulated and r.simulated != 0 for r in rows)  # no NaN or zero
@@ -143,7 +147,9 @@ def _framework_rows() -> dict[tuple[str, str], float]:
 def test_framework_memory_points_are_within_fifteen_percent() -> None:
     errors = _framework_rows()
     memory = {k: e for k, e in errors.items() if k[1] == "memory GiB"}
-    assert len(memory) == 4
+    # torchtune (3), torchtitan, torchtune's QLoRA on a 4090, fsdp_qlora's batch-1 LoRA runs
+    # on two 3090s at two contexts, allocated and reserved
+    assert len(memory) == 9
     assert all(abs(e) <= 0.15 for e in memory.values()), memory
 
 
@@ -184,15 +190,16 @@ def test_offloaded_fsdp_throughput_is_within_ten_percent_of_every_published_run(
 #   peak, the model's exact tensors: 10%.
 # - AnswerDotAI fsdp_qlora benchmarks_03_2024.md, dual 4090: peak *reserved* memory of runs
 #   whose batch was raised until the card was nearly full. The model reserves 5% over the
-#   tensors; fsdp_qlora's own batch-1 LoRA run reserves 11.6% over them (10.22 GiB reserved,
-#   9.16 allocated), and the LoRA rows' reserve is not explained (see the README's accuracy
-#   section): QLoRA rows 10%, LoRA and 70B rows 30%.
+#   tensors; fsdp_qlora's own batch-1 LoRA runs reserve 11.6% and 23.7% over them (10.22 GiB
+#   reserved, 9.16 allocated at context 2048; 10.24 and 8.28 at 512), while the model's
+#   allocated peaks of those runs are within 4% (validation/frameworks.yaml): what the
+#   allocator keeps beyond the tensors is the spread. QLoRA rows 15%, LoRA and 70B rows 30%.
 # - IST-DASLab/llmq 4090x4.md: DeepSpeed's host memory in use after the optimizer's setup
 #   (the whole machine's): 10%.
 OFFLOAD_MEMORY_TOLERANCE = {
     ("torchtune-8xa100-llama3.1-70b-full-offload", "allocated pea"): 0.10,
-    ("answerdotai-2x4090-llama2-7b-qlora-offload", "reserved peak"): 0.10,
-    ("answerdotai-2x4090-llama2-7b-qlora", "reserved peak"): 0.10,
+    ("answerdotai-2x4090-llama2-7b-qlora-offload", "reserved peak"): 0.15,
+    ("answerdotai-2x4090-llama2-7b-qlora", "reserved peak"): 0.15,
     ("answerdotai-2x4090-llama2-7b-lora-offload", "reserved peak"): 0.30,
     ("answerdotai-2x4090-llama2-7b-lora", "reserved peak"): 0.30,
     ("answerdotai-2x4090-llama2-70b-qlora-offload", "reserved peak"): 0.30,

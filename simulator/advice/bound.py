@@ -55,7 +55,7 @@ def work_key(spec: RunSpec) -> RunSpec:
 def _bound(key: RunSpec) -> float:
     n_gpus, tp = api.load_machine(key.topology, key.gpus).n_gpus, key.tp or 1
     job = api.job_of(key)
-    machine = api.load_machine(key.topology, key.gpus).for_job(job.name)
+    machine = api.load_machine(key.topology, key.gpus).for_job(job.name, job.software)
     fwd, bwd = job.forward_ops(), job.backward_ops()
     if tp > 1:  # sharded as the TP build shards them, so both share the shards' times
         fwd, bwd = (shard_ops(fwd, tp, key.sequence_parallel),

@@ -24,11 +24,13 @@ from simulator.api.spec import (
 )
 from simulator.api.verdict import _memory, _memory_verdict, strategy_options
 from simulator.catalog import gpus as gpu_catalog
+from simulator.catalog import software
 from simulator.engine.program import Program
 from simulator.engine.timeline import Timeline
 from simulator.errors import InputError
 from simulator.inputs.config import load_topology, load_workload, preset_names
 from simulator.inputs.schema import TopologyConfig, WorkloadConfig
+from simulator.job.ops import flops_counted
 from simulator.job.workload import Job
 from simulator.machine.build import blame, forget_machines, load_machine
 from simulator.machine.scales import RateScales
@@ -143,7 +145,8 @@ def recipe(spec: RunSpec, job: Job | None = None) -> dict[str, Any]:
             "reshard_after_forward": spec.reshard_after_forward,
             "overlap_comm": bool(spec.zero_overlap_comm), "offload": spec.offload,
             "pin_memory": spec.pin_memory,
-            **{key: getattr(spec, key) for key in ("reduce_bucket_size", "allgather_bucket_size")
+            **{key: getattr(spec, key) for key in ("reduce_bucket_size", "allgather_bucket_size",
+                                                   "prefetch_bucket_size")
                if getattr(spec, key) is not None}}  # DeepSpeed's, when its config gave them
 
 
@@ -165,14 +168,14 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
                                schedule="1f1b", virtual_stages=1,
                                offload="none", pin_memory=None, deepspeed=None,
                                explicit=frozenset(), reduce_bucket_size=None,
-                               allgather_bucket_size=None))
+                               allgather_bucket_size=None, prefetch_bucket_size=None))
 
 
 @lru_cache(maxsize=64)
 def _single_gpu(one: RunSpec) -> float | None:
     job = job_of(one)
     comm = load_communicator(one.topology, 1, one.scales, one.nccl)
-    one_gpu = comm.machine.for_job(job.name)
+    one_gpu = comm.machine.for_job(job.name, job.software)
     if not _memory(job, one_gpu, one)["fits"]:
         return None
     programs = strategies.build("ddp", job, one_gpu, strategy_options(one, job, one_gpu))
@@ -240,7 +243,7 @@ def _job_and_machine(spec: RunSpec) -> tuple[Job, Machine, Communicator]:
     measured for the job), and NCCL over it under the spec's variables."""
     job = job_of(spec)
     comm = load_communicator(spec.topology, spec.gpus, spec.scales, spec.nccl)
-    return job, comm.machine.for_job(job.name), comm
+    return job, comm.machine.for_job(job.name, job.software), comm
 
 
 def _programs(spec: RunSpec, job: Job, machine: Machine) -> list[Program]:
@@ -293,6 +296,8 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
         tokens_per_step=tokens,
         samples_per_step=job.micro_batch * job.grad_accum * dp,
         model_flops_per_step=job.model_flops_per_step() * dp,
+        hardware_flops_per_step=job.hardware_flops_per_step() * dp,
+        flops_counted=flops_counted(job),
         peak_flops=sum(machine.gpu_of(r).matmul_flops for r in range(machine.n_gpus))
         / machine.n_gpus,  # MFU against the box's mean card on a mixed box
         memory=mem,
@@ -302,6 +307,9 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
         extra={"topology": machine.name, "workload": job.name, "strategy": spec.strategy,
                "gpu": machine.gpu.name, "tokens_per_step": tokens,
                "overlap": spec.overlap, "recipe": recipe(spec, job),
+               "software": software.rows_used(job.software, machine.gpu.arch,
+                                              job.attention_kernel,
+                                              own_gemm=machine.gpu.own_matmul),
                **degrees(spec, job, machine, dp)},
     )
     files = config_files(spec, job)

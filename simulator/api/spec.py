@@ -49,6 +49,11 @@ class RunSpec:
     precision: str | None = None
     optimizer: str | None = None
     optimizer_in_bwd: bool | None = None  # training.optimizer_in_bwd (torchtune's key)
+    attention: str | None = None  # training.attention
+    amp: str | None = None  # training.amp: apex amp opt_level o1 | o2
+    ddp: str | None = None  # training.ddp: torch | apex (DistributedDataParallel)
+    # training.software as --software gives it: "2023" or "torch=2.1,cuda=12.1"
+    software: str | None = None
     checkpointing: str | None = None  # training.activation_checkpointing
     grad_compression: str = "none"  # DDP comm hook
     gradient_as_bucket_view: bool = False
@@ -59,6 +64,8 @@ class RunSpec:
     # DeepSpeed's ZeRO-1/2 bucket sizes, in elements (None: its default 5e8, strategies/zero.py)
     reduce_bucket_size: int | None = None
     allgather_bucket_size: int | None = None
+    # DeepSpeed's stage3_prefetch_bucket_size in elements (None: Hugging Face's "auto")
+    prefetch_bucket_size: int | None = None
     # offload to host memory (strategies/offload.py): none | optimizer | params, pinned buffers
     offload: str = "none"
     pin_memory: bool | None = None  # None: the framework's default (DeepSpeed no, FSDP2 yes)
@@ -124,6 +131,7 @@ def configured(spec: RunSpec) -> RunSpec:
     found = dict(_deepspeed_settings(spec.deepspeed))
     if "strategy" in spec.explicit and found.get("strategy", spec.strategy) != spec.strategy:
         for key in ("zero_overlap_comm", "reduce_bucket_size", "allgather_bucket_size",
+                    "prefetch_bucket_size",
                     "offload", "pin_memory"):
             found.pop(key, None)
     defaults = {f.name: f.default for f in fields(RunSpec)}
@@ -141,13 +149,27 @@ def _deepspeed_settings(path: str) -> tuple[tuple[str, Any], ...]:
 
 
 TRAINING_OVERRIDES = ("framework", "kernels", "cross_entropy", "precision", "optimizer",
-                      "optimizer_in_bwd")
+                      "optimizer_in_bwd", "attention", "software", "amp", "ddp")
+
+
+def _training_value(key: str, value: Any) -> Any:
+    """A RunSpec field as the training key it overrides (``--software`` is text)."""
+    if key == "software":
+        from simulator.catalog.software import parse_flag
+
+        flag = parse_flag(value)
+        if isinstance(flag, dict):
+            from simulator.inputs.schema import SoftwareConfig
+
+            return SoftwareConfig(torch=flag["torch"], cuda=flag.get("cuda"))
+        return flag
+    return value
 
 
 def job_of(spec: RunSpec) -> Job:
     """The job a spec names, with its batch, sequence and training-recipe overrides."""
     spec = configured(spec)
-    training = tuple((k, getattr(spec, k)) for k in TRAINING_OVERRIDES
+    training = tuple((k, _training_value(k, getattr(spec, k))) for k in TRAINING_OVERRIDES
                      if getattr(spec, k) is not None)
     job = load_job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum,
                    spec.checkpointing, training, spec.peft, spec.load_in_4bit)
@@ -200,6 +222,13 @@ def check_optimizer(spec: RunSpec, job: Job, machine: Machine) -> None:
     if job.recipe.optimizer_in_bwd and machine.n_gpus > 1:
         raise InputError(f"optimizer_in_bwd on {machine.n_gpus} GPUs: the step in backward is "
                          "modelled on one GPU only (torchtune full_finetune_single_device)")
+    for what, used in (("amp o2 (apex: a 16-bit model beside fp32 master weights)",
+                        job.recipe.amp_o2),
+                       ("ddp apex (apex.parallel.DistributedDataParallel)",
+                        job.recipe.ddp == "apex")):
+        if used and spec.strategy not in ("ddp", "tp", "tp+ddp"):
+            raise InputError(f"{what} with -s {spec.strategy}: modelled under -s ddp, tp and "
+                             "tp+ddp only")
     if job.optimizer in PAGED and (spec.strategy != "ddp" or spec.pp > 1
                                              or spec.offload != "none"):
         raise InputError(f"optimizer {job.optimizer} with -s {spec.strategy}"
@@ -249,7 +278,8 @@ def options_of(spec: RunSpec) -> strategies.Options:
         zero_overlap_comm=spec.zero_overlap_comm, pp=spec.pp, schedule=spec.schedule,
         virtual_stages=spec.virtual_stages, offload=spec.offload, pin_memory=spec.pin_memory,
         reduce_bucket_size=spec.reduce_bucket_size,
-        allgather_bucket_size=spec.allgather_bucket_size)
+        allgather_bucket_size=spec.allgather_bucket_size,
+        prefetch_bucket_size=spec.prefetch_bucket_size)
 
 
 def forget_jobs() -> None:

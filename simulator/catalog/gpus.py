@@ -47,6 +47,12 @@ class GPU:
     # modelled / measured compute time of the user's own job on this card, 1.0 in the catalog;
     # only Machine.for_job sets it, from the topology's calibration.compute (stepsim calibrate)
     achieved_fraction: float = 1.0
+    # the share of the plain GEMM rate the job's cuBLAS generation reaches, 1.0 in the catalog
+    # (today's stack); only Machine.for_job sets it, from catalog/software.py GEMM_ROWS
+    gemm_library_share: float = 1.0
+    # the topology gives this card's own measured plain GEMM rate (matmul_tflops), which no
+    # library table then scales
+    own_matmul: bool = False
 
     @property
     def power_limit(self) -> float:
@@ -230,6 +236,16 @@ def from_device_name(name: str) -> tuple[str, float | None] | None:
         if text.startswith(pattern) and not rest[:1].isalnum():
             return catalog, memory
     return None
+
+
+# Achievable share of the spec HBM bandwidth for streaming kernels: STREAM-like copy kernels
+# reach about 85-90% of spec on A100/H100 (BabelStream published results); 0.85 is the low end.
+MEMORY_EFFICIENCY = 0.85
+
+
+def achievable_memory_bandwidth(card: GPU) -> float:
+    """What streaming kernels (and NCCL's copies) get of the card's memory, B/s."""
+    return card.memory_bandwidth * MEMORY_EFFICIENCY
 
 
 def gpu(name: str) -> GPU:

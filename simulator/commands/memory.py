@@ -129,6 +129,10 @@ def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> s
     for other, words in api.MOMENTS.items():
         if other != phase:
             rows.append(f"{'':<12}{_gib(r.phase_total(other))}  at the {words}")
+    rows.append(f"{'counters':<12}{'':>8}  peak allocated {r.peak_as('allocated') / GiB:.2f} "
+                f"GiB (torch.cuda.max_memory_allocated), reserved "
+                f"{r.peak_as('reserved') / GiB:.2f} GiB (max_memory_reserved), device total "
+                f"{r.peak_as('total') / GiB:.2f} GiB (with the CUDA context and NCCL)")
     if r.paged_bytes:  # a paged optimizer: managed memory beside the verdict
         rows += ["", f"{'paged':<12}{'GiB':>8}  what (CUDA managed memory, outside the verdict)"]
         rows += [f"{line.category:<12}{_gib(line.bytes)}  {line.label}"

@@ -14,6 +14,7 @@ from typing import Any, get_args
 from simulator.errors import InputError, did_you_mean, quoted
 from simulator.inputs.schema import (
     CHECKPOINTING_MODES,
+    Attention,
     CrossEntropy,
     Framework,
     Kernels,
@@ -26,6 +27,9 @@ COMM_HOOKS = ("none", "bf16")
 TRAINING_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--framework": ("framework", get_args(Framework)),
     "--kernels": ("kernels", get_args(Kernels)),
+    "--attention": ("attention", get_args(Attention)),
+    "--amp": ("amp", ("o1", "o2")),
+    "--ddp": ("ddp", ("torch", "apex")),
     "--cross-entropy": ("cross_entropy", get_args(CrossEntropy)),
     "--precision": ("precision", get_args(Precision)),
     "--optimizer": ("optimizer", get_args(Optimizer)),
@@ -33,6 +37,13 @@ TRAINING_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
 _HELP = {
     "--framework": "the framework whose defaults the recipe takes (training.framework)",
     "--kernels": "eager (modules op by op) | compiled (torch.compile) | fused (Megatron/TE)",
+    "--attention": "flash2 | flash1 | flash3 | sdpa (FA1 before torch 2.2, FA2 after) | triton "
+                   "(flash-attn's Triton kernel) | eager (scores in memory); default: the "
+                   "framework's",
+    "--amp": "apex amp opt_level: o1 (as torch.autocast) | o2 (16-bit model, fp32 master "
+             "weights, 16-bit gradients); default torch.autocast",
+    "--ddp": "the DDP wrapper under -s ddp: torch | apex (apex.parallel."
+             "DistributedDataParallel: 1e7-element buckets on its own stream)",
     "--cross-entropy": "fp32 (logits.float()) | chunked (torchtune) | fused (one kernel)",
     "--precision": "bf16 | fp16 (AMP) | fp32 | pure-bf16 (bf16 weights and states)",
     "--optimizer": "adamw | adamw-8bit | paged-adamw-8bit | paged-adamw (bitsandbytes; paged: "
@@ -41,14 +52,19 @@ _HELP = {
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    """--framework, --kernels, --cross-entropy, --precision, --optimizer, --optimizer-in-bwd,
-    --checkpointing: the workload's training keys of the same names, overridden."""
+    """--framework, --kernels, --attention, --cross-entropy, --precision, --optimizer,
+    --optimizer-in-bwd, --software, --checkpointing: the workload's training keys of the same
+    names, overridden."""
     for flag, (_, choices) in TRAINING_FLAGS.items():
         parser.add_argument(flag, default=None, metavar="|".join(choices), help=_HELP[flag])
     parser.add_argument("--optimizer-in-bwd", action=argparse.BooleanOptionalAction,
                         default=None, help="torchtune optimizer_in_bwd: each parameter's "
                         "optimizer step in backward as its gradient is ready (one GPU, no "
                         "gradient accumulation)")
+    parser.add_argument("--software", default=None, metavar="STACK",
+                        help="the software stack: a year (2023) or torch=2.1,cuda=12.1 "
+                        "(training.software); GEMM and attention rates by library generation "
+                        "(default: today's)")
     parser.add_argument("--checkpointing", default=None, metavar="MODE",
                         help="activation checkpointing override: none | selective | op | full "
                         "(full: HF gradient_checkpointing / torch.utils.checkpoint per block; "
@@ -82,6 +98,11 @@ def training_fields(args: argparse.Namespace) -> dict[str, Any]:
                                                              CHECKPOINTING_SYNONYMS))
     out["checkpointing"] = mode
     out["optimizer_in_bwd"] = args.optimizer_in_bwd
+    if args.software is not None:
+        from simulator.catalog.software import parse_flag
+
+        parse_flag(args.software)  # a malformed stack: one line now, not at the first run
+    out["software"] = args.software
     return out
 
 
@@ -168,10 +189,12 @@ def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def training_words(rec: dict[str, Any]) -> str:
-    """``hf: eager kernels, fp32 cross-entropy, bf16, adamw, checkpointing none``."""
+    """``hf: eager kernels, sdpa attention, fp32 cross-entropy, bf16, adamw, checkpointing
+    none``."""
     if "framework" not in rec:
         return ""
-    return (f"{rec['framework']}: {rec['kernels']} kernels, {rec['cross_entropy']} "
+    return (f"{rec['framework']}: {rec['kernels']} kernels, {rec['attention']} attention, "
+            f"{rec['cross_entropy']} "
             f"cross-entropy, {rec['precision']}, {rec['optimizer']}"
             + (" in backward (optimizer_in_bwd)" if rec.get("optimizer_in_bwd") else "")
             + f", checkpointing {rec['activation_checkpointing']}")

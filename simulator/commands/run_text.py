@@ -77,16 +77,22 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         ("tokens/s per GPU", fig.ranged(fig.count(r["tokens_per_s_per_gpu"]),
                                         r.get("tokens_per_s_per_gpu_range"), fig.count)),
         ("samples/s", fig.count(r["samples_per_s"])),
-        ("MFU", fig.ranged(f"{r['mfu']:.1%}", r.get("mfu_range"), lambda x: f"{x:.1%}")),
+        ("MFU", fig.ranged(f"{r['mfu']:.1%}", r.get("mfu_range"), lambda x: f"{x:.1%}")
+         + (f" of {r['flops_counted']['short']}" if r.get("flops_counted") else "")
+         + (f"; HFU {r['hfu']:.1%} with recompute" if r.get("hfu", r["mfu"]) != r["mfu"]
+            else "")),
         ("compute", fig.seconds(r["compute_time_s"])),
         ("communication", fig.seconds(r["comm_time_s"])),
         ("exposed communication",
          f"{fig.seconds_ranged(exposed, r.get('exposed_comm_s_range'))} "
          f"({exposed / step:.0%} of the step)" if step > 0 else "-"),
+        *([("compute slowed by comm", interference_words(r["interference"]))]
+          if r.get("interference", {}).get("transports") else []),
         ("scaling efficiency", "n/a (one GPU cannot hold it)" if eff is None else fig.ranged(
             f"{eff:.1%}", r.get("scaling_efficiency_range"), lambda x: f"{x:.1%}")),
         ("memory per GPU", memory_verdict(r["memory"])),
         ("recipe", recipe_flags.training_words(r.get("recipe", {})) or "-"),
+        *([("software", software_words(r["software"]))] if r.get("software") else []),
         *([("config files", recipe_flags.config_words(r["config_files"]))]
           if r.get("config_files") else []),
         *([("host memory", host)] if (host := host_verdict(r["memory"])) else []),
@@ -103,6 +109,23 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("per GPU dollar", f"{r['tokens_per_s_per_kusd']:,.0f} tokens/s per $1k "
                                        f"(GPUs ${r['gpus_price_usd']:,.0f})"))
     return rows + cost_rows(r)
+
+
+def interference_words(info: dict[str, Any]) -> str:
+    """``0.51 ms (0.4% of compute) beside SHM collectives: SMs held, memory bandwidth``."""
+    return (f"{fig.seconds(info['compute_slowed_s'])} ({info['share_of_compute']:.1%} of "
+            f"compute) beside {'/'.join(info['transports'])} collectives: SMs their channels "
+            "hold, memory bandwidth their kernels take")
+
+
+def software_words(sw: dict[str, Any]) -> str:
+    """``2023 (PyTorch 2.0, CUDA 11.8): GEMM row hopper CUDA 11.8 (cuBLAS 11.11), 90% of
+    today's; attention triton``."""
+    stack, gemm = sw["stack"], sw["gemm"]
+    name = "today's stack" if stack["given"] == "today" else stack["given"]
+    where = f"{gemm['arch']} {gemm['row']}" if "arch" in gemm else gemm["row"]
+    return (f"{name} (PyTorch {stack['torch']}, CUDA {stack['cuda']}): GEMM row {where}, "
+            f"{gemm['share']:.0%} of today's rate; attention kernel {sw['attention']['kernel']}")
 
 
 def _usd(value: float) -> str:

@@ -20,7 +20,10 @@ Assumptions, stated:
 - A compute task is a fixed amount of work (its duration on an idle GPU). While NCCL kernels
   run on the GPU they hold one SM per channel (NCCL runs one thread block per channel,
   domain-model 2.2, `src/enqueue.cc`), so compute runs at rate ``1 - slowdown`` with
-  ``slowdown = channels of the running NCCL kernels / gpu.sms`` (capped at 1). Pass
+  ``slowdown = channels of the running NCCL kernels / gpu.sms`` (capped at 1); and they take
+  the share of the memory bandwidth their plans give (``Planned.hbm_share``), which slows
+  the task's memory-bound share ``m`` by ``1 / (1 - taken)``: rate
+  ``(1 - slowdown) / ((1 - m) + m / (1 - taken))``. Pass
   ``compute_slowdown=x`` to use a fixed fraction ``x`` whenever any collective runs instead
   (0 turns interference off). The remaining work is re-timed whenever a kernel starts or
   ends. Copies (`Move`) use copy engines or the CPU and take no SMs. Concurrent compute
@@ -49,8 +52,14 @@ _EPS = 1e-15  # remaining work treated as done, relative to the clock (float rou
 MAX_REPLAYED_SPANS = 100_000  # a repeat copies at most this many spans; beyond, one span
 
 
+# the most of a GPU's memory bandwidth collectives are taken to leave compute (their kernels'
+# shares are each at their lone rate; together they cannot take all of it)
+MAX_HBM_SHARE = 0.9
+
+
 class _Sms:
-    """One program's GPU SMs: how fast compute runs given the NCCL kernels beside it."""
+    """One program's GPU SMs and memory bandwidth: how fast compute runs given the NCCL
+    kernels beside it."""
 
     def __init__(self, env: simpy.Environment, sms: int, fixed_slowdown: float | None) -> None:
         self.env = env
@@ -58,20 +67,27 @@ class _Sms:
         self.fixed = fixed_slowdown
         self.channels = 0  # NCCL channels (thread blocks, one SM each) running now
         self.running = 0  # NCCL kernels running now
+        self.hbm = 0.0  # their shares of the memory bandwidth (the network's plans say)
         # the streams computing now: each is woken (interrupted) to re-time its kernel when
         # the rate changes, so a kernel that runs at one rate throughout waits on one timeout
         self.computing: dict[simpy.Process, None] = {}
 
-    def rate(self) -> float:
-        """Fraction of its idle speed that compute gets right now."""
+    def rate(self, memory_share: float = 0.0) -> float:
+        """Fraction of its idle speed that compute gets right now: the SMs left beside the
+        NCCL kernels, and for the ``memory_share`` of the work that is bandwidth-bound, the
+        memory bandwidth they leave (time / (1 - share taken))."""
         if self.running == 0:
             return 1.0
-        slowdown = self.fixed if self.fixed is not None else self.channels / self.sms
-        return max(0.0, 1.0 - min(1.0, slowdown))
+        if self.fixed is not None:
+            return max(0.0, 1.0 - min(1.0, self.fixed))
+        sm = max(0.0, 1.0 - min(1.0, self.channels / self.sms))
+        left = 1.0 - min(MAX_HBM_SHARE, self.hbm)
+        return sm / ((1.0 - memory_share) + memory_share / left)
 
-    def comm(self, channels: int, delta: int) -> None:
+    def comm(self, channels: int, delta: int, hbm: float = 0.0) -> None:
         self.channels += channels * delta
         self.running += delta
+        self.hbm = self.hbm + hbm * delta if self.running else 0.0  # no float residue left
         for stream in self.computing:  # each registration is woken once, so an interrupt
             stream.interrupt()  # never reaches a stream that has moved on to other work
         self.computing.clear()
@@ -194,7 +210,7 @@ class _Run:
                 began = start
                 while remaining > _EPS * max(1.0, began):  # what is left is below the clock's
                     # resolution: done (waiting for it would not move the clock)
-                    rate = sms.rate()
+                    rate = sms.rate(work.memory_share)
                     sms.computing[me] = None
                     try:
                         # at a rate of zero only a change of rate (an interrupt) wakes it
@@ -263,11 +279,12 @@ class _Run:
         args.update(algorithm=first.algorithm, protocol=first.protocol,
                     transport=first.transport, channels=first.n_channels)
         channels = max(q.n_channels for q in plans)
+        hbm = max(q.hbm_share for q in plans)
         launched = self.env.now
-        self.sms[p].comm(channels, +1)
+        self.sms[p].comm(channels, +1, hbm)
         self._join(meet, lambda: self._start_groups(plans))
         yield from self._wait(meet)
-        self.sms[p].comm(channels, -1)
+        self.sms[p].comm(channels, -1, hbm)
         if meet.started > launched:
             args["wait_s"] = meet.started - launched
         return args
@@ -280,14 +297,15 @@ class _Run:
                 meet.plans = [self.network.sendrecv(src, dst, t.nbytes)
                               for src, dst in t.pairs if src != dst]
         channels = max((q.n_channels for m in meets for q in m.plans), default=0)
+        hbm = max((q.hbm_share for m in meets for q in m.plans), default=0.0)
         launched = self.env.now
-        self.sms[p].comm(channels, +1)
+        self.sms[p].comm(channels, +1, hbm)
         for meet in meets:  # a batch posts all its transfers at once (ncclGroupStart/End)
             self._join(meet, lambda plans=meet.plans: self.env.all_of(
                 [self._start(q.flow) for q in plans]))
         for meet in meets:
             yield from self._wait(meet)
-        self.sms[p].comm(channels, -1)
+        self.sms[p].comm(channels, -1, hbm)
         args = {"bytes": sum(t.nbytes for t in transfers), "sends": len(work.sends),
                 "recvs": len(work.recvs), **work.args}
         began = min((m.started for m in meets), default=launched)

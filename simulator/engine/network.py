@@ -6,7 +6,10 @@ answers these questions, and the engine only runs the flows it is given.
 - ``sms(rank)``: the streaming multiprocessors of a rank's GPU (NCCL kernels hold one per
   channel while they run, which slows compute beside them);
 - ``collective(op, nbytes, ranks)`` and ``sendrecv(src, dst, nbytes)``: a ``Planned`` call,
-  whose ``flow`` the fabric runs and whose ``n_channels`` SMs its kernel holds on each rank.
+  whose ``flow`` the fabric runs, whose ``n_channels`` SMs its kernel holds on each rank and
+  whose ``hbm_share`` of each rank's memory bandwidth its kernel takes while it runs (what
+  the transport and protocol cost compute beside them is the caller's physics, not the
+  engine's: nccl/interference.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ class Planned(Protocol):
 
     @property
     def n_channels(self) -> int: ...  # SMs its kernel holds on each rank
+
+    @property
+    def hbm_share(self) -> float: ...  # share of a rank's memory bandwidth its kernel takes
 
     @property
     def algorithm(self) -> str: ...  # what the span shows of it

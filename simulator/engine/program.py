@@ -6,7 +6,8 @@ stage, a mixed box one per kind of card. The engine simulates each program once 
 stand for every rank of its group.
 
 Work a task can carry:
-- `Compute`: a duration on an idle GPU (the engine slows it while NCCL kernels run beside it);
+- `Compute`: a duration on an idle GPU, and the share of it spent in memory-bound kernels (the
+  engine slows it while NCCL kernels run beside it);
 - `Comm`: an NCCL collective over ``groups`` (every group that runs it at the same moment,
   e.g. the four TP pairs of an 8-GPU TP=2 job). Programs whose ranks take part each list it
   under the same ``key``; it starts when all of them have reached it;
@@ -38,6 +39,9 @@ class Compute:
     duration: float  # seconds on an idle GPU (no NCCL kernels beside it)
     flops: float = 0.0
     block: int | None = None
+    # the share of ``duration`` its memory-bound kernels take (they slow when a collective
+    # beside them takes HBM bandwidth; network.py Planned.hbm_share)
+    memory_share: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from simulator.inputs.schema import MAX_BATCH
 
 STRATEGY_OF_STAGE = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
 DEFAULT_BUCKET_ELEMENTS = 500_000_000  # DeepSpeedZeroConfig reduce/allgather_bucket_size
+DEFAULT_PREFETCH_ELEMENTS = 50_000_000  # DeepSpeedZeroConfig prefetch_bucket_size (stage3_)
 
 _TOP = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
         "gradient_clipping", "zero_optimization", "bf16", "bfloat16", "fp16", "amp",
@@ -95,13 +96,24 @@ def settings(path: str) -> dict[str, Any]:
                  "ZeRO-3 overlaps its collectives, as DeepSpeed's stage-3 default does")
     for key in ("reduce_bucket_size", "allgather_bucket_size"):
         size = doc.positive_int((*zero, key), auto=True)
+        if stage == 3 and key == "reduce_bucket_size":  # ZeRO-3's gradient buckets
+            if size is not None or doc.get((*zero, key), (int, float, str)) is None:
+                # absent: DeepSpeed's default, not Hugging Face's "auto" (strategies/zero3.py)
+                out[key] = size if size is not None else DEFAULT_BUCKET_ELEMENTS
+            continue
         if size is None or size == DEFAULT_BUCKET_ELEMENTS:
             continue
         if stage in (1, 2):
             out[key] = size
         else:
             doc.warn((*zero, key), f"{size:,} elements: applied under ZeRO-1 and -2 only "
-                     "(stepsim's ZeRO-3 gathers and reduces per block)")
+                     "(ZeRO-3 gathers per module)")
+    if stage == 3:  # stage3_prefetch_bucket_size: "auto" is Hugging Face's 0.9 x hidden^2
+        key = "stage3_prefetch_bucket_size"
+        prefetch = doc.positive_int((*zero, key), auto=True)
+        if prefetch is not None or doc.get((*zero, key), (int, float, str)) is None:
+            out["prefetch_bucket_size"] = (prefetch if prefetch is not None
+                                           else DEFAULT_PREFETCH_ELEMENTS)
     offload = _offload(doc, zero)
     if offload and stage == 0:  # offloading is ZeRO's: stage 0 is plain data parallelism
         part = "offload_param" if offload["offload"] == "params" else "offload_optimizer"

@@ -171,7 +171,8 @@ def parse(text: str, source: str = "<log>") -> NcclTestsLog:
             elif (m := _DEVICE.match(line)) is not None:
                 devices.append((int(m.group(1)), m.group(3), m.group(4).strip()))
             elif line.startswith("# Avg bus bandwidth"):
-                avg = _float(line.split(":")[-1].split()[0]) if ":" in line else None
+                value = line.split(":")[-1].split() if ":" in line else []
+                avg = _float(value[0]) if value else None  # a cut footer has no figure
             continue
         fields = line.split()
         if _looks_like_a_row(fields):

@@ -1,12 +1,13 @@
 """A PEFT ``adapter_config.json`` as the workload's LoRA: ``--peft adapter_config.json``.
 
 What is inside: ``apply(workload, path, four_bit)`` returns the workload fine-tuning LoRA
-adapters of the file's rank (``r``), ``lora_alpha`` and ``target_modules``, QLoRA when
-``four_bit`` (``--load-in-4bit``) or the workload already has a 4-bit base.
+adapters of the file's rank (``r``), ``lora_alpha``, ``lora_dropout`` and ``target_modules``,
+QLoRA when ``four_bit`` (``--load-in-4bit``) or the workload already has a 4-bit base.
 
 From peft (``tuners/lora/config.py`` LoraConfig; ``utils/constants.py``
 TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING; ``tuners/tuners_utils.py``):
-- ``r`` defaults to 8, ``lora_alpha`` to 8.
+- ``r`` defaults to 8, ``lora_alpha`` to 8, ``lora_dropout`` to 0.0 (above 0 each adapter
+  drops its own copy of the layer input).
 - ``target_modules`` null: the model type's default (llama, mistral, qwen2, gemma:
   q_proj and v_proj; gpt2: c_attn; mpt: Wqkv); ``"all-linear"``: every linear layer but
   the output layer; a list: module names matched as suffixes (``self_attn.q_proj`` is
@@ -66,13 +67,17 @@ def apply(workload: WorkloadConfig, path: str, *, four_bit: bool = False) -> Wor
     if not 0 < alpha <= MAX_LORA_ALPHA:
         raise doc.error(("lora_alpha",), f"must be positive and at most {MAX_LORA_ALPHA:g}, "
                         f"got {alpha:g}")
+    dropout = doc.get(("lora_dropout",), (int, float), 0.0)
+    if not 0 <= dropout < 1:
+        raise doc.error(("lora_dropout",), f"must be in [0, 1), got {dropout:g}")
     targets = _targets(doc, family, LORA_TARGETS.get(family, ()))
     if len(targets) > MAX_LORA_TARGETS:
         raise doc.error(("target_modules",), f"{len(targets)} modules; at most "
                         f"{MAX_LORA_TARGETS}")
     finetune = "qlora" if four_bit or workload.training.finetune == "qlora" else "lora"
     changes: dict[str, object] = {"finetune": finetune,
-                                  "lora": LoraConfig(rank=rank, alpha=alpha, targets=targets)}
+                                  "lora": LoraConfig(rank=rank, alpha=alpha, targets=targets,
+                                                      dropout=float(dropout))}
     if finetune == "qlora" and workload.training.activation_checkpointing == "none":
         # PEFT prepare_model_for_kbit_training turns gradient checkpointing on by default
         changes["activation_checkpointing"] = "full"

@@ -56,7 +56,7 @@ class Bounds:
     errors and the JSON Schema are pydantic's own for those bounds.
     """
 
-    def __init__(self, **bounds: float) -> None:
+    def __init__(self, **bounds: float | str) -> None:
         self.bounds = bounds
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
@@ -83,6 +83,32 @@ def _refuse_bool(value: Any) -> Any:
 
 
 NUMBER = _Number()  # the outermost marker of every int or float field (tests/test_schema.py)
+
+
+class _Versions:
+    """Marks ``training.software``: a mapping's versions must be text (YAML reads an unquoted
+    2.10 as the number 2.1, another release), and anything but a year or a mapping is refused
+    in one message rather than one per branch of the union."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_before_validator_function(_check_versions, handler(source))
+
+
+def _check_versions(value: Any) -> Any:
+    if isinstance(value, dict):
+        for key in ("torch", "cuda"):
+            if key in value and not isinstance(value[key], str):
+                raise ValueError(f"quote the version: {key}: \"{value[key]}\" (a number "
+                                 "reads 2.10 as 2.1)")
+    elif value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"expected a year (2023) or {{torch: \"2.1\", cuda: \"12.1\"}}, "
+                         f"got {value!r}")
+    return value
+
+
+VERSIONS = _Versions()
 PositiveInt = Annotated[int, Bounds(gt=0)]
 PositiveFloat = Annotated[float, Bounds(gt=0)]
 Bandwidth = Annotated[float, Bounds(ge=MIN_GB_PER_S, le=MAX_GB_PER_S)]
@@ -467,6 +493,9 @@ class LoraConfig(Frozen):
 
     rank: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER] = 16
     alpha: Annotated[Annotated[float, Bounds(gt=0, le=MAX_LORA_ALPHA)] | None, NUMBER] = None
+    # PEFT's lora_dropout (default 0.0, peft LoraConfig): above 0 each adapter drops its own
+    # copy of the layer's input (nn.Dropout before lora_A), saved with its 1-byte mask
+    dropout: Annotated[float, Bounds(ge=0, lt=1), NUMBER] = 0.0
     targets: Annotated[list[str], Bounds(max_length=MAX_LORA_TARGETS)] = field(
         default_factory=lambda: ["q_proj", "v_proj"])
 
@@ -478,6 +507,19 @@ CrossEntropy = Literal["fp32", "chunked", "fused", "fused-linear"]
 Precision = Literal["bf16", "fp16", "fp32", "pure-bf16"]
 Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "paged-adamw", "sgd"]
 Framework = Literal["hf", "torchtune", "torchtitan", "llm-foundry", "megatron"]
+Attention = Literal["flash2", "flash", "flash1", "flash3", "sdpa", "triton", "eager"]
+VERSION = r"^\d+\.\d+(\.\d+)?([+a-z].*)?$"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SoftwareConfig(Frozen):
+    """The software stack a run used (simulator/catalog/software.py reads it)."""
+
+    torch: Annotated[str, Bounds(pattern=VERSION)]  # e.g. "2.1"
+    # default: the CUDA of that PyTorch release's default wheel
+    cuda: Annotated[str | None, Bounds(pattern=VERSION)] = None
+    # default: a release of that PyTorch's time (catalog/software.py LOSS_FUNCTION)
+    transformers: Annotated[str | None, Bounds(pattern=VERSION)] = None
 
 
 # torchtune's recipes raise on this pair (recipes/full_finetune_single_device.py __init__:
@@ -501,16 +543,41 @@ class TrainingConfig(Frozen):
     precision: Precision = "bf16"
     optimizer: Optimizer = "adamw"
     activation_checkpointing: Checkpointing = "none"
+    # apex amp's opt_level under fp16/bf16 (NVIDIA DeepLearningExamples, Lambda's benchmarks):
+    # o1 patches functions as torch.autocast does (fp32 weights and gradients); o2 casts the
+    # model to 16 bit, keeps fp32 master weights in the optimizer and 16-bit gradients, and
+    # runs no op in fp32 but what the modules ask. Default: torch.autocast (as o1)
+    amp: Literal["o1", "o2"] | None = None
+    # how the processes were started: torchrun (sets OMP_NUM_THREADS=1 per process when it
+    # starts several, torch/distributed/run.py: a CPU optimizer or CPU op then runs on one
+    # thread per rank), deepspeed (its launcher leaves it unset) or accelerate (cores /
+    # processes threads); default: torchrun for torchtune and torchtitan, else the strategy's
+    # own launcher
+    launcher: Literal["torchrun", "deepspeed", "accelerate"] | None = None
+    # the data-parallel wrapper under -s ddp: torch's DistributedDataParallel, or apex's
+    # (apex.parallel.DistributedDataParallel: 1e7-element buckets in arrival order, flattened,
+    # all-reduced and copied back on its own stream)
+    ddp: Literal["torch", "apex"] = "torch"
+    # the training loop holds the model's output (its logits) until after the optimizer step
+    # (``output = model(...)``, ``output.loss.backward()``, ``output = None`` at the end, as
+    # AnswerDotAI's fsdp_qlora train.py); HF's Trainer, torchtune and torchtitan drop it
+    # before backward
+    keeps_output: bool = False
     # torchtune's option of the same name: each parameter's optimizer step runs in its
     # post-accumulate-grad hook during backward and frees its gradient (one gradient alive)
     optimizer_in_bwd: bool = False
     finetune: Literal["full", "lora", "qlora"] = "full"
     lora: LoraConfig | None = None
-    # flash: FlashAttention-2 kernels (default; SDPA's flash backend, flash-attn 2); flash3:
-    # FlashAttention-3 (Hopper; other GPUs run FA2); eager: scores materialised in HBM
-    # (Megatron-LM before flash-attn support, HF "eager"), dropout on the probabilities if > 0;
-    # triton: flash-attn's Triton kernel (flash_attn_triton.py, llm-foundry attn_impl: triton)
-    attention: Literal["flash", "flash3", "triton", "eager"] = "flash"
+    # the attention implementation (a framework bundle's unless given): flash2 (flash-attn 2;
+    # "flash" is the same), flash1 (flash-attn 1.x), flash3 (FlashAttention-3, Hopper; other
+    # GPUs run FA2), sdpa
+    # (PyTorch's scaled_dot_product_attention: FA1 kernels before torch 2.2, FA2 after), triton
+    # (flash-attn's Triton kernel, llm-foundry attn_impl: triton), eager (scores materialised
+    # in HBM as the modules compute them, dropout on the probabilities if > 0)
+    attention: Attention = "flash2"
+    # the software stack: a year (2023) or {torch: "2.1", cuda: "12.1"}; default today's
+    # (simulator/catalog/software.py: GEMM and attention rates by library generation)
+    software: Annotated[int | SoftwareConfig | None, VERSIONS, NUMBER] = None
     # attention-probability dropout; bert also drops the hidden states at this rate (its
     # BertConfig has hidden_dropout_prob = attention_probs_dropout_prob = 0.1)
     dropout: Annotated[float, Bounds(ge=0, lt=1), NUMBER] = 0.0

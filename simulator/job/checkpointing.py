@@ -88,7 +88,7 @@ def saved_tensors(job: Job, *, flash: bool | None = None) -> dict[str, tuple[flo
     tensor-parallel group). Residual-stream tensors (norm inputs and outputs, dropout masks)
     are replicated across TP ranks; the rest are split."""
     if flash is None:
-        flash = job.training.attention != "eager"
+        flash = job.flash_attention
     return dict(_SAVED.get((job_shape(job), flash), partial(_saved_tensors, job, flash)))
 
 
@@ -109,7 +109,7 @@ def _saved_tensors(job: Job, flash: bool) -> dict[str, tuple[float, bool]]:
     else:
         out["attention q, k, v, output, softmax"] = (
             attention.eager_saved_per_token(A.hidden, A.kv_dim, A.heads, job.seq_len, e,
-                                            job.training.dropout), True)
+                                            job.eager_chain), True)
     for op, width, name in (("qkv", A.hidden, "attention input (norm output)"),
                             ("mlp_in", A.hidden, "MLP input (norm output)"),
                             ("mlp_out", A.ffn_hidden, "down-projection input")):
@@ -120,6 +120,9 @@ def _saved_tensors(job: Job, flash: bool) -> dict[str, tuple[float, bool]]:
     lora = sum(1 for m in job.modules if m.block == 0 and m.lora)
     if lora:
         out["LoRA A outputs"] = (lora * rank * e, False)
+    if lora and job.lora_dropout > 0:  # each adapter's own dropped copy of its input, and mask
+        width = sum(m.in_features for m in job.modules if m.block == 0 and m.lora)
+        out["LoRA dropout outputs and masks"] = (width * (e + 1), False)
     return out
 
 
@@ -129,8 +132,7 @@ def scores_per_token(job: Job, flash: bool) -> float:
     assert A is not None
     if flash:
         return FP32 * A.heads
-    e, p = job.activation_bytes, job.training.dropout
-    return A.heads * job.seq_len * (e + (1 + e if p > 0 else 0))
+    return A.heads * job.seq_len * job.eager_chain.saved
 
 
 def op_saved_per_token(job: Job) -> float:
@@ -161,7 +163,7 @@ def per_token(job: Job, *, tp: int = 1, sequence_parallel: bool = False,
     while the block is recomputed)."""
     mode = mode or job.checkpointing
     if flash is None:
-        flash = job.training.attention != "eager"
+        flash = job.flash_attention
     tensors = saved_tensors(job, flash=flash)
 
     def share(split: bool) -> float:

@@ -14,7 +14,8 @@ import math
 from functools import cache
 
 from simulator.catalog import power
-from simulator.catalog.gpus import GPU, GPUS
+from simulator.catalog.gpus import GPU, GPUS, achievable_memory_bandwidth
+from simulator.catalog.software import FLASH1_SLOWDOWN
 from simulator.job.ops import Kernel, Op
 from simulator.job.workload import Job
 from simulator.units import US
@@ -24,9 +25,6 @@ from simulator.units import US
 # we take 5 us, which also covers PyTorch's per-op dispatch on small kernels.
 LAUNCH_OVERHEAD = 5 * US
 
-# Achievable share of the spec HBM bandwidth for streaming kernels: STREAM-like copy kernels
-# reach about 85-90% of spec on A100/H100 (BabelStream published results); 0.85 is the low end.
-MEMORY_EFFICIENCY = 0.85
 
 # FlashAttention's share of the spec dense 16-bit peak (FP32 accumulate), forward and backward,
 # by architecture and version; causal FLOPs counted halved, as attention.py does.
@@ -122,9 +120,10 @@ def plain_to_spec(line: str) -> float:
 def matmul_rate(gpu: GPU) -> float:
     """Achievable dense 16-bit FLOP/s of a large plain GEMM benchmark at the enforced power
     limit: plain-matmul measured, else from MAMF, else spec x the median ratio of its product
-    line; slowed with the SM clock under a lower power limit (simulator/catalog/power.py)."""
+    line; slowed with the SM clock under a lower power limit (simulator/catalog/power.py), and
+    at the share the job's cuBLAS generation reaches (catalog/software.py GEMM_ROWS)."""
     rate = _derived_plain_rate(gpu) or gpu.matmul_flops * plain_to_spec(gpu.line)
-    return rate * power.clock_share(gpu)
+    return rate * power.clock_share(gpu) * gpu.gemm_library_share
 
 
 def sustained_share(gpu: GPU) -> float:
@@ -144,7 +143,7 @@ def fp32_rate(gpu: GPU) -> float:
 
 
 def memory_rate(gpu: GPU) -> float:
-    return gpu.memory_bandwidth * MEMORY_EFFICIENCY
+    return achievable_memory_bandwidth(gpu)
 
 
 def memory_time(nbytes: float, gpu: GPU) -> float:
@@ -179,7 +178,10 @@ def _flash_version(k: Kernel) -> int:
 
 
 def _flash_slowdown(k: Kernel) -> float:
-    return TRITON_FLASH_SLOWDOWN if k.name.startswith("triton") else 1.0
+    """Triton's and FlashAttention-1's kernels against FlashAttention-2's rate."""
+    if k.name.startswith("triton"):
+        return TRITON_FLASH_SLOWDOWN
+    return FLASH1_SLOWDOWN if k.name.startswith("flash1") else 1.0
 
 
 def kernel_time(k: Kernel, gpu: GPU) -> float:
@@ -205,6 +207,14 @@ def kernel_work_time(k: Kernel, gpu: GPU) -> float:
         rate = math.inf
     compute = k.flops / rate if k.flops else 0.0
     return max(compute, k.bytes / memory_rate(gpu)) + LAUNCH_OVERHEAD
+
+
+def memory_bound(k: Kernel, gpu: GPU, work: float | None = None) -> bool:
+    """Whether a kernel's time is its memory traffic's (what a collective's use of the
+    memory bandwidth slows: nccl/interference.py); ``work``: its kernel_work_time, where the
+    caller has it."""
+    busy = (kernel_work_time(k, gpu) if work is None else work) - LAUNCH_OVERHEAD
+    return busy > 0 and k.bytes / memory_rate(gpu) >= busy * (1 - 1e-12)
 
 
 def achieved(gpu: GPU) -> float:

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from simulator.inputs.schema import GenericLayer
     from simulator.job.workload import Job
 
-__all__ = ["Kernel", "Op", "build", "model_flops_per_micro_batch"]
+__all__ = ["Kernel", "Op", "build", "flops_counted", "model_flops_per_micro_batch",
+           "recompute_flops_per_micro_batch"]
 
 Phase = Literal["forward", "backward", "recompute", "optimizer"]
 
@@ -106,10 +107,22 @@ def build(job: Job, phase: Phase, *, autocast: bool = False) -> list[Op]:
     return out
 
 
+def op_params(job: Job) -> dict[str, tuple[int, ...]]:
+    """Op label -> the indices into ``job.params`` of the parameters its modules hold
+    (trainable or not), as ``build`` names the ops (a transformer job)."""
+    bld = Builder(job)
+    out: dict[str, tuple[int, ...]] = {}
+    for (block, op), mods in bld.by_op.items():
+        idx = tuple(i for m in mods for i in bld.mod_params[m.path])
+        if idx:
+            out[_label(block, op)] = idx
+    return out
+
+
 def optimizer_ops(job: Job) -> list[Op]:
     """One op per block over its trainable parameters (simulator/job/optimizer.py)."""
     rec = job.recipe
-    p = job.grad_bytes
+    p = job.master_bytes
     out = []
     for b in job.blocks:
         idx = [i for i in job.block_params(b) if job.params[i].trainable]
@@ -117,6 +130,12 @@ def optimizer_ops(job: Job) -> list[Op]:
         if n:
             kernels = optimizer.step_kernels(rec.optimizer, rec.optimizer_impl, n, p, p,
                                              clip=rec.clip_grad, tensors=len(idx))
+            if rec.amp_o2:  # apex _process_optimizer: the unscaled 16-bit gradients copied
+                # into the fp32 master gradients (multi_tensor_scale), and the updated master
+                # weights back into the 16-bit model after the step
+                g = job.grad_bytes
+                kernels = [memory(n * (g + p), name="amp_o2.model_grads_to_master"),
+                           *kernels, memory(n * (p + g), name="amp_o2.master_to_model")]
             out.append(Op.of(f"optimizer.{b}", b, "optimizer", kernels))
     return out
 
@@ -125,7 +144,7 @@ def tensor_step_op(job: Job, indices: list[int], name: str, block: int) -> Op:
     """The optimizer step of some tensors, one launch each: torchtune's optimizer_in_bwd gives
     every parameter an optimizer of its own, stepped from its post-accumulate-grad hook."""
     rec = job.recipe
-    p = job.grad_bytes
+    p = job.master_bytes
     kernels = [k for i in indices
                for k in optimizer.step_kernels(rec.optimizer, rec.optimizer_impl,
                                                job.params[i].numel, p, p, clip=rec.clip_grad,
@@ -156,6 +175,44 @@ def model_flops_per_micro_batch(job: Job) -> float:
         total += weight_factor * T * A.hidden * A.vocab
     total += 12.0 * job.micro_batch * job.seq_len ** 2 * A.hidden * A.layers
     return total
+
+
+def recompute_flops_per_micro_batch(job: Job) -> float:
+    """The forward FLOPs activation checkpointing runs again in backward, counted as model
+    FLOPs count them (GEMMs as run; a recomputed attention kernel as its full forward,
+    4*b*s^2*h): what hardware FLOPs utilisation adds to model FLOPs (Korthikanti et al. 2022,
+    arXiv:2205.05198, section 6: HFU includes the recompute)."""
+    attention = (4.0 * job.micro_batch * job.seq_len ** 2 * job.arch.hidden
+                 if job.arch is not None else 0.0)
+    total = 0.0
+    for op in job.backward_ops():
+        if op.phase != "recompute":
+            continue
+        for k in op.kernels:
+            if k.kind in ("gemm", "dense"):
+                total += k.flops
+            elif k.kind == "attention_fwd":
+                total += attention
+    return total
+
+
+def flops_counted(job: Job) -> dict[str, str]:
+    """What the MFU numerator counts for this job: ``short`` for a line of text, ``words`` in
+    full. PEFT's frozen weights do no weight-gradient GEMM (simulator/job/transformer_ops.py),
+    so they count 4 FLOPs per token, the adapters 6, as the LoRA paper's cost argument does
+    (Hu et al. 2021, arXiv:2106.09685, section 4.2: no gradients for most parameters)."""
+    if job.arch is None:
+        return {"short": "3x forward",
+                "words": "model FLOPs: 3x each layer's forward FLOPs (forward, input and "
+                         "weight gradients)"}
+    attention = "attention 12*b*s^2*h per layer (the whole score matrix, as Megatron-LM counts)"
+    if job.finetune == "full":
+        return {"short": "6N + attention",
+                "words": f"model FLOPs: 6 per weight per token (6N) + {attention}"}
+    return {"short": f"{job.finetune}: 4N frozen + 6N adapters + attention",
+            "words": f"model FLOPs of {job.finetune}: 4 per frozen weight per token (forward "
+                     "and input gradient; no weight gradient) + 6 per adapter weight per token "
+                     f"+ {attention}"}
 
 
 def _build_generic(job: Job, phase: Phase) -> list[Op]:

@@ -13,7 +13,9 @@ Conventions (each with its source or reason):
   weight (LoRA, QLoRA) skips the weight-gradient GEMM; QLoRA dequantises the NF4 weight to 16 bit
   before every use, forward and backward (bitsandbytes MatMul4Bit), reading 0.5 and writing
   2 bytes per weight. PEFT's LoRA branch scales and adds its output (forward) and adds its input
-  gradient into the base layer's (backward).
+  gradient into the base layer's (backward); with lora_dropout > 0 it first drops its own copy
+  of the input (peft tuners/lora/layer.py: ``lora_B(lora_A(dropout(x))) * scaling``, the
+  dropout an ``nn.Dropout``, an ``nn.Identity`` at 0), one more pass each way.
 - A tensor read by several linear layers (the norm output before q, k and v; before gate and
   up) gets one input gradient from each: eager autograd adds them pairwise, Inductor folds the
   sum into the next kernel, fused stacks run one wide GEMM (Megatron's linear_qkv, linear_fc1).
@@ -192,6 +194,8 @@ class Builder:
         out.append(gemm(T, o, i, a))
         if mod.lora:
             r = self.job.lora_rank
+            if self.job.lora_dropout > 0:  # nn.Dropout on the adapter's own copy of x
+                out.append(pointwise("lora_dropout", T * i, reads=a, writes=a + 1))
             out += [gemm(T, r, i, a), gemm(T, o, r, a), memory(5 * T * o * a, name="lora_add")]
         return out
 
@@ -210,8 +214,10 @@ class Builder:
             r = self.job.lora_rank
             out += [memory(2 * T * o * a, name="lora_scale_backward"),
                     gemm(o, r, T, a), gemm(T, r, o, a),  # dB, dH
-                    gemm(r, i, T, a), gemm(T, i, r, a),  # dA, dX (LoRA branch)
-                    memory(3 * T * i * a, name="lora_add_input_grad")]
+                    gemm(r, i, T, a), gemm(T, i, r, a)]  # dA, dX (LoRA branch)
+            if self.job.lora_dropout > 0:
+                out.append(pointwise("lora_dropout_backward", T * i, reads=a + 1, writes=a))
+            out.append(memory(3 * T * i * a, name="lora_add_input_grad"))
         return out
 
     def _grad_write_extra(self) -> float:
@@ -281,17 +287,16 @@ class Builder:
         """The attention core's kernels: eager matmul-softmax-matmul or one FlashAttention."""
         A, j = self.arch, self.job
         b, s = j.micro_batch, j.seq_len
-        if j.training.attention == "eager":
-            return attention.eager(b, s, A.heads, A.head_dim, self.a, dropout=j.training.dropout,
-                                   unfused_mask=A.encoder, backward=backward,
-                                   matmul_copies=self.kernels != "fused")
+        if j.attention_kernel == "eager":
+            return attention.eager(b, s, A.heads, A.head_dim, self.a, chain=j.eager_chain,
+                                   backward=backward, matmul_copies=self.kernels != "fused")
         return [attention.flash(b, s, A.hidden, self.kv_in, self.a, causal=not A.encoder,
                                 backward=backward, version=self.flash_version)]
 
     @property
     def flash_version(self) -> int | str:
-        attention = self.job.training.attention
-        return 3 if attention == "flash3" else "triton" if attention == "triton" else 2
+        versions: dict[str, int | str] = {"flash3": 3, "triton": "triton", "flash1": 1}
+        return versions.get(self.job.attention_kernel, 2)
 
     @property
     def kv_in(self) -> int:

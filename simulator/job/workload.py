@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from simulator.catalog import software
+from simulator.catalog.software import TODAY, Stack
 from simulator.errors import InputError, quoted
 from simulator.inputs.schema import (
     LORA_TARGETS,
@@ -23,6 +25,7 @@ from simulator.inputs.schema import (
     TrainingConfig,
     WorkloadConfig,
 )
+from simulator.job.attention import EagerChain, eager_chain
 from simulator.job.parameters import (
     Arch,
     Module,
@@ -52,6 +55,7 @@ class Job:
     modules: tuple[Module, ...]
     params: list[ParamTensor] = field(hash=False, compare=False)
     recipe: Recipe = field(default_factory=lambda: resolve_recipe(TrainingConfig(seq_len=1)))
+    software: Stack = TODAY  # the software stack (catalog/software.py)
     # built on first use: every strategy, the memory model and the size check read them
     _ops: dict[tuple[str, bool], tuple[Op, ...]] = field(default_factory=dict, init=False,
                                                          repr=False,
@@ -91,10 +95,13 @@ class Job:
                            lora=m.leaf in targets and m.path != "lm_head") for m in mods]
         params = [p for m in mods for p in module_params(
             m, peft=t.finetune != "full", finetune=t.finetune, lora_rank=lora_rank)]
+        stack = software.resolve(t.software)
+        recipe = resolve_recipe(t, stack)
+        software.attention_kernel(recipe.attention, stack)  # a stack that lacks it: refused
         return Job(name=cfg.name, arch=arch, generic_layers=tuple(cfg.layers or ()), training=t,
                    micro_batch=micro_batch or t.micro_batch, seq_len=seq_len or t.seq_len,
                    grad_accum=grad_accum or t.grad_accum, modules=tuple(mods), params=params,
-                   recipe=resolve_recipe(t))
+                   recipe=recipe, software=stack)
 
     # --- sizes ------------------------------------------------------------------------------
     @property
@@ -174,10 +181,49 @@ class Job:
         return self.recipe.kernels
 
     @property
+    def attention_kernel(self) -> str:
+        """What the attention implementation runs on the job's stack: flash2, flash1, flash3,
+        triton or eager (catalog/software.py)."""
+        return software.attention_kernel(self.recipe.attention, self.software)
+
+    @property
+    def torchrun(self) -> bool:
+        """Started by torchrun: OMP_NUM_THREADS=1 in every process of a multi-GPU run."""
+        launcher = self.training.launcher
+        if launcher is not None:
+            return launcher == "torchrun"
+        return self.recipe.framework in ("torchtune", "torchtitan")
+
+    @property
+    def eager_chain(self) -> EagerChain:
+        """The passes over the scores of eager attention as this job's modules run them
+        (job/attention.py eager_chain): Megatron's fused softmax under fused or compiled
+        kernels, else the family's transformers module, under autocast where the recipe
+        runs torch.autocast over fp32 parameters."""
+        assert self.arch is not None
+        if self.kernels != "eager":
+            pattern = "fused"
+        else:
+            pattern = {"gpt2": "gpt2", "bert": "bert"}.get(self.arch.family, "llama")
+        return eager_chain(pattern, e=self.activation_bytes, autocast=self.recipe.autocast,
+                           dropout=self.training.dropout > 0)
+
+    @property
+    def flash_attention(self) -> bool:
+        """The attention core keeps no s x s scores (every kernel but eager)."""
+        return self.attention_kernel != "eager"
+
+    @property
     def grad_bytes(self) -> int:
-        """Bytes per weight and gradient element of the trainable weights: fp32 under mixed
+        """Bytes per element of the trainable weights' gradients (.grad): fp32 under mixed
         precision (PyTorch AMP and FSDP keep fp32 master weights, so .grad is fp32) and fp32
-        training, bf16 under pure-bf16 training."""
+        training, 16-bit under pure-bf16 training and apex O2 (a 16-bit model)."""
+        return 2 if self.precision == "pure-bf16" or self.recipe.amp_o2 else 4
+
+    @property
+    def master_bytes(self) -> int:
+        """Bytes per element of the weights and gradients the optimizer steps: fp32 but under
+        pure-bf16 (apex O2 steps fp32 master copies of its 16-bit model)."""
         return 2 if self.precision == "pure-bf16" else 4
 
     @property
@@ -199,6 +245,26 @@ class Job:
         if self.finetune == "full":
             return 0
         return (self.training.lora or _default_lora()).rank
+
+    @property
+    def lora_dropout(self) -> float:
+        """PEFT's lora_dropout: above 0, each adapter drops its own copy of the layer input."""
+        if self.finetune == "full":
+            return 0.0
+        return (self.training.lora or _default_lora()).dropout
+
+    @property
+    def output_logit_bytes(self) -> float:
+        """Bytes per logit of the model output the training loop keeps through backward
+        (``training.keeps_output``), 0 if it drops it: fp32 from a Llama-family model under
+        transformers before 4.46 (it upcast them in forward), else the compute dtype; a fused
+        linear cross-entropy makes none (catalog/software.py LOSS_FUNCTION)."""
+        if not self.training.keeps_output or self.recipe.cross_entropy == "fused-linear":
+            return 0.0
+        upcast = (self.recipe.framework == "hf" and self.recipe.cross_entropy == "fp32"
+                  and self.arch is not None and self.arch.family == "llama"
+                  and self.software.transformers < software.LOSS_FUNCTION)
+        return 4.0 if upcast else float(self.activation_bytes)
 
     @property
     def activation_bytes(self) -> int:
@@ -233,6 +299,13 @@ class Job:
         from simulator.job import ops
 
         return ops.model_flops_per_micro_batch(self) * self.grad_accum
+
+    def hardware_flops_per_step(self) -> float:
+        """Model FLOPs plus the forward FLOPs checkpointing recomputes, for HFU."""
+        from simulator.job import ops
+
+        return self.model_flops_per_step() + (ops.recompute_flops_per_micro_batch(self)
+                                              * self.grad_accum)
 
 
 def _default_lora() -> LoraConfig:

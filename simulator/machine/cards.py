@@ -40,6 +40,7 @@ def resolve_gpu(spec: GpuSpec | str) -> GPU:
                 changes[key] = getattr(base, key) * scale
     if spec.matmul_tflops is not None:
         changes["plain_matmul_flops"] = spec.matmul_tflops * _T
+        changes["own_matmul"] = True
     if not changes:
         return base
     return replace(base, name=str(spec), source=f"{base.source}; overridden by the topology",

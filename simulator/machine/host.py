@@ -134,6 +134,16 @@ def optimizer_flow(machine: Machine, rank: int, params: float, optimizer: CpuOpt
     return Flow(((f"mem:{cpu}", 1.0),), nbytes, nbytes / seconds)
 
 
+def cpu_pass_flow(machine: Machine, rank: int, params: float, bytes_per_param: float,
+                  threads: float) -> Flow:
+    """One rank's elementwise pass over ``params`` host tensors on the CPU (a torch op on CPU
+    tensors: read and write ``bytes_per_param`` in all), on ``threads`` intra-op threads each
+    streaming at one core's rate, through its socket's memory."""
+    cpu = socket(machine, rank)
+    nbytes = params * bytes_per_param
+    return Flow(((f"mem:{cpu}", 1.0),), nbytes, threads * SINGLE_THREAD_STREAM)
+
+
 def threads_per_rank(machine: Machine, rank: int, *, torchrun: bool) -> float:
     """CPU threads one rank's optimizer gets.
 

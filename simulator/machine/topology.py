@@ -23,6 +23,8 @@ import networkx as nx
 
 from simulator.catalog import gpus as gpu_catalog
 from simulator.catalog import links as link_catalog
+from simulator.catalog import software
+from simulator.catalog.software import TODAY, Stack
 from simulator.errors import InputError, cut
 from simulator.inputs.schema import CalibrationConfig, NodeConfig, TopologyConfig
 from simulator.machine.cards import node_gpu, resolve_gpu
@@ -58,7 +60,10 @@ class Machine:
     _finder: PathFinder | None = field(default=None, repr=False)
     _cpu_nodes: tuple[str, ...] | None = field(default=None, repr=False)
     scales: RateScales = NEUTRAL  # achieved-rate factors for range propagation (scales.py)
-    _jobs: dict[str, Machine] = field(default_factory=dict, repr=False)
+    # the machine as each job runs it (for_job); not carried over by ``replace``: a machine at
+    # other rates (with_scales) or with other cards must work its own out
+    _jobs: dict[tuple[str, Stack], Machine] = field(default_factory=dict, init=False,
+                                                    repr=False)
 
     @property
     def calibration(self) -> CalibrationConfig | None:
@@ -140,22 +145,30 @@ class Machine:
         gpus = tuple(node_gpu(nodes[n], gpu) for n in gpu_nodes)
         return cls(config, gpu, graph, links, gpu_nodes, gpus)
 
-    def for_job(self, workload: str) -> Machine:
-        """The machine whose cards run at the compute fraction measured for this workload
-        (the topology's calibration.compute, `stepsim calibrate --step-time`); itself if none."""
+    def for_job(self, workload: str, stack: Stack = TODAY) -> Machine:
+        """The machine as this job runs it: its cards at the compute fraction measured for the
+        workload (the topology's calibration.compute, `stepsim calibrate --step-time`) and at
+        the GEMM rate of the job's software stack (catalog/software.py; a card whose topology
+        gives its own matmul_tflops keeps it); itself when neither changes a card. A stack
+        without kernels for a card is refused."""
         calibration = self.config.calibration
         fractions = {c.gpu: c.achieved_fraction for c in calibration.compute
                      if c.workload == workload} if calibration else {}
-        if not fractions:
-            return self
-        if workload not in self._jobs:
+        key = (workload, stack)
+        if key not in self._jobs:
             def measured(card: gpu_catalog.GPU) -> gpu_catalog.GPU:
-                share = fractions.get(card.name)
-                return card if share is None else replace(card, achieved_fraction=share)
+                software.check_card(card.name, card.arch, card.compute_capability, stack)
+                share = 1.0 if card.own_matmul else software.gemm_row(card.arch, stack).share
+                fraction = fractions.get(card.name, card.achieved_fraction)
+                if (share, fraction) == (card.gemm_library_share, card.achieved_fraction):
+                    return card
+                return replace(card, achieved_fraction=fraction, gemm_library_share=share)
 
-            self._jobs[workload] = replace(self, gpu=measured(self.gpu),
-                                           gpus=tuple(measured(g) for g in self.gpus), _jobs={})
-        return self._jobs[workload]
+            gpu = measured(self.gpu)
+            gpus = tuple(measured(g) for g in self.gpus)
+            same = gpu is self.gpu and all(a is b for a, b in zip(gpus, self.gpus, strict=True))
+            self._jobs[key] = self if same else replace(self, gpu=gpu, gpus=gpus)
+        return self._jobs[key]
 
     def with_scales(self, scales: RateScales) -> Machine:
         """The same machine with its mechanisms' achieved rates scaled (scales.py)."""

@@ -4,7 +4,11 @@ Per block, the bytes per token come from simulator/job/checkpointing.py (the ker
 saved tensors under the checkpointing mode); the head keeps the final norm's input and the LM
 head's input; the loss keeps what simulator/job/loss.py says its variant saves, and while the
 loss's backward runs (the first thing backward does, every activation still alive) its
-temporaries come on top. Lines are alive from the start of backward (``phase="backward"``).
+temporaries come on top. The blocks' saved tensors are alive through backward
+(``phase="backward"``), the head's and the loss's only until the head's backward (``"loss"``),
+a block's recompute only during that block's backward (``"recompute"``), the model output a
+training loop keeps (``training.keeps_output``) to the end of the step (``"output"``):
+report.py MOMENTS.
 """
 
 from __future__ import annotations
@@ -69,16 +73,16 @@ def activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool | None,
     stored, working = activations_per_token(job, tp=tp, sequence_parallel=sp,
                                             flash_attention=flash)
     if flash is None:
-        flash = job.training.attention != "eager"
+        flash = job.flash_attention
     attn = "flash attention" if flash else "eager attention (s x s scores)"
     layers = a.layers if stage is None else stage.layers_in_flight
     what = (f"{a.layers} layers" if stage is None else
             f"{layers} layer-micro-batches in flight (pipeline stage)")
     lines = [Line("activations", f"{what}, checkpointing {mode}, {job.kernels} kernels, {attn}, "
                   f"{tokens} tokens", stored * tokens * layers, "backward")]
-    if working and layers:
+    if working and layers:  # during its own block's backward only (not beside the logits)
         lines.append(Line("activations", RECOMPUTED_LAYER,
-                          working * tokens, "backward"))
+                          working * tokens, "recompute"))
     head = 2 * a.hidden * e / (tp if sp else 1)  # final-norm input and lm_head input
     width = QA_LABELS if a.encoder else a.vocab / tp  # vocab-parallel logits under TP
     ce = loss.cross_entropy(job.recipe.cross_entropy, 1.0, e, compiled=job.recipe.loss_compiled)
@@ -91,11 +95,16 @@ def activation_lines(job: Job, b: int, tp: int, sp: bool, flash: bool | None,
     if heads:
         lines.append(Line("activations", what + (f" x {heads} micro-batches" if heads > 1
                                                  else ""), (head + logits) * tokens * heads,
-                          "backward"))
+                          "loss"))
+    held = job.output_logit_bytes
+    if heads and held and not a.encoder:  # the loop's `output` holds them to the step's end
+        lines.append(Line("activations", f"the model output's logits, kept by the training "
+                          f"loop until after the step: {held:g} B per logit",
+                          width * held * tokens * heads, "output"))
     if heads and job.recipe.cross_entropy == "fused-linear" and not a.encoder:
         # Liger's forward saves the head weight's gradient (zeros_like(weight): the weight's
         # dtype) beside the input's; the input's takes the place of the saved head input
         lines.append(Line("activations", "fused linear cross-entropy: the LM head weight's "
                           "gradient, computed in forward", width * a.hidden * head_weight_bytes
-                          * heads, "backward"))
+                          * heads, "loss"))
     return lines

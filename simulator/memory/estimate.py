@@ -20,8 +20,11 @@ parallelism divides every matrix by t (norm weights stay replicated).
 Activations are counted per saved tensor as the kernel regime and the checkpointing mode keep
 them (simulator/job/checkpointing.py); under fused kernels that is Korthikanti et al. 2022
 (arXiv:2205.05198, table 2).
-Assumption: the peak is the start of backward with every activation alive and every gradient
-resident (the ZeRO-style sum); the optimizer step is checked as a second phase. Under
+The peak is the largest of the step's allocation timeline (report.py MOMENTS): the loss's and
+LM head's backward (every activation and the logits alive), the first block's backward (every
+activation and that block's recompute, the logits freed), the end of backward (every gradient)
+and the optimizer step. PyTorch's three counters (allocated, reserved, the card's total with
+the CUDA context) each have their own peak on it. Under
 ``optimizer_in_bwd`` one gradient is alive at a time; a paged optimizer's managed states
 (``Line.paged``) are outside the verdict and fill what the peak leaves, the rest in host RAM.
 """
@@ -84,10 +87,16 @@ class Recipe:
 
 
 def recipe(strategy: str, precision: str, optimizer: str,
-           implementation: str = "foreach") -> Recipe:
+           implementation: str = "foreach", amp_o2: bool = False) -> Recipe:
     """Bytes per trainable parameter of weights, gradients and optimizer states."""
     st = optim.states(optimizer, implementation, 2 if precision == "pure-bf16" else 4)
     opt, opt_name = st.bytes_per_param, st.description
+    if amp_o2 and strategy in ("ddp", "tp"):
+        # apex amp O2 (apex/amp/_process_optimizer.py): the model in 16 bit with 16-bit
+        # .grad, the optimizer over fp32 master weights and their fp32 gradients
+        return Recipe(2, 2, 4 + 4 + opt, False, False, False,
+                      f"apex amp O2: {precision} weights and gradients, fp32 master weights, "
+                      f"fp32 master gradients and {opt_name} in the optimizer")
     shard_o = strategy in ("zero1", "zero2", "zero3", "fsdp")
     shard_g = strategy in ("zero2", "zero3", "fsdp")
     shard_w = strategy in ("zero3", "fsdp")
@@ -245,7 +254,7 @@ def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: d
         # Trainer does not change it): the buckets are a second, gradient-sized flat buffer.
         lines.append(Line("other", "DDP bucket buffers (gradient-sized; gradient_as_bucket_view"
                           "=False, the PyTorch default)", sizes["trainable_local"] * r.grad))
-    if strategy in ("ddp", "tp") and mixed and sizes["autocast"]:
+    if strategy in ("ddp", "tp") and mixed and sizes["autocast"] and job.recipe.autocast:
         lines.append(Line("other", "autocast 16-bit copies of the trainable matmul weights",
                           sizes["autocast"], "backward"))
     if strategy in ("zero1", "zero2") and dp > 1:
@@ -357,7 +366,8 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
     _check(job, strategy, world // pp, tp)
     dp = world // tp // pp
     b = micro_batch or job.micro_batch
-    r = recipe(strategy, job.precision, job.optimizer, job.recipe.optimizer_impl)
+    r = recipe(strategy, job.precision, job.optimizer, job.recipe.optimizer_impl,
+               job.recipe.amp_o2)
     states, sizes = _state_lines(job, r, strategy, dp, tp, stage)
     # the forward sees FSDP's unsharded weights in its param_dtype, the others' as they are held
     head_weight = job.activation_bytes if strategy == "fsdp" else r.weight
@@ -377,8 +387,9 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                           pool="cache"))
     lines += _reserve_lines(dp, tp, nccl_channels, pp)
     notes = [f"recipe: {r.description}",
-             "peak = the largest of the start of backward (every activation alive), the end "
-             "of backward (every gradient) and the optimizer step"]
+             "peak = the largest moment of the step: the loss's backward (activations and "
+             "logits), a block's backward (activations and its recompute), the end of backward "
+             "(every gradient), the optimizer step"]
     if any(x.phase == "grads" for x in lines):
         notes.append("gradients are created during backward: optimizer.zero_grad() sets them "
                      "to None by default (PyTorch >= 2.0)")

@@ -14,6 +14,9 @@ from functools import cached_property
 from simulator.units import GiB
 
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "other")
+# the pools each of PyTorch's counters sees (Line.pool)
+COUNTER_POOLS = {"allocated": ("tensor",), "reserved": ("tensor", "cache"),
+                 "total": ("tensor", "cache", "driver")}
 
 
 @dataclass(frozen=True)
@@ -23,9 +26,13 @@ class Line:
     category: str  # one of CATEGORIES
     label: str  # what this memory is, in words
     bytes: float
-    # when it is alive: "both" (always), "backward" (from the start of backward: activations,
-    # units in flight), "grads" (allocated during backward, all alive at its end and at the
-    # step), "step" (the optimizer step only) or "only:<moment>" (one moment of MOMENTS)
+    # when it is alive (MOMENTS): "both" (all step), "backward" (saved in forward and held
+    # through backward: activations, units in flight), "loss" (the logits and the loss's
+    # tensors: from the head's forward to its backward), "recompute" (a block's recomputed
+    # forward: during that block's backward only), "output" (the model output a training
+    # loop keeps: from the head's forward to the step's end), "grads" (made during backward,
+    # all alive at its end and at the step), "step" (the optimizer step only) or
+    # "only:<moment>"
     phase: str = "both"
     host: bool = False  # in host RAM (offloaded), not on the GPU
     # where it lives: "tensor" (allocated through PyTorch's caching allocator), "cache" (held
@@ -37,9 +44,15 @@ class Line:
     paged: bool = False
 
 
-# The moments a peak can fall on. Backward frees each layer's activations as it creates that
-# layer's gradients, so with layers alike the sum of the two is largest at one end or the other.
-MOMENTS = {"backward": "start of backward", "backward_end": "end of backward",
+# The allocation timeline of a step, as the moments its peak can fall on, in the order they
+# come. Forward saves every block's activations; the loss and the LM head's backward run with
+# the logits alive and no block recomputed yet; then each block's backward runs with its own
+# recompute alive and frees its activations as it creates its gradients (blocks alike: the
+# first block's backward holds the most activations, the last the most gradients); the
+# optimizer step follows.
+MOMENTS = {"loss_backward": "loss and LM-head backward (logits alive)",
+           "backward": "first block's backward (its recompute alive)",
+           "backward_end": "end of backward (every gradient)",
            "step": "optimizer step"}
 
 
@@ -47,14 +60,21 @@ def alive(line: Line, moment: str) -> bool:
     """Whether ``line`` holds GPU memory at ``moment`` (one of MOMENTS)."""
     if line.host or line.paged:
         return False
-    if line.phase.startswith("only:"):
-        return line.phase == f"only:{moment}"
-    if line.phase in ("both", moment):
+    phase = line.phase
+    if phase.startswith("only:"):
+        return phase == f"only:{moment}"
+    if phase in ("both", "output"):
         return True
-    if moment == "backward_end":
-        return line.phase == "grads" or (line.phase == "backward"
-                                         and line.category != "activations")
-    return moment == "step" and line.phase == "grads"
+    if phase == "loss":
+        return moment == "loss_backward"
+    if phase == "recompute":
+        return moment == "backward"
+    if phase == "backward":
+        return moment in ("loss_backward", "backward") or (
+            moment == "backward_end" and line.category != "activations")
+    if phase == "grads":
+        return moment in ("backward_end", "step")
+    return phase == moment
 
 
 @dataclass(frozen=True)
@@ -116,16 +136,25 @@ class MemoryReport:
     def peak_bytes(self) -> int:
         return int(self.phase_total(self.peak_phase))
 
+    def counter_at(self, counter: str, moment: str) -> float:
+        """One of PyTorch's counters at a moment: ``allocated`` (tensors), ``reserved`` (the
+        allocator's segments: tensors and what it caches) or ``total`` (the card: and the
+        CUDA context and NCCL's buffers beside the allocator)."""
+        pools = COUNTER_POOLS[counter]
+        return sum(x.bytes for x in self.lines if x.pool in pools and alive(x, moment))
+
     def peak_as(self, counter: str) -> int:
-        """The peak as PyTorch's counters report it: ``allocated`` (torch.cuda
-        max_memory_allocated, torchtune's "peak memory active"), ``reserved``
-        (max_memory_reserved: the allocator's segments, torchtitan's memory figure) or
+        """The peak as a counter reports it, its own maximum over the step's timeline:
+        ``allocated`` (torch.cuda.max_memory_allocated, torchtune's "peak memory active"),
+        ``reserved`` (max_memory_reserved: torchtitan's and fsdp_qlora's figures) or
         ``total`` (what the card must hold, the verdict's)."""
-        pools = {"allocated": ("tensor",), "reserved": ("tensor", "cache"),
-                 "total": ("tensor", "cache", "driver")}[counter]
-        moment = self.peak_phase
-        return int(sum(x.bytes for x in self.lines
-                       if x.pool in pools and not x.host and alive(x, moment)))
+        return int(max(self.counter_at(counter, m) for m in MOMENTS))
+
+    def timeline(self) -> list[dict[str, object]]:
+        """The step's allocation timeline: each moment with the three counters there."""
+        return [{"moment": m, "what": words,
+                 **{f"{c}_bytes": int(self.counter_at(c, m)) for c in COUNTER_POOLS}}
+                for m, words in MOMENTS.items()]
 
     @property
     def breakdown_bytes(self) -> dict[str, int]:
@@ -174,6 +203,8 @@ class MemoryReport:
             "peak_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes,
             "peak_allocated_bytes": self.peak_as("allocated"),
             "peak_reserved_bytes": self.peak_as("reserved"),
+            "peak_device_total_bytes": self.peak_as("total"),
+            "timeline": self.timeline(),
             "fits": self.fits, "peak_phase": self.peak_phase,
             "host_peak_bytes": self.host_peak_bytes,
             "host_capacity_bytes": self.host_capacity_bytes, "host_fits": self.host_fits,

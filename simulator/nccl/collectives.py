@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 from simulator.catalog import links as link_catalog
 from simulator.engine.program import Flow
 from simulator.errors import InputError, quoted
+from simulator.nccl import interference, wire
 from simulator.nccl import tuning as nt
-from simulator.nccl import wire
 from simulator.units import GB, US
 
 if TYPE_CHECKING:
@@ -60,6 +60,8 @@ class Plan:
     usage: tuple[tuple[str, float], ...]  # link -> occupancy per byte of progress
     max_rate: float  # B/s of progress, from protocol throughput caps (inf: none)
     nccl_time_us: float  # NCCL's own estimate, for comparison
+    # the share of each rank's memory bandwidth its kernel takes (interference.py)
+    hbm_share: float = 0.0
 
     @cached_property
     def flow(self) -> Flow:
@@ -157,8 +159,11 @@ def _make_plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...],
     threads = nt.threads_per_channel(graph, choice.algorithm, choice.protocol, env)
     max_rate = min(_max_rate(graph, choice.algorithm, choice.protocol, channels),
                    _pcie_channel_cap(comm, hops, choice.protocol, channels, threads))
-    return Plan(op, nbytes, ranks, choice.algorithm, choice.protocol, "+".join(transports),
-                channels, order, latency, bus_bytes, usage, max_rate, choice.time_us)
+    transport = "+".join(transports)
+    return Plan(op, nbytes, ranks, choice.algorithm, choice.protocol, transport, channels,
+                order, latency, bus_bytes, usage, max_rate, choice.time_us,
+                interference.hbm_share(comm, op, ranks, transport, choice.protocol, usage,
+                                       max_rate))
 
 
 def _tree_enabled(n: int) -> bool:
@@ -265,9 +270,12 @@ def p2p_plan(comm: Communicator, src: int, dst: int, nbytes: int) -> Plan:
         arch = nt.arch_index(machine.gpu_of(src).compute_capability)
         max_rate = min(nt.LL_MAX_BW[arch] * GB if protocol == "LL" else math.inf,
                        _pcie_channel_cap(comm, [(src, dst)], protocol, channels))
-        comm.plans[key] = Plan("sendrecv", nbytes, (src, dst), "p2p", protocol,
-                               comm.transport(src, dst), channels, (src, dst), latency,
-                               float(nbytes), _usage(comm, [(src, dst)], protocol), max_rate,
-                               0.0)
+        usage = _usage(comm, [(src, dst)], protocol)
+        transport = comm.transport(src, dst)
+        comm.plans[key] = Plan("sendrecv", nbytes, (src, dst), "p2p", protocol, transport,
+                               channels, (src, dst), latency, float(nbytes), usage, max_rate,
+                               0.0, interference.hbm_share(comm, "broadcast", (src, dst),
+                                                           transport, protocol, usage,
+                                                           max_rate))
     made: Plan = comm.plans[key]
     return made

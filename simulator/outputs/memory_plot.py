@@ -21,17 +21,20 @@ from simulator.memory.activations import RECOMPUTED_LAYER  # noqa: E402
 from simulator.outputs.plots import image_format  # noqa: E402
 
 _MS = 1e3
+_HEADS = ("lm_head", "qa_head", "loss")  # ops whose saved tensors are the logits' (head) band
 
 
 def activation_fraction(timeline: Timeline, times: Sequence[float], gpu: int | None = None,
                         micro_steps: int = 1) -> list[float]:
-    """Share of the peak activations alive at each time: forward work done minus backward done.
+    """Share of the blocks' peak activations alive at each time: forward work done minus
+    backward done (the head's and the loss's work left out: their tensors are the logits').
 
     Activations of a micro-batch accumulate as its forward runs and are freed as its backward
     runs; work is measured in idle-GPU seconds so the curve follows the real kernels.
     """
     micro = max(1, micro_steps)
-    spans = timeline.spans if gpu is None else timeline.spans_of(gpu)
+    spans = [s for s in (timeline.spans if gpu is None else timeline.spans_of(gpu))
+             if not s.name.endswith(_HEADS)]  # the head's tensors are the logits' band
     phases = {"forward": [s for s in spans if s.kind == "forward"],
               "backward": [s for s in spans if s.kind == "backward"]}
     return [min(1.0, max(0.0, f - b)) for f, b in zip(
@@ -65,16 +68,18 @@ def memory_over_step(timeline: Timeline, lines: Sequence[Mapping[str, object]],
                      times: Sequence[float], micro_steps: int = 1) -> dict[str, list[float]]:
     """Bytes per band at each time, from memory.py's lines and when each is alive.
 
-    A line's ``phase`` (simulator/memory/estimate.py) says when it lives: ``both`` all step;
+    A line's ``phase`` (simulator/memory/report.py) says when it lives: ``both`` all step;
     ``grads`` appear as the first micro-step's backward makes them and stay through the
     optimizer step (zero_grad(set_to_none=True) frees them at the next step's start); saved
     activations (``backward``) rise with forward work and fall with backward work, per
-    micro-step; the recomputed layer's working set lives while backward runs; other
-    ``backward`` lines (units in flight, autocast copies) from forward until the optimizer;
-    ``step`` during the optimizer; ``only:<moment>`` (allocator overhead at that moment) in
-    the part of the step that moment stands for. At the start of backward, its end and the
-    optimizer step the bands add up to memory.py's totals there, so the curve's top is the
-    reported peak.
+    micro-step; the logits and the loss's tensors (``loss``) from the head's forward to the
+    end of its backward; the model output a loop keeps (``output``) from the head's forward to
+    the step's end; the recomputed layer's working set (``recompute``) while the blocks'
+    backward runs; other ``backward`` lines (units in flight, autocast copies) from forward
+    until the optimizer; ``step`` during the optimizer; ``only:<moment>`` (allocator overhead
+    at that moment) in the part of the step that moment stands for. At the loss's backward, a
+    block's backward, the end of backward and the optimizer step the bands add up to
+    memory.py's totals there, so the curve's top is the reported peak.
     """
     gpu = timeline.rank_groups[0][0]
     mine = timeline.spans_of(gpu)
@@ -89,6 +94,8 @@ def memory_over_step(timeline: Timeline, lines: Sequence[Mapping[str, object]],
     optimizer = optimizer or [(b1, end)]
     o0 = min(max(b1, min(a for a, _ in optimizer)), end)  # the step starts after backward
     mid = (b0 + b1) / 2
+    heads = _head_windows(mine)  # the logits: from the head's forward to its backward
+    h1 = max((b for _, b in heads), default=b0)
     saved = activation_fraction(timeline, times, gpu, micro)
     made = [min(1.0, d) for d in _work_done(backward, times, micro)]
 
@@ -97,9 +104,11 @@ def memory_over_step(timeline: Timeline, lines: Sequence[Mapping[str, object]],
                 for t in times]
 
     shapes = {"both": [1.0] * len(times), "grads": made, "step": during(optimizer),
-              "only:backward": during([(0.0, mid)]), "only:backward_end": during([(mid, o0)]),
-              "only:step": during(optimizer), "running": during([(f0, o0)]),
-              "recompute": during([(b0, b1)]), "saved": saved}
+              "only:loss_backward": during([(0.0, h1)]), "only:backward": during([(h1, mid)]),
+              "only:backward_end": during([(mid, o0)]), "only:step": during(optimizer),
+              "running": during([(f0, o0)]), "loss": during(heads or [(b0, b0)]),
+              "recompute": during([(h1, b1)]), "saved": saved,
+              "output": during([(min((a for a, _ in heads), default=b0), end)])}
     bands: dict[str, list[float]] = {k: [0.0] * len(times) for k in MEMORY_BANDS}
     for line in lines:
         if line.get("host") or line.get("paged"):  # host RAM, or managed (paged) memory
@@ -108,13 +117,29 @@ def memory_over_step(timeline: Timeline, lines: Sequence[Mapping[str, object]],
         band = category
         if category == "activations" and phase == "backward":
             shape = "saved"
-            if line.get("label") == RECOMPUTED_LAYER:
-                band = shape = "recompute"
+        elif phase == "recompute" or line.get("label") == RECOMPUTED_LAYER:
+            band = shape = "recompute"
         else:
             shape = "running" if phase == "backward" else phase
         size = float(line["bytes"])  # type: ignore[arg-type]
         bands[band] = [b + size * x for b, x in zip(bands[band], shapes[shape], strict=True)]
     return {k: v for k, v in bands.items() if any(v)}
+
+
+def _head_windows(spans: Sequence[Span]) -> list[tuple[float, float]]:
+    """(start, end) of each micro-step's logits: from its head's forward to the end of the
+    head's backward that follows."""
+    heads = sorted((s for s in spans if s.name.endswith(_HEADS)
+                    and s.kind in ("forward", "backward")), key=lambda s: s.start)
+    out: list[tuple[float, float]] = []
+    opened: float | None = None
+    for s in heads:
+        if s.kind == "forward":
+            opened = s.start if opened is None else opened
+        elif opened is not None:
+            out.append((opened, s.end))
+            opened = None
+    return out
 
 
 def _phase_runs(timeline: Timeline) -> list[tuple[str, float, float]]:

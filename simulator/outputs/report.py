@@ -10,6 +10,9 @@ gathers those. Definitions:
 - these three are of the GPU that computes longest (it paces the step); where ranks differ
   (pipeline stages, mixed cards) ``ranks`` lists them for each group of identical GPUs;
 - mfu: model FLOPs of the step (all ranks) / (step time * GPUs * the GPU's dense peak);
+  ``flops_counted`` says what the numerator counts (6N + attention for full training; for LoRA
+  4 per frozen weight and 6 per adapter weight); hfu: the same with the FLOPs activation
+  checkpointing recomputes added (hardware FLOPs, Korthikanti et al. 2022);
 - scaling_efficiency: tokens/s per GPU here / tokens/s of one GPU of the same machine with
   the same per-GPU batch (None where one GPU cannot hold the job);
 - bottleneck: the link with the highest utilisation = bytes carried / (capacity * step time);
@@ -154,6 +157,29 @@ def bottleneck(timeline: Timeline, comm_time_s: float | None = None) -> dict[str
     }
 
 
+def interference_report(timeline: Timeline) -> dict[str, Any]:
+    """How much collectives slowed the pacing GPU's compute: the seconds its compute spans
+    took beyond their idle-GPU time (SMs held by NCCL's channels, memory bandwidth its kernels
+    take: nccl/interference.py), and the transports of the collectives beside them."""
+    gpu = max(timeline.rank_groups, key=lambda g: time_split(timeline, g[0])
+              ["compute_time_s"])[0]
+    spans = timeline.spans_of(gpu)
+    lost = sum(s.duration - s.args["idle_s"] for s in spans
+               if s.is_compute and "idle_s" in s.args and s.kind != REPEAT_KIND)
+    lost += sum(rep.args["times"] * sum(
+        s.duration - s.args["idle_s"] for s in spans
+        if s.is_compute and "idle_s" in s.args
+        and rep.args["unit_tasks"][0] <= s.args.get("task", -1) <= rep.args["unit_tasks"][1])
+        for rep in spans if rep.kind == REPEAT_KIND)
+    idle = sum(s.args["idle_s"] for s in spans if s.is_compute and "idle_s" in s.args)
+    transports = sorted({str(s.args["transport"]) for s in spans
+                         if s.is_comm and s.args.get("transport")})
+    return {"compute_slowed_s": max(0.0, lost), "share_of_compute": lost / idle if idle else 0.0,
+            "transports": transports,
+            "mechanism": "NCCL channels hold SMs; their kernels take memory bandwidth by "
+                         "transport and protocol (nccl/interference.py)"}
+
+
 def bucket_list(timeline: Timeline) -> list[dict[str, Any]]:
     """DDP buckets in launch order with their all-reduce start and end (from program meta).
 
@@ -180,7 +206,9 @@ def bucket_list(timeline: Timeline) -> list[dict[str, Any]]:
 
 def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step: float,
                 model_flops_per_step: float, peak_flops: float,
-                memory: Mapping[str, Any], baseline_tokens_per_s: float | None = None,
+                memory: Mapping[str, Any], hardware_flops_per_step: float | None = None,
+                flops_counted: Mapping[str, str] | None = None,
+                baseline_tokens_per_s: float | None = None,
                 gpu_price_usd: float | None = None,
                 cost: Mapping[str, Any] | None = None,
                 cost_basis: Mapping[str, Any] | None = None,
@@ -201,6 +229,11 @@ def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step:
     report["tokens_per_s_per_gpu"] = per_gpu
     report["samples_per_s"] = samples_per_step / step if step > 0 else 0.0
     report["mfu"] = model_flops_per_step / (step * world * peak_flops) if step > 0 else 0.0
+    hardware = model_flops_per_step if hardware_flops_per_step is None else \
+        hardware_flops_per_step
+    report["hfu"] = hardware / (step * world * peak_flops) if step > 0 else 0.0
+    if flops_counted is not None:
+        report["flops_counted"] = dict(flops_counted)
     report["scaling_efficiency"] = (per_gpu / baseline_tokens_per_s
                                     if baseline_tokens_per_s else None)
     report["memory"] = {
@@ -214,6 +247,8 @@ def step_report(timeline: Timeline, *, tokens_per_step: float, samples_per_step:
         if key in memory:  # host RAM (offload); a pipeline's fullest stage and every stage's
             report["memory"][key] = memory[key]
     report["bottleneck"] = bottleneck(timeline, pacing["comm_time_s"])
+    if world > 1:
+        report["interference"] = interference_report(timeline)
     if len(ranks) > 1:
         report["ranks"] = ranks
     if "pipeline" in timeline.meta:

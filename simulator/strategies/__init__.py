@@ -83,8 +83,12 @@ def _build_one(name: str, job: Job, machine: Machine, opts: StrategyOptions) -> 
         from simulator.strategies import fsdp
 
         return fsdp.build(job, machine, opts)
-    if name == "zero3":  # FSDP's per-unit gather/reduce pattern; DeepSpeed reduces gradients in
-        # their own 16-bit dtype (communication_data_type unset), as memory.py's recipe assumes
+    if name == "zero3" and job.arch is not None:  # DeepSpeed's parameter coordinator
+        from simulator.strategies import zero3
+
+        return zero3.build(job, machine, opts)
+    if name == "zero3":  # a layer list: FSDP's per-unit gather/reduce pattern; DeepSpeed
+        # reduces gradients in their own 16-bit dtype (communication_data_type unset)
         from simulator.strategies import fsdp
 
         prog = fsdp.build(job, machine, opts, reduce_bytes=4 if job.precision == "fp32" else 2,

@@ -20,6 +20,12 @@ What the program says (domain-model section 3; torch/csrc/distributed/c10d/reduc
   simulator/memory/estimate.py counts them); ``bf16_compress_hook`` halves the bytes on the wire.
 - Gradient accumulation with ``no_sync()``: the first A-1 micro-steps run forward and backward
   only; the last one reduces. The optimizer step follows the last all-reduce.
+- apex's DistributedDataParallel (``training.ddp: apex``, apex/parallel/distributed.py with
+  its defaults): gradients join buckets in the order they arrive until a bucket holds
+  ``message_size`` (1e7) elements; each full bucket is flattened (``torch.cat``), all-reduced,
+  averaged (``mul_``) and copied back into the gradients (``unflatten``, ``copy_``), all on
+  its own stream; no per-gradient hook copies on the compute stream, no copy back at the end.
+  Gradients are all-reduced in their own dtype (fp16 under amp O2).
 - ``no_overlap`` is Megatron-LM's "local" DDP (NGC 22.07, ``megatron/model/distributed.py``,
   ``allreduce_gradients``): gradients accumulate in one contiguous fp32 buffer per dtype,
   which is divided and all-reduced in one call after the whole backward (with an explicit
@@ -36,6 +42,7 @@ from simulator.job.workload import Job
 from simulator.memo import IdentityMemo
 from simulator.strategies import paging
 from simulator.strategies.buckets import (
+    MIB,
     Bucket,
     GradTensor,
     assign_by_size,
@@ -59,6 +66,9 @@ if TYPE_CHECKING:
 
 GRAD_BYTES = 4  # fp32 .grad under AMP and fp32 training (PyTorch AMP keeps fp32 weights)
 COMPRESSED_BYTES = 2  # ddp_comm_hooks/default_hooks.bf16_compress_hook
+# apex/parallel/distributed.py DistributedDataParallel: message_size=10000000 (elements) is
+# "the minimum number of elements in a communication bucket"
+APEX_MESSAGE_SIZE = 10_000_000
 
 
 def local_numel(param: ParamTensor, tp: int) -> int:
@@ -82,7 +92,8 @@ _PLANS: IdentityMemo[list[Bucket]] = IdentityMemo(32)
 def plan_buckets(job: Job, backward: list[Op], options: StrategyOptions,
                  tp: int = 1) -> list[Bucket]:
     """Steady-state buckets (DDP numbering: index into the trainable parameters)."""
-    settings = (options.bucket_mb, options.legacy_reducer, options.overlapped, tp)
+    settings = (options.bucket_mb, options.legacy_reducer, options.overlapped, tp,
+                job.recipe.ddp)
     return list(_PLANS.get((job, *backward), settings,
                            lambda: _plan(job, backward, options, tp)))
 
@@ -96,6 +107,9 @@ def _plan(job: Job, backward: list[Op], options: StrategyOptions, tp: int) -> li
     claimed = set(order)
     missing = [k for k in range(len(tensors)) if k not in claimed]
     order += missing[::-1]  # gradients no backward op claims: last, reverse registration
+    if job.recipe.ddp == "apex":  # buckets fill in arrival order until message_size elements
+        cap_mb = APEX_MESSAGE_SIZE * job.grad_bytes / MIB
+        return bucket_plan(tensors, cap_mb, order)
     if options.overlapped or options.bucket_mb is not None:
         return bucket_plan(tensors, options.bucket_mb, order)
     # Megatron local DDP: one contiguous buffer per dtype, reduced in one call
@@ -150,11 +164,12 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
     pending = [set(b.indices) for b in buckets]
     ready_task: list[int | None] = [None] * len(buckets)
     megatron = not options.overlapped
+    apex = job.recipe.ddp == "apex"
     bwd_ids: list[int] = []
     for op in bwd:
         bwd_ids.append(emit(prog, op, ((bwd_ids or fwd_ids)[-1],), prefix))
         grads = [i for i in op.grads if i in bucket_of]
-        if grads and not megatron:
+        if grads and not megatron and not apex:
             # autograd hook per tensor (reducer.cpp mark_variable_ready_dense): without
             # gradient_as_bucket_view, copy_grad_to_bucket divides while copying
             # (at::mul_out(bucket_view, grad, 1 / div_factor)); with it, grad is the bucket
@@ -186,14 +201,20 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         assert dep is not None, "every bucket's gradients come from some backward op"
         nbytes = bucket.numel * wire
         name = f"allreduce.bucket{b}"
+        if apex:  # allreduce_bucket on its stream: flatten (torch.cat) the bucket's gradients
+            dep = prog.add("nccl", memory_pass(f"{prefix}apex.flatten.bucket{b}",
+                                               2 * bucket.bytes, gpu), (dep,))
         tid = prog.add("nccl", Comm(name, "allreduce", nbytes, groups,
                                     {"bucket": b, "tensors": bucket.tensors}), (dep,))
+        if apex:  # then average (mul_ by 1 / world) and copy back into each .grad
+            tid = prog.add("nccl", memory_pass(f"{prefix}apex.average_unflatten.bucket{b}",
+                                               4 * bucket.bytes, gpu, kernels=2), (tid,))
         comm_ids.append(tid)
         meta.append({"bytes": nbytes, "tensors": bucket.tensors, "task": tid, "name": name,
                      "gradient_bytes": bucket.bytes,
                      "params": [trainable[k] for k in bucket.indices]})
     after = [bwd_ids[-1], *comm_ids[-1:]]
-    if not megatron and not options.gradient_as_bucket_view:
+    if not megatron and not apex and not options.gradient_as_bucket_view:
         # finalize_backward: each bucket's averaged gradients copied back into .grad, per
         # tensor (reducer.cpp finalize_bucket_dense, copy_bucket_to_grad)
         nbytes = 2 * job.grad_bytes * sum(b.numel for b in buckets)

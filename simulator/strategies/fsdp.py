@@ -120,7 +120,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
     off = (Offloader(machine, options.ranks, what=options.offload, pinned=options.pin_memory,
                      framework=framework, optimizer_impl=job.recipe.optimizer_impl,
                      state_bytes=shard_bytes,
-                     torchrun=job.recipe.framework in ("torchtune", "torchtitan"))
+                     torchrun=job.torchrun)
            if options.offload != "none" else None)
     fetched = off is not None and off.what == "params"  # shards live in host memory
     # the host copy of a shard: ZeRO-3 keeps 16-bit partitions, FSDP2 the shard as it is

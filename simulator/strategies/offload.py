@@ -52,7 +52,7 @@ class Offloader:
         self.optimizer = host.CPU_OPTIMIZERS["deepspeed" if framework == "deepspeed"
                                              else optimizer_impl]
         self.state_bytes = 4 if framework == "deepspeed" else state_bytes
-        self.torchrun = torchrun and framework != "deepspeed"
+        self.torchrun = torchrun
 
     def copy(self, prog: Program, stream: str, name: str, nbytes: float, to_host: bool,
              deps: tuple[int, ...]) -> int:
@@ -71,6 +71,15 @@ class Offloader:
             for r in self.ranks)
         return prog.add("cpu", Move("optimizer.cpu", "cpu_optimizer", flows,
                                     {"optimizer": self.optimizer.name, "params": params}), deps)
+
+    def cpu_pass(self, prog: Program, name: str, params: float, bytes_per_param: float,
+                 deps: tuple[int, ...]) -> int:
+        """A torch op over ``params`` host tensors per rank (on the CPU stream), each rank on
+        its intra-op threads (OMP_NUM_THREADS: host.threads_per_rank)."""
+        flows = tuple(host.cpu_pass_flow(
+            self.machine, r, params, bytes_per_param,
+            host.threads_per_rank(self.machine, r, torchrun=self.torchrun)) for r in self.ranks)
+        return prog.add("cpu", Move(name, "cpu_optimizer", flows, {"params": params}), deps)
 
     def report(self, per_micro: dict[str, float], accum: int) -> dict[str, object]:
         """What the report says of the offload: bytes one GPU moves per step, each way."""

@@ -36,6 +36,9 @@ class StrategyOptions:
     # and -2); None = its default 5e8 (strategies/zero.py)
     reduce_bucket_size: int | None = None
     allgather_bucket_size: int | None = None
+    # DeepSpeed zero_optimization.stage3_prefetch_bucket_size (elements); None = Hugging Face's
+    # "auto", 0.9 x hidden^2 (strategies/zero3.py)
+    prefetch_bucket_size: int | None = None
     offload: str = "none"  # optimizer | params to host memory (offload.py)
     pin_memory: bool | None = None  # pinned host buffers; None = the framework's default
     ranks: tuple[int, ...] = ()  # the ranks a program stands for (set per card on mixed boxes)

@@ -25,8 +25,9 @@ _KIND: dict[str, ComputeKind] = {"forward": "forward", "backward": "backward",
 
 def as_compute(op: Op, gpu: GPU, *, scale: float = 1.0, prefix: str = "") -> Compute:
     """One op as compute work; ``scale`` shrinks it (e.g. an optimizer over a 1/N shard)."""
-    return Compute(prefix + op.name, _KIND.get(op.phase, "other"),
-                   op_seconds(op, gpu) * scale, op.flops * scale, op.block)
+    seconds, memory = _op_time(op, gpu, _works(gpu))
+    return Compute(prefix + op.name, _KIND.get(op.phase, "other"), seconds * scale,
+                   op.flops * scale, op.block, _share(memory, seconds))
 
 
 def memory_pass(name: str, nbytes: float, gpu: GPU, block: int | None = None,
@@ -34,7 +35,12 @@ def memory_pass(name: str, nbytes: float, gpu: GPU, block: int | None = None,
     """Memory-bound work that moves ``nbytes`` through HBM (copies, scaling) in ``kernels``
     launches (one per tensor where a framework loops over tensors)."""
     launches = max(0, kernels - 1) * compute.LAUNCH_OVERHEAD / gpu.rate_scale
-    return Compute(name, "other", compute.memory_time(nbytes, gpu) + launches, 0.0, block)
+    return Compute(name, "other", compute.memory_time(nbytes, gpu) + launches, 0.0, block,
+                   memory_share=1.0 if nbytes > 0 else 0.0)
+
+
+def _share(memory: float, seconds: float) -> float:
+    return min(1.0, memory / seconds) if seconds > 0 else 0.0
 
 
 # Adds one op to a program after `deps` and returns the task the next op must wait for (the
@@ -50,14 +56,17 @@ Emit = Callable[[Program, Op, tuple[int, ...], str], int]
 # the blocks of a step, time each op once per card.
 # Forgotten past _MAX_TIMED entries in all, so a long-lived process stays bounded.
 Kernels = tuple[Kernel, ...]
-_TIMED: dict[GPU, dict[int, tuple[Kernels, float]]] = {}
+_TIMED: dict[GPU, dict[int, tuple[Kernels, float, float]]] = {}
 # card at neutral rates -> kernel tuple id -> (the kernels; their times before the achieved-
 # rate factor): a card at other rates (a range's re-run, a calibrated fraction) divides them by
 # its factor, kernel by kernel as compute.op_time does, so the seconds are the same floats
-_WORK: dict[GPU, dict[int, tuple[Kernels, tuple[float, ...]]]] = {}
-_WORK_OF: dict[GPU, dict[int, tuple[Kernels, tuple[float, ...]]]] = {}  # any card -> _WORK's
-# card at neutral rates -> kernel id -> (the kernel; its work time): tuples that differ share
-# kernels too (the first block's with the others', a TP shard splits each kernel once)
+# (a negative work time marks a memory-bound kernel: its time is its memory traffic's)
+Works = dict[int, tuple[Kernels, tuple[float, ...]]]
+_WORK: dict[GPU, Works] = {}
+_WORK_OF: dict[GPU, Works] = {}  # any card -> _WORK's
+# card at neutral rates -> kernel id -> (the kernel; its work time, negative when memory
+# bound): tuples that differ share kernels too (the first block's with the others', a TP
+# shard splits each kernel once)
 _KERNEL_WORK: dict[GPU, dict[int, tuple[Kernel, float]]] = {}
 _KERNEL_WORK_OF: dict[GPU, dict[int, tuple[Kernel, float]]] = {}  # any card -> its own
 _MAX_TIMED = 50_000
@@ -83,7 +92,7 @@ def _at_neutral(gpu: GPU, tables: dict[GPU, V], of: dict[GPU, V], empty: V) -> V
     return table
 
 
-def _works(gpu: GPU) -> dict[int, tuple[Kernels, tuple[float, ...]]]:
+def _works(gpu: GPU) -> Works:
     """The kernel work times of ``gpu`` at neutral rates (_WORK), looked up once per card."""
     return _at_neutral(gpu, _WORK, _WORK_OF, {})
 
@@ -96,24 +105,27 @@ def _kernel_works(gpu: GPU) -> dict[int, tuple[Kernel, float]]:
 def _kernel_work(k: Kernel, gpu: GPU, kernels: dict[int, tuple[Kernel, float]]) -> float:
     hit = kernels.get(id(k))
     if hit is None or hit[0] is not k:
-        hit = kernels[id(k)] = (k, compute.kernel_work_time(k, gpu))
+        work = compute.kernel_work_time(k, gpu)
+        hit = kernels[id(k)] = (k, -work if compute.memory_bound(k, gpu, work) else work)
     return hit[1]
 
 
-def _op_time(op: Op, gpu: GPU, works: dict[int, tuple[Kernels, tuple[float, ...]]]) -> float:
-    """``compute.op_time``, from the kernels' work times ``works`` holds for the card."""
+def _op_time(op: Op, gpu: GPU, works: Works) -> tuple[float, float]:
+    """``compute.op_time``, from the kernels' work times ``works`` holds for the card, and
+    the seconds of it its memory-bound kernels take."""
     ks = op.kernels
     hit = works.get(id(ks))
     if hit is None or hit[0] is not ks:
         kernels = _kernel_works(gpu)
         hit = works[id(ks)] = (ks, tuple(_kernel_work(k, gpu, kernels) for k in ks))
     factor = compute.achieved(gpu)
-    return sum(w / factor for w in hit[1])
+    return (sum(abs(w) / factor for w in hit[1]),
+            sum(-w / factor for w in hit[1] if w < 0))
 
 
 def op_seconds(op: Op, gpu: GPU) -> float:
     """``compute.op_time`` (the same float), from the kernel times kept per card."""
-    return _op_time(op, gpu, _works(gpu))
+    return _op_time(op, gpu, _works(gpu))[0]
 
 
 def compute_only(gpu: GPU) -> Emit:
@@ -127,9 +139,9 @@ def compute_only(gpu: GPU) -> Emit:
     def emit(program: Program, op: Op, deps: tuple[int, ...], prefix: str) -> int:
         hit = timed.get(id(op.kernels))
         if hit is None or hit[0] is not op.kernels:
-            hit = timed[id(op.kernels)] = (op.kernels, _op_time(op, gpu, works))
+            hit = timed[id(op.kernels)] = (op.kernels, *_op_time(op, gpu, works))
         work = Compute(prefix + op.name, _KIND.get(op.phase, "other"), hit[1], op.flops,
-                       op.block)
+                       op.block, _share(hit[2], hit[1]))
         return program.add("compute", work, deps)
     return emit
 

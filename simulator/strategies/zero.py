@@ -87,7 +87,8 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *, stage: int) -
     reductions: list[int] = []
     waiting: int | None = None  # a reduction on the compute stream that backward waits for
     off = (Offloader(machine, options.ranks, what="optimizer", framework="deepspeed",
-                     pinned=options.pin_memory) if options.offload == "optimizer" else None)
+                     pinned=options.pin_memory, torchrun=job.torchrun)
+           if options.offload == "optimizer" else None)
 
     def reduce(k: int, after: int) -> int:
         numel = sum(job.params[i].numel for i in buckets[k])

@@ -1,0 +1,291 @@
+"""The software stack a run used, and the achieved rates that depend on it.
+
+A run names its stack as ``training.software`` (``{torch: "2.1", cuda: "12.1"}``, or a year such
+as ``2023`` that stands for the stack published runs of that year used) or ``--software``;
+without one it runs today's: the newest row of every table below. What depends on the stack:
+
+- GEMMs: cuBLAS ships new kernels with each CUDA release. The catalog's plain GEMM rates
+  (catalog/gpus.py) were measured on 2025 builds; ``GEMM_ROWS`` gives, per architecture, the
+  share of that rate older CUDA generations reach, each row from a dated measurement. Only
+  Hopper's rows differ: its first cuBLAS generations left a quarter to a tenth of the tensor
+  cores idle at training shapes, while Ampere's kernels have not moved since CUDA 11.
+- Attention kernels (``training.attention``): PyTorch's ``scaled_dot_product_attention``
+  runs FlashAttention-1 kernels before 2.2 and FlashAttention-2 from 2.2 on;
+  FlashAttention-3 needs CUDA 12.3. compute.py times each kernel it resolves to.
+- What a framework bundle selects (job/recipe.py): transformers uses SDPA only on
+  torch >= 2.1.1, llm-foundry's benchmark configs ran its Triton attention until v0.7.0.
+- Which cards a stack can drive at all: a CUDA release older than an architecture has no
+  kernels for it (an RTX 5090 needs CUDA 12.8).
+- What transformers returns (``transformers``): a Llama-family model's logits in fp32 before
+  4.46, in the compute dtype from 4.46 (memory/activations.py, when the loop keeps them).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.errors import InputError
+
+Version = tuple[int, int, int]
+
+
+def parse_version(text: str, what: str) -> Version:
+    """``"2.1"`` -> (2, 1, 0); ``"2.1.1+cu121"`` -> (2, 1, 1)."""
+    found = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?(?:[+a-z].*)?", str(text).strip())
+    if found is None:
+        raise InputError(f"{what} version {text!r}: expected MAJOR.MINOR, e.g. 2.1",
+                         key=f"training.software.{what}")
+    major, minor, patch = found.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def _words(v: Version) -> str:
+    return f"{v[0]}.{v[1]}" + (f".{v[2]}" if v[2] else "")
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One software stack: PyTorch and CUDA versions, and how the run named it."""
+
+    torch: Version
+    cuda: Version
+    given: str  # "today", "2023", "torch 2.1, CUDA 12.1"
+    transformers_given: Version | None = None  # as the run named it; see ``transformers``
+
+    @property
+    def transformers(self) -> Version:
+        """The transformers release: as given, else one of its PyTorch's time (see
+        LOSS_FUNCTION)."""
+        if self.transformers_given is not None:
+            return self.transformers_given
+        return OLD_TRANSFORMERS if self.torch < TORCH_OF_LOSS_FUNCTION else TODAY_TRANSFORMERS
+
+    def words(self) -> str:
+        hf = f", transformers {_words(self.transformers_given)}" if self.transformers_given \
+            else ""
+        if self.given == "today":
+            return (f"today's (the newest rate rows: PyTorch {_words(self.torch)}, "
+                    f"CUDA {_words(self.cuda)}{hf})")
+        return f"{self.given}: PyTorch {_words(self.torch)}, CUDA {_words(self.cuda)}{hf}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"given": self.given, "torch": _words(self.torch), "cuda": _words(self.cuda),
+                "transformers": _words(self.transformers)}
+
+
+# transformers' Llama-family models upcast the logits in the model's forward before 4.46
+# (LlamaForCausalLM.forward, 4.36-4.45: ``logits = logits.float()`` ahead of the loss) and return
+# them in fp32; 4.46 (2024-10-24) moved the upcast into the loss function
+# (src/transformers/loss/loss_utils.py ForCausalLMLoss: ``logits = logits.float()`` on a local),
+# so the model returns them in the compute dtype. A stack that names no transformers takes one
+# of its PyTorch's time: before 4.46 with PyTorch before 2.6 (4.46.0 came a week after PyTorch
+# 2.5.0 of 2024-10-17; 2.6.0, 2025-01-29, met 4.48), today's after.
+LOSS_FUNCTION = (4, 46, 0)
+TORCH_OF_LOSS_FUNCTION = (2, 6, 0)
+OLD_TRANSFORMERS = (4, 45, 0)
+TODAY_TRANSFORMERS = (4, 56, 0)
+
+
+# Today's stack: the catalog's newest rates were measured on PyTorch 2.7-2.8 with CUDA 12.6-12.8
+# (catalog/gpus.py: the H100 plain GEMM on 2.7 + cu128, the RTX 5090's on 2.8); later releases
+# are taken at those rates until a measurement says otherwise.
+TODAY = Stack((2, 8, 0), (12, 8, 0), "today")
+
+# The CUDA of each PyTorch release's default wheel on PyPI (`pip install torch==X`): cu102 up to
+# 1.12, cu117 for 1.13 and 2.0, cu121 for 2.1-2.4, cu124 for 2.5-2.6, cu126 for 2.7, cu128 for
+# 2.8 (pytorch.org "Previous PyTorch Versions", the wheels' nvidia-*-cu1x requirements).
+DEFAULT_CUDA: dict[tuple[int, int], Version] = {
+    **{(1, m): (10, 2, 0) for m in range(5, 13)}, (1, 13): (11, 7, 0), (2, 0): (11, 7, 0),
+    **{(2, m): (12, 1, 0) for m in range(1, 5)}, (2, 5): (12, 4, 0), (2, 6): (12, 4, 0),
+    (2, 7): (12, 6, 0), (2, 8): (12, 8, 0)}
+
+# A year stands for the stack published runs of that year most often name. PyTorch's release
+# dates: 1.0 2018-12-07, 1.3 2019-10-10, 1.7 2020-10-27 (first with CUDA 11.0 wheels), 1.10
+# 2021-10-21, 1.13 2022-10-28, 2.0 2023-03-15, 2.4 2024-07-24, 2.7 2025-04-23.
+# 2022: NVIDIA's NGC 22.x containers (PyTorch 1.13.0a0, CUDA 11.7; mli/transformers-benchmarks'
+# runs print exactly that); 2023: torch 2.0 with its CUDA 11.8 wheel, the first to build for
+# Hopper (sm_90) and what H100 boxes of that year ran; 2024: torch 2.4's default cu121 wheel;
+# 2025: torch 2.7's cu126. A later year is today's stack.
+YEARS: dict[int, tuple[Version, Version]] = {
+    2018: ((1, 0, 0), (10, 0, 0)), 2019: ((1, 3, 0), (10, 1, 0)),
+    2020: ((1, 7, 0), (11, 0, 0)), 2021: ((1, 10, 0), (11, 3, 0)),
+    2022: ((1, 13, 0), (11, 7, 0)), 2023: ((2, 0, 0), (11, 8, 0)),
+    2024: ((2, 4, 0), (12, 1, 0)), 2025: ((2, 7, 0), (12, 6, 0)),
+}
+
+
+def resolve(value: Any) -> Stack:
+    """The stack a ``training.software`` value names: None (today's), a year, or a mapping
+    with ``torch`` and optionally ``cuda`` (else that release's default wheel's)."""
+    if value is None:
+        return TODAY
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value > max(YEARS):
+            return Stack(TODAY.torch, TODAY.cuda, str(value))
+        if value not in YEARS:
+            raise InputError(f"software year {value}: the tables start at {min(YEARS)}",
+                             key="training.software")
+        torch, cuda = YEARS[value]
+        return Stack(torch, cuda, str(value))
+    torch_text = getattr(value, "torch", None)
+    cuda_text = getattr(value, "cuda", None)
+    hf_text = getattr(value, "transformers", None)
+    if isinstance(value, dict):
+        torch_text, cuda_text = value.get("torch"), value.get("cuda")
+        hf_text = value.get("transformers")
+    if torch_text is None:
+        raise InputError("software: give a year or {torch: MAJOR.MINOR, cuda: MAJOR.MINOR}",
+                         key="training.software")
+    torch = parse_version(torch_text, "torch")
+    if cuda_text is None:
+        default = DEFAULT_CUDA.get((torch[0], torch[1]),
+                                   TODAY.cuda if torch >= TODAY.torch else None)
+        if default is None:
+            raise InputError(f"software: torch {_words(torch)} has no default CUDA in the "
+                             "table; give cuda too", key="training.software.cuda")
+        cuda = default
+    else:
+        cuda = parse_version(cuda_text, "cuda")
+    given = f"torch {_words(torch)}" + (f", CUDA {_words(cuda)}" if cuda_text else "")
+    hf = None if hf_text is None else parse_version(hf_text, "transformers")
+    return Stack(torch, cuda, given, hf)
+
+
+def parse_flag(text: str) -> int | dict[str, str]:
+    """``--software 2023`` or ``--software torch=2.1,cuda=12.1[,transformers=4.38]`` as a
+    training value."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        if key.strip() not in ("torch", "cuda", "transformers") or not value.strip():
+            raise InputError(f"--software {text!r}: expected a year (2023) or "
+                             "torch=2.1,cuda=12.1,transformers=4.38")
+        out[key.strip()] = value.strip()
+        parse_version(value, key.strip())
+    if "torch" not in out:
+        raise InputError(f"--software {text!r}: give torch=MAJOR.MINOR (and cuda=...)")
+    return out
+
+
+# ---- GEMMs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a rate table: from which CUDA (or PyTorch) version it holds, the share of
+    the catalog's rate it gives, and the measurement behind it."""
+
+    since: Version
+    share: float
+    label: str
+    source: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"row": self.label, "share": round(self.share, 4), "source": self.source}
+
+
+# Hopper, H100 SXM bf16 plain GEMMs at training shapes ((b x 2048) x 8192 by 8192 x 8192):
+_H100_TODAY = 797.5  # catalog/gpus.py: zzc0721/torch-performance-test-data issue 79 (2025-10-18)
+GEMM_ROWS: dict[str, tuple[Row, ...]] = {
+    "hopper": (
+        Row((11, 8, 0), 720.0 / _H100_TODAY, "CUDA 11.8 (cuBLAS 11.11)",
+            "pytorch/pytorch issue 100850, 2023-05-10: cuBLAS 11.11.3.6, 720.3 / 639 / 772 "
+            "TFLOPS at b = 1 / 2 / 4: the median, 720 (spread 0.80-0.97 of today's)"),
+        Row((12, 0, 0), 549.5 / _H100_TODAY, "CUDA 12.0 (cuBLAS 12.0)",
+            "pytorch/pytorch issue 100850, 2023-05-08: cuBLAS 12.0.2, 742.7 / 549.5 / 542.9 "
+            "TFLOPS at b = 1 / 2 / 4 (NGC bignlp container): the median, 549.5 (spread "
+            "0.68-0.93 of today's)"),
+        Row((12, 1, 0), 1.0, "CUDA 12.1 and later",
+            "stas00/ml-engineering MAMF table: 792.1 TFLOPS on CUDA 12.1 against 794.5 on "
+            "PyTorch 2.7 + CUDA 12.6 (within 0.3%): the catalog's 797.5 (PyTorch 2.7, CUDA "
+            "12.8)"),
+    ),
+}
+# Every other architecture: one row. A100's best GEMM moved 1.2% between CUDA 12.1 (MAMF
+# 267.9) and 12.6 (271.2) in stas00's tables, and its plain 8192^3 GEMM measured 230 TFLOPS
+# with CUDA 11.x in 2022 (mli/transformers-benchmarks) as the catalog has it; the GeForce rates
+# were measured on the stacks their cards need.
+_ONE_ROW = Row((0, 0, 0), 1.0, "every generation",
+               "no generation dependence measured (A100: MAMF 267.9 TFLOPS on CUDA 12.1, "
+               "271.2 on 12.6, stas00/ml-engineering)")
+
+# The oldest CUDA with kernels for each architecture (CUDA release notes: sm_80 in 11.0, sm_86
+# in 11.1, sm_89 and sm_90 in 11.8, sm_100 and sm_120 in 12.8).
+MIN_CUDA: dict[tuple[str, int], Version] = {
+    ("ampere", 80): (11, 0, 0), ("ampere", 86): (11, 1, 0), ("ada", 89): (11, 8, 0),
+    ("hopper", 90): (11, 8, 0), ("blackwell", 100): (12, 8, 0), ("blackwell", 120): (12, 8, 0)}
+
+
+def gemm_row(arch: str, stack: Stack) -> Row:
+    """The GEMM row an architecture runs at under a stack (the newest one not after it)."""
+    rows = GEMM_ROWS.get(arch)
+    if not rows:
+        return _ONE_ROW
+    usable = [r for r in rows if r.since <= stack.cuda]
+    return usable[-1] if usable else rows[0]
+
+
+def check_card(name: str, arch: str, capability: int, stack: Stack) -> None:
+    """Refuse a stack whose CUDA has no kernels for the card."""
+    need = MIN_CUDA.get((arch, capability))
+    if need is not None and stack.cuda < need:
+        raise InputError(f"{name} ({arch}, sm_{capability}) needs CUDA {_words(need)} or later; "
+                         f"the software stack has CUDA {_words(stack.cuda)}",
+                         key="training.software")
+
+
+# ---- attention ---------------------------------------------------------------------------
+
+# FlashAttention-2 is "about 2x faster" than FlashAttention-1 (Dao 2023, arXiv:2307.08691,
+# abstract; 1.7-3.0x in its section 4.1), and PyTorch 2.2's release notes (2024-01-30) say
+# SDPA's move to FlashAttention-2 yields "around 2x speedups compared to previous versions".
+FLASH1_SLOWDOWN = 2.0
+SDPA_FA2 = (2, 2, 0)  # PyTorch 2.2: SDPA's flash backend becomes FlashAttention-2
+FLASH3_CUDA = (12, 3, 0)  # flash-attention hopper/setup.py: FlashAttention-3 needs CUDA >= 12.3
+HF_SDPA = (2, 1, 1)  # transformers utils/import_utils.py is_torch_sdpa_available: torch>=2.1.1
+FOUNDRY_NO_TRITON = (2, 2, 0)  # llm-foundry v0.7.0 (2024-03-26, torch>=2.2.1) removed triton
+
+
+def attention_kernel(impl: str, stack: Stack) -> str:
+    """The kernel an attention implementation runs under a stack: flash2, flash1, flash3,
+    triton or eager (``flash`` is FlashAttention-2, as ``flash2``; ``flash1`` is
+    flash-attn 1.x, named explicitly)."""
+    if impl in ("flash", "flash2"):
+        return "flash2"
+    if impl == "sdpa":
+        if stack.torch < (2, 0, 0):
+            raise InputError(f"attention sdpa needs PyTorch 2.0 or later (scaled_dot_product_"
+                             f"attention); the stack has {_words(stack.torch)}",
+                             key="training.attention")
+        return "flash2" if stack.torch >= SDPA_FA2 else "flash1"
+    if impl == "flash3" and stack.cuda < FLASH3_CUDA:
+        raise InputError(f"attention flash3 needs CUDA 12.3 or later (flash-attention "
+                         f"hopper/setup.py); the stack has CUDA {_words(stack.cuda)}",
+                         key="training.attention")
+    return impl
+
+
+ATTENTION_SOURCES = {
+    "flash2": "FlashAttention-2 shares of peak by architecture (compute.py FLASH_EFFICIENCY)",
+    "flash1": "FlashAttention-1 (flash-attn 1.x, and SDPA before PyTorch 2.2): "
+              "FlashAttention-2's rate / 2 (PyTorch 2.2 release notes; arXiv:2307.08691)",
+    "flash3": "FlashAttention-3 on Hopper (flash-attention PR 1791 benchmark); FA2 elsewhere",
+    "triton": "flash-attn's Triton kernel: FlashAttention-2's rate / 1.8 (arXiv:2307.08691 "
+              "section 4.1: FA2 1.3-2.5x faster than FlashAttention in Triton)",
+    "eager": "scores materialised: GEMMs and memory-bound passes (job/attention.py)",
+}
+
+
+def rows_used(stack: Stack, arch: str, kernel: str, *, own_gemm: bool = False
+              ) -> dict[str, Any]:
+    """The table rows a run reads: its GEMM row and its attention kernel's, for the report."""
+    gemm = ({"row": "the topology's own matmul_tflops", "share": 1.0,
+             "source": "measured on this machine"} if own_gemm
+            else {"arch": arch, **gemm_row(arch, stack).to_json()})
+    return {"stack": stack.to_json(), "gemm": gemm,
+            "attention": {"kernel": kernel, "source": ATTENTION_SOURCES.get(kernel, "")}}

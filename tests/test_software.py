@@ -1,0 +1,120 @@
+"""The software stack (simulator/catalog/software.py): years and versions, the GEMM rows by
+library generation, the attention kernels a stack runs, what framework bundles select."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.api import RunSpec, simulate
+from simulator.catalog import software
+from simulator.catalog.gpus import GPUS
+from simulator.cli import main
+from simulator.errors import InputError
+from simulator.job import compute, recipe
+from simulator.machine.build import load_machine
+
+T = 1e12
+
+
+def test_a_year_names_the_stack_its_published_runs_used() -> None:
+    stack = software.resolve(2023)
+    assert (stack.torch, stack.cuda) == ((2, 0, 0), (11, 8, 0))
+    assert software.resolve(None) is software.TODAY
+    later = software.resolve(2031)  # after the tables: today's rates
+    assert (later.torch, later.cuda) == (software.TODAY.torch, software.TODAY.cuda)
+    with pytest.raises(InputError, match="start at 2018"):
+        software.resolve(2015)
+
+
+def test_versions_take_the_default_wheels_cuda_unless_given() -> None:
+    assert software.resolve({"torch": "2.1"}).cuda == (12, 1, 0)  # PyPI 2.1 wheel: cu121
+    assert software.resolve({"torch": "2.1.1+cu118", "cuda": "11.8"}).torch == (2, 1, 1)
+    assert software.parse_flag("torch=2.1,cuda=12.1") == {"torch": "2.1", "cuda": "12.1"}
+    assert software.parse_flag("2023") == 2023
+    for bad in ("torch=two", "cuda=12.1", "pytorch=2.1"):
+        with pytest.raises(InputError):
+            software.parse_flag(bad)
+
+
+def test_hopper_gemm_rows_follow_the_published_cublas_measurements() -> None:
+    h100 = GPUS["h100-sxm"]
+    machine = load_machine("8xh100-nvswitch")
+    rates = {}
+    for cuda in ("11.8", "12.0", "12.1", "12.8"):
+        stack = software.resolve({"torch": "2.1", "cuda": cuda})
+        card = machine.for_job("x", stack).gpu
+        rates[cuda] = compute.matmul_rate(card) / T
+    # pytorch/pytorch#100850: cuBLAS 11.11 median 720, cuBLAS 12.0 median 549.5 TFLOPS
+    assert rates["11.8"] == pytest.approx(720.0, rel=1e-6)
+    assert rates["12.0"] == pytest.approx(549.5, rel=1e-6)
+    assert rates["12.1"] == rates["12.8"] == pytest.approx(h100.plain_matmul_flops / T)
+
+
+def test_other_architectures_have_one_row_and_a_topologys_own_rate_is_kept(tmp_path: Path) -> None:
+    old = software.resolve(2023)
+    a100 = load_machine("8xa100-nvswitch").for_job("x", old).gpu
+    assert compute.matmul_rate(a100) == compute.matmul_rate(GPUS["a100-sxm4-80gb"])
+    path = tmp_path / "own.yaml"
+    path.write_text("name: own\ngpu: {base: h100-sxm, matmul_tflops: 700}\nnodes:\n"
+                    "  - {id: cpu0, kind: cpu}\n  - {id: gpu0, kind: gpu}\n"
+                    "links:\n  - {a: cpu0, b: gpu0, kind: pcie, gen: 5, lanes: 16}\n")
+    card = load_machine(str(path)).for_job("x", old).gpu
+    assert compute.matmul_rate(card) == pytest.approx(700 * T)  # measured there: kept
+
+
+def test_a_stack_without_kernels_for_the_card_is_refused() -> None:
+    with pytest.raises(InputError, match="needs CUDA 12.8"):
+        load_machine("2x5090").for_job("x", software.resolve(2023))
+
+
+def test_attention_kernels_by_stack() -> None:
+    old, new = software.resolve({"torch": "2.1"}), software.TODAY
+    assert software.attention_kernel("sdpa", old) == "flash1"  # FA2 in SDPA from 2.2
+    assert software.attention_kernel("sdpa", new) == "flash2"
+    assert software.attention_kernel("flash", old) == "flash2"
+    with pytest.raises(InputError, match="CUDA 12.3"):
+        software.attention_kernel("flash3", old)
+    with pytest.raises(InputError, match="PyTorch 2.0"):
+        software.attention_kernel("sdpa", software.resolve(2022))
+
+
+def test_bundles_select_the_attention_their_configs_ran() -> None:
+    assert recipe.bundle("hf", software.resolve(2023))["attention"] == "eager"  # torch < 2.1.1
+    assert recipe.bundle("hf")["attention"] == "sdpa"
+    assert recipe.bundle("llm-foundry", software.resolve(2023))["attention"] == "triton"
+    assert recipe.bundle("llm-foundry")["attention"] == "flash2"
+
+
+def test_flash1_runs_at_half_flash2s_rate() -> None:
+    from simulator.job.attention import flash
+
+    gpu = GPUS["a100-sxm4-80gb"]
+    k1 = flash(4, 2048, 2048, 2048, 2, causal=True, backward=False, version=1)
+    k2 = flash(4, 2048, 2048, 2048, 2, causal=True, backward=False, version=2)
+    flop1 = k1.flops / (compute.kernel_time(k1, gpu) - compute.LAUNCH_OVERHEAD)
+    flop2 = k2.flops / (compute.kernel_time(k2, gpu) - compute.LAUNCH_OVERHEAD)
+    assert flop2 / flop1 == pytest.approx(software.FLASH1_SLOWDOWN)
+
+
+def test_an_old_stack_slows_the_h100_step_and_the_report_names_its_rows() -> None:
+    today = simulate(RunSpec("8xh100-nvswitch", "mpt-7b", "fsdp", micro_batch=1),
+                     baseline=False).report
+    old = simulate(RunSpec("8xh100-nvswitch", "mpt-7b", "fsdp", micro_batch=1, software="2023"),
+                   baseline=False).report
+    assert old["step_time_s"] > today["step_time_s"]
+    assert old["software"]["gemm"]["row"].startswith("CUDA 11.8")
+    assert old["software"]["attention"]["kernel"] == "triton"  # llm-foundry on torch 2.0
+    assert today["software"]["attention"]["kernel"] == "flash2"
+    assert today["software"]["stack"]["given"] == "today"
+
+
+def test_the_flag_and_a_bad_stack(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["run", "-t", "8xa100-nvswitch", "-w", "llama3.2-1b", "--gpus", "1", "--no-ranges"]
+    assert main(args + ["--software", "torch=2.1.1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["software"]["attention"]["kernel"] == "flash1"  # hf sdpa on torch 2.1.1
+    assert main(args + ["--software", "torch=two"]) == 2
+    assert "torch version 'two'" in capsys.readouterr().err
