@@ -14,6 +14,12 @@
   Explicitly enabling LL128 enables it even where NCCL's default leaves it off (PCIe).
 - ``NCCL_MIN_NCHANNELS`` / ``NCCL_MAX_NCHANNELS``: clamp the communicator's channels after
   connect.cc's doubling (min at most 64, max at least 1; NCCL_MIN/MAX_NRINGS are the old names).
+- Point-to-point integer parameters (``NCCL_PARAM``, strtoll; nccl/alltoall.py applies them):
+  ``NCCL_P2P_NET_CHUNKSIZE`` / ``NCCL_P2P_PCI_CHUNKSIZE`` / ``NCCL_P2P_NVL_CHUNKSIZE`` (init.cc
+  L818-820), ``NCCL_BUFFSIZE`` (init.cc L813: the P2P chunk is at most an eighth of it),
+  ``NCCL_NCHANNELS_PER_NET_PEER`` (paths.cc ncclTopoGetNchannels), ``NCCL_MIN_P2P_NCHANNELS`` /
+  ``NCCL_MAX_P2P_NCHANNELS`` (paths.cc L946-947), ``NCCL_P2P_LL_THRESHOLD`` (enqueue.cc L859),
+  ``NCCL_P2P_READ_ENABLE`` (p2p.cc L327).
 
 Only the environment is read (not /etc/nccl.conf or ~/.nccl.conf).
 """
@@ -26,13 +32,17 @@ from dataclasses import dataclass, field
 
 from simulator.errors import InputError
 
+# integer parameters of the point-to-point path, read as NCCL_PARAM reads them
+P2P_PARAMETERS = ("NCCL_P2P_NET_CHUNKSIZE", "NCCL_P2P_PCI_CHUNKSIZE", "NCCL_P2P_NVL_CHUNKSIZE",
+                  "NCCL_BUFFSIZE", "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_MIN_P2P_NCHANNELS",
+                  "NCCL_MAX_P2P_NCHANNELS", "NCCL_P2P_LL_THRESHOLD", "NCCL_P2P_READ_ENABLE")
 VARIABLES = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_ALGO",
-             "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
+             "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", *P2P_PARAMETERS)
 # topo.cc topoPathTypeStr up to PATH_SYS; paths.cc levelsOldToNew
 PATH_NAMES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
 OLD_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
 # init.cc ncclFuncStr, ncclAlgoStr, ncclProtoStr
-FUNCTIONS = {"broadcast": "broadcast", "reduce": None, "allgather": "allgather",
+FUNCTIONS = {"broadcast": "broadcast", "reduce": "reduce", "allgather": "allgather",
              "reducescatter": "reducescatter", "allreduce": "allreduce"}
 ALGORITHMS = ("tree", "ring", "collnetdirect", "collnetchain", "nvls", "nvlstree", "pat")
 MODELLED_ALGORITHMS = ("ring", "tree")
@@ -63,6 +73,7 @@ class NcclEnv:
     protocols: tuple[tuple[str, tuple[str, ...]], ...] = ()  # op -> enabled (NCCL_PROTO)
     min_channels: int | None = None
     max_channels: int | None = None
+    p2p: tuple[tuple[str, int], ...] = ()  # P2P_PARAMETERS given, as integers
     ignored: tuple[str, ...] = field(default=(), compare=False)  # values NCCL would ignore
 
     @classmethod
@@ -76,9 +87,12 @@ class NcclEnv:
         protos = _lists(values.get("NCCL_PROTO"), "NCCL_PROTO", tuple(PROTOCOLS))
         low = _channels(values, "NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS", environ)
         high = _channels(values, "NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS", environ)
+        p2p = tuple((name, strtoll(values[name])) for name in P2P_PARAMETERS
+                    if values.get(name, "").strip())
         return cls(given, level, shm, algos, protos,
                    None if low is None else min(max(low, 0), MAX_CHANNELS) or None,
-                   None if high is None else min(max(high, 1), MAX_CHANNELS), tuple(ignored))
+                   None if high is None else min(max(high, 1), MAX_CHANNELS), p2p,
+                   tuple(ignored))
 
     @property
     def active(self) -> bool:
@@ -106,6 +120,10 @@ class NcclEnv:
         n = comm_channels if self.max_channels is None else min(self.max_channels,
                                                                 comm_channels)
         return n if self.min_channels is None else max(self.min_channels, n)
+
+    def param(self, name: str, default: int) -> int:
+        """A point-to-point integer parameter (P2P_PARAMETERS), else NCCL's default."""
+        return dict(self.p2p).get(name, default)
 
     def line(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.settings)

@@ -1,6 +1,8 @@
 """One NCCL collective timed alone, as nccl-tests' ``*_perf`` binaries time it: each size on
 idle links, in nccl-tests' terms (time, algbw, busbw): ``CollectiveSpec`` -> ``collective()``
-(also ``api.collective``), and ``time_alone`` for one size."""
+(also ``api.collective``), and ``time_alone`` for one size. A ring or chain is one flow, timed
+in closed form (engine/lone_flow.py); an all-to-all, gather, scatter or sendrecv is a flow per
+pair, run together on the fabric (engine/flows_alone.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,19 @@ from typing import Any
 from simulator.engine.lone_flow import busiest, lone_flow
 from simulator.errors import InputError
 from simulator.machine.build import blame
-from simulator.nccl.collectives import OPS, bus_factor
+from simulator.nccl import alltoall
+from simulator.nccl.collectives import OPS as COLLECTIVE_OPS
+from simulator.nccl.collectives import bus_factor as ring_bus_factor
 from simulator.nccl.communicator import Communicator, load_communicator
 from simulator.nccl.env import NO_ENV, NcclEnv
 from simulator.units import GB, US
+
+OPS = COLLECTIVE_OPS + alltoall.OPS  # every operation nccl-tests times that stepsim models
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests busbw / algbw for any operation (doc/PERFORMANCE.md, src/*.cu GetBw)."""
+    return alltoall.bus_factor(op, n) if op in alltoall.OPS else ring_bus_factor(op, n)
 
 
 @dataclass(frozen=True)
@@ -21,7 +32,7 @@ class CollectiveSpec:
     """One NCCL collective over a list of sizes (bytes), as nccl-tests runs it."""
 
     topology: str
-    op: str  # allreduce, allgather, reducescatter, broadcast
+    op: str  # one of OPS
     sizes: tuple[int, ...]
     gpus: int | None = None
     algo: str = "auto"  # ring, tree or auto (NCCL's choice)
@@ -69,10 +80,18 @@ def time_alone(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...] 
     on the fabric, in closed form (engine/lone_flow.py)."""
     p = comm.plan(op, nbytes, ranks, algo, protocol)
     capacities = comm.capacities()
-    seconds, carried = lone_flow(capacities, p.usage, p.bus_bytes, p.max_rate, p.latency)
+    if len(p.flows) == 1:
+        f = p.flow
+        seconds, carried = lone_flow(capacities, f.usage, f.nbytes, f.max_rate, f.latency)
+    elif p.flows:
+        from simulator.engine.flows_alone import flows_alone  # loads SimPy
+
+        seconds, carried = flows_alone(capacities, p.flows)
+    else:  # one rank or nothing to move: the call alone
+        seconds, carried = comm.wire.call_latency_us * US if nbytes else 0.0, {}
     n = len(p.ranks)
     algbw = nbytes / seconds / GB if seconds > 0 else 0.0
-    link, util = (busiest(capacities, carried, seconds) if p.usage and nbytes > 0
+    link, util = (busiest(capacities, carried, seconds) if carried and nbytes > 0
                   else (None, 0.0))
     return Result(op, nbytes, n, seconds / US, algbw, algbw * bus_factor(op, n), p.algorithm,
                   p.protocol, p.transport, p.n_channels, link, util)
