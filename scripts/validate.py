@@ -8,9 +8,9 @@ throughput), ``frameworks`` (training runs as frameworks publish them), ``offloa
 (offloaded runs: FSDP CPU offload on a dual-4090 workstation and 8 A100s), ``gemm`` (one
 large GEMM per GPU), ``boxes`` (no-P2P boxes of
 validation/box-spread.yaml, simulated from the machine a user would describe) and ``alltoall``
-(validation/alltoall.yaml: nccl-tests all-to-all, and every GPU pair writing at once); each section is
-one function returning rows, listed in SECTIONS. Always exits 0: it reports, the tests hold
-the tolerances.
+(validation/alltoall.yaml: nccl-tests all-to-all, and every GPU pair writing at once); each
+section is one function returning rows, listed in SECTIONS. Always exits 0: it reports, the
+tests hold the tolerances.
 
 Each row names the mechanism it measures (``shm``, ``pcie_p2p``, ``nvlink`` collectives,
 ``compute:<GPU line>`` for one-GPU steps; simulator/machine/scales.py). ``--write-residuals`` writes

@@ -195,6 +195,10 @@ def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
     if pipeline is not None:
         summary["stage"] = reports.index(found)
         summary["stages"] = _stages_json(reports, pipeline)
+    if job.arch is not None and job.arch.moe is not None:  # a mixture of experts
+        summary["experts"] = {"routed": job.arch.moe.experts,
+                              "per_token": job.arch.moe.top_k,
+                              "active_parameters": job.n_active, "ep": job.ep}
     hints: list[str] = []
     full = replace(spec, checkpointing="full")
     can_checkpoint = job.checkpointing != "full" and job.arch is not None

@@ -115,8 +115,11 @@ def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> s
             f"GPU(s) = tp {r.tp} x dp {r.dp}; micro-batch {r.micro_batch}, seq {r.seq_len}, "
             f"checkpointing {r.checkpointing}",
             f"recipe: {recipe_flags.training_words(out['recipe'])}",
-            f"parameters {r.parameters:,} ({r.trainable_parameters:,} trainable); model states "
-            f"alone {r.model_state_bytes / GiB:.1f} GiB per GPU"
+            f"parameters {r.parameters:,} ({r.trainable_parameters:,} trainable"
+            + (f"; {out['experts']['active_parameters']:,} active per token: "
+               f"{out['experts']['per_token']} of {out['experts']['routed']} experts"
+               if "experts" in out else "")
+            + f"); model states alone {r.model_state_bytes / GiB:.1f} GiB per GPU"
             + (" (more than the card holds)" if r.model_state_bytes > r.capacity_bytes else ""),
             "",
             f"{'per GPU':<12}{'GiB':>8}  what"]

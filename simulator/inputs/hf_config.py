@@ -1,21 +1,16 @@
 """A Hugging Face ``config.json`` as a workload: ``-w hf:path/to/config.json`` (or its folder).
 
 What is inside: ``load(name)`` reads the config of a ``model_type`` the job model can lay out
-(llama, mistral, qwen2 and gemma as the Llama layout; gpt2; mpt) and returns the
-:class:`WorkloadConfig` a workload YAML would give, so the parameter count is transformers'
-own. A model's config holds no training keys: the flags set them (``--seq-len``,
-``--micro-batch``, ``--grad-accum``, the recipe flags, ``--peft``, ``--deepspeed``) over the
-defaults of a Hugging Face fine-tune below (full fine-tune otherwise).
+(the Llama-layout decoders of simulator/inputs/hf_decoders.py: llama, mistral, qwen2, gemma,
+qwen3, and the mixtures of experts mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3;
+gpt2; mpt) and returns the :class:`WorkloadConfig` a workload YAML would give, so the
+parameter count is transformers' own. A model's config holds no training keys: the flags set
+them (``--seq-len``, ``--micro-batch``, ``--grad-accum``, the recipe flags, ``--peft``,
+``--deepspeed``) over the defaults of a Hugging Face fine-tune below (full fine-tune
+otherwise).
 
-Parameter layout, from transformers (``models/<type>/modeling_<type>.py``):
-- llama: q/k/v/o_proj ``bias=config.attention_bias``, gate/up/down_proj ``bias=config.mlp_bias``,
-  ``head_dim = config.head_dim or hidden_size // num_attention_heads``, q_proj
-  ``num_attention_heads * head_dim`` wide; LlamaConfig ``tie_word_embeddings=False``.
-- mistral: the same with every bias False; MistralConfig ties nothing.
-- qwen2: q/k/v_proj ``bias=True``, o_proj and the MLP ``bias=False``; Qwen2Config ties nothing.
-- gemma: GemmaMLP's gate/up/down (GeGLU: SwiGLU's three projections, so the same shapes),
-  q/k/v/o ``bias=config.attention_bias``, explicit ``head_dim`` (256); GemmaConfig
-  ``tie_word_embeddings=True``.
+Parameter layout, from transformers (``models/<type>/modeling_<type>.py``); the Llama-layout
+types are described in hf_decoders.py:
 - gpt2: GPT2MLP ``inner_dim = n_inner or 4 * n_embd``, wpe of ``n_positions`` rows, biases
   everywhere, lm_head tied (GPT2Config ``tie_word_embeddings=True``).
 - mpt: the Hub's MPT configs run llm-foundry's code (their ``auto_map``): ffn of
@@ -23,10 +18,10 @@ Parameter layout, from transformers (``models/<type>/modeling_<type>.py``):
   ``no_bias``, ALiBi (``attn_config.alibi``) or else a learned wpe, k/v heads from
   ``attn_config.attn_type`` (multi-query: 1; grouped-query: ``kv_n_heads``), tied embeddings.
 
-A shape the job model cannot express (q heads x head_dim != hidden, as in Gemma 7B; an
-o_proj bias without MLP biases; mixture-of-experts types) is refused with its file, line and
-key. ``quantization_config`` of bitsandbytes 4-bit makes the job QLoRA. Keys the reader does
-not know are reported on stderr, one line each, and ignored.
+A shape the job model cannot express (an o_proj bias without MLP biases) is refused with its
+file, line and key; an unknown ``model_type`` with one line naming the known ones.
+``quantization_config`` of bitsandbytes 4-bit makes the job QLoRA. Keys the reader does not
+know are reported on stderr, one line each, and ignored.
 """
 
 from __future__ import annotations
@@ -35,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.errors import InputError
+from simulator.inputs import hf_decoders
 from simulator.inputs.jsonfile import JsonDoc, Loc, read
 
 if TYPE_CHECKING:  # pydantic and the models load with the first file validated, not before
@@ -48,8 +44,7 @@ PREFIX = "hf:"
 # (transformers/training_args.py).
 DEFAULT_SEQ_LEN = 1024
 DEFAULT_MICRO_BATCH = 8
-_EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
-LLAMA_LAYOUT = ("llama", "mistral", "qwen2", "gemma")
+LLAMA_LAYOUT = hf_decoders.TYPES
 MODEL_TYPES = (*LLAMA_LAYOUT, "gpt2", "mpt")
 
 # Keys every PretrainedConfig may carry that do not change a training step's shape or time.
@@ -61,15 +56,6 @@ _COMMON = {"architectures", "_name_or_path", "model_type", "torch_dtype", "dtype
            "return_dict", "torchscript", "is_decoder", "is_encoder_decoder", "tokenizer_class",
            "finetuning_task", "pruned_heads", "chunk_size_feed_forward", "num_labels",
            "max_length", "attn_implementation", "_attn_implementation_autoset"}
-# Read, but with no effect on the layout: norm epsilons, activations (the MLP's shape is the
-# same), rotary settings, and the sliding window (attention is timed over the whole
-# sequence: the same below the window, docs/inputs.md).
-_LLAMA_KNOWN = {"hidden_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "intermediate_size", "vocab_size", "head_dim",
-                "attention_bias", "mlp_bias", "attention_dropout", "max_position_embeddings",
-                "hidden_act", "hidden_activation", "rms_norm_eps", "rope_theta", "rope_scaling",
-                "rope_parameters", "pretraining_tp", "sliding_window", "use_sliding_window",
-                "max_window_layers", "use_mrope", "layer_types"}
 _GPT2_KNOWN = {"n_embd", "n_layer", "n_head", "n_inner", "n_positions", "n_ctx", "vocab_size",
                "attn_pdrop", "resid_pdrop", "embd_pdrop", "activation_function",
                "layer_norm_epsilon", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
@@ -110,15 +96,12 @@ def load(name: str) -> WorkloadConfig:
     if model_type not in MODEL_TYPES:
         raise doc.error(("model_type",), f"{model_type!r} is not one stepsim lays out; known: "
                         f"{', '.join(MODEL_TYPES)} (or write a workload YAML, docs/inputs.md)")
-    for key in _EXPERTS:
-        if key in doc.data:
-            raise doc.error((key,), "a mixture of experts is not modelled (write a workload "
-                            "YAML of its dense equivalent, docs/inputs.md)")
     fields: Fields
     if model_type in LLAMA_LAYOUT:
-        fields, seq = _llama(doc, model_type), _context(doc, "max_position_embeddings")
+        fields = hf_decoders.fields(doc, model_type)
+        seq = _context(doc, "max_position_embeddings")
         dropout: Loc = ("attention_dropout",)
-        known = _LLAMA_KNOWN
+        known = hf_decoders.KNOWN
     elif model_type == "gpt2":
         fields, seq = _gpt2(doc), _context(doc, "n_positions", 1024)
         dropout = ("attn_pdrop",)
@@ -145,36 +128,6 @@ def load(name: str) -> WorkloadConfig:
     workload = _workload(doc, path, model_type, fields, training)
     doc.show_warnings()
     return workload
-
-
-def _llama(doc: JsonDoc, model_type: str) -> Fields:
-    hidden = _int(doc, "hidden_size")
-    heads = _int(doc, "num_attention_heads")
-    head_dim = doc.positive_int(("head_dim",))
-    if head_dim is not None and head_dim * heads != hidden:
-        raise doc.error(("head_dim",), f"{heads} heads x head_dim {head_dim} = "
-                        f"{heads * head_dim} differs from hidden_size {hidden}; stepsim's "
-                        "model needs q_proj as wide as the hidden state")
-    attention_bias = doc.get(("attention_bias",), (bool,), False)
-    mlp_bias = doc.get(("mlp_bias",), (bool,), False) if model_type == "llama" else False
-    if attention_bias != mlp_bias:  # stepsim's `bias` covers o_proj and the MLP together
-        raise doc.error(("attention_bias",), f"attention_bias {str(attention_bias).lower()} "
-                        f"with mlp_bias {str(mlp_bias).lower()}: stepsim gives o_proj and the "
-                        "MLP biases together (write a workload YAML with qkv_bias and bias)")
-    if model_type == "mistral":
-        attention_bias = False  # MistralAttention's projections are bias=False
-    return {"family": ("llama", ("model_type",)),
-            "layers": (_int(doc, "num_hidden_layers"), ("num_hidden_layers",)),
-            "hidden": (hidden, ("hidden_size",)), "heads": (heads, ("num_attention_heads",)),
-            "kv_heads": (doc.positive_int(("num_key_value_heads",), heads),
-                         ("num_key_value_heads",)),
-            "ffn_hidden": (_int(doc, "intermediate_size"), ("intermediate_size",)),
-            "vocab": (_int(doc, "vocab_size"), ("vocab_size",)),
-            "tie_embeddings": (doc.get(("tie_word_embeddings",), (bool,), _TIED[model_type]),
-                               ("tie_word_embeddings",)),
-            "bias": (attention_bias, ("attention_bias",)),
-            "qkv_bias": (True if model_type == "qwen2" else attention_bias,
-                         ("attention_bias",))}
 
 
 def _gpt2(doc: JsonDoc) -> Fields:

@@ -35,6 +35,7 @@ MAX_NVLINKS = 64  # NVLinks between two ends; an H100 has 18 in all
 MAX_LAYERS = 4096  # 32x the deepest published transformer (Megatron-LM's 1T: 128 layers)
 MAX_WIDTH = 2**18  # hidden: 10x Megatron-LM 1T's 25,600; also heads and kv_heads
 MAX_FFN = 2**20  # 20x Llama 3.1 405B's 53,248
+MAX_EXPERTS = 4096  # 16x DeepSeek-V3's 256 routed experts
 MAX_VOCAB = 2**24  # 64x Gemma's 256,000
 MAX_TOKENS = 2**24  # seq_len, max_positions: 16x the longest training context (1M)
 MAX_BATCH = 2**16  # micro_batch, grad_accum
@@ -392,6 +393,39 @@ Family = Literal["llama", "gpt2", "mpt", "bert", "generic"]
 
 
 @dataclass(frozen=True, kw_only=True)
+class MoeConfig(Frozen):
+    """A mixture of experts in place of the MLP (simulator/job/moe.py)."""
+
+    experts: Annotated[int, Bounds(gt=1, le=MAX_EXPERTS), NUMBER]  # routed experts
+    experts_per_token: Annotated[int, Bounds(gt=0, le=MAX_EXPERTS), NUMBER]  # top-k
+    ffn_hidden: Annotated[int, Bounds(gt=0, le=MAX_FFN), NUMBER]  # each expert's MLP width
+    # the shared experts' MLP width (DeepSeek: n_shared_experts x ffn_hidden; Qwen2-MoE:
+    # shared_expert_intermediate_size); 0: none
+    shared_ffn_hidden: Annotated[int, Bounds(ge=0, le=MAX_FFN), NUMBER] = 0
+    shared_expert_gate: bool = False  # Qwen2-MoE: a sigmoid gate (Linear(hidden, 1)) on it
+    # blocks whose MLP stays dense, of ffn_hidden width (DeepSeek first_k_dense_replace,
+    # Qwen2-MoE mlp_only_layers)
+    dense_layers: Annotated[list[Annotated[int, Bounds(ge=0)]],
+                            Bounds(max_length=MAX_LAYERS)] = field(default_factory=list)
+    # module names as transformers 4.x registers them: mixtral (block_sparse_moe, w1/w3/w2),
+    # qwen (mlp.gate, mlp.experts.N.gate_proj/up_proj/down_proj, shared_expert), deepseek
+    # (mlp.experts, mlp.gate, shared_experts)
+    names: Literal["mixtral", "qwen", "deepseek"] = "qwen"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MlaConfig(Frozen):
+    """DeepSeek's multi-head latent attention (DeepseekV2Attention): low-rank q and kv."""
+
+    kv_lora_rank: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
+    qk_nope_head_dim: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
+    qk_rope_head_dim: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
+    v_head_dim: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
+    # None: q_proj straight from the hidden state (DeepSeek-V2-Lite)
+    q_lora_rank: Annotated[Annotated[int, Bounds(gt=0, le=MAX_WIDTH)] | None, NUMBER] = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelConfig(Frozen):
     """A transformer's shape; the keys left out take the family's defaults."""
 
@@ -412,6 +446,11 @@ class ModelConfig(Frozen):
     positions: Literal["learned", "rotary", "alibi"] | None = None  # default by family
     # learned position table size
     max_positions: Annotated[Annotated[int, Bounds(gt=0, le=MAX_TOKENS)] | None, NUMBER] = None
+    # each head's width when it is not hidden / heads (Gemma, Qwen3: q_proj heads x head_dim)
+    head_dim: Annotated[Annotated[int, Bounds(gt=0, le=MAX_WIDTH)] | None, NUMBER] = None
+    qk_norm: bool = False  # an RMSNorm of head_dim on q and k (Qwen3's q_norm, k_norm)
+    moe: MoeConfig | None = None  # a mixture of experts in place of the MLP
+    mla: MlaConfig | None = None  # multi-head latent attention in place of q/k/v
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -438,7 +477,11 @@ MAX_LORA_TARGETS = 64  # target modules: a transformer block has at most about t
 # Linear layers LoRA can target, per family (names as transformers' modules have them, the
 # names job/parameters.py gives the parameters).
 LORA_TARGETS = {
-    "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+    "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+              # MLA (DeepSeek), a mixture of experts' routers, Mixtral's experts, Qwen2-MoE's
+              # shared-expert gate: nn.Linear modules PEFT's all-linear wraps too
+              "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "gate", "w1", "w2",
+              "w3", "shared_expert_gate"),
     "gpt2": ("c_attn", "c_proj", "c_fc"),
     "mpt": ("Wqkv", "out_proj", "up_proj", "down_proj"),
     "bert": ("query", "key", "value", "dense"),  # PEFT suffix match: "dense" is all three
@@ -502,6 +545,14 @@ class TrainingConfig(Frozen):
     # output projection instead of leaving them in the root (its Llama 3 distributed configs)
     custom_sharded_layers: Annotated[list[Literal["tok_embeddings", "output"]],
                                      Bounds(max_length=2)] = field(default_factory=list)
+    # mixture of experts: the busiest expert's tokens over the mean (1: every expert gets
+    # top-k x tokens / experts, balanced routing, the default); ranks holding experts wait
+    # for the busiest (expert parallelism)
+    expert_imbalance: Annotated[float, Bounds(ge=1, le=MAX_EXPERTS), NUMBER] = 1.0
+    # how the experts' GEMMs run: loop (one GEMM per expert, as transformers' MoE blocks);
+    # grouped (one grouped GEMM for all experts, Megatron's TEGroupedMLP, torchtitan); None:
+    # the framework's
+    expert_gemms: Literal["loop", "grouped"] | None = None
     # the keys the file, a command-line flag or the constructor gave (a framework bundle sets
     # the others); not a key of the file, so not a field: each instance's own
     given: ClassVar[frozenset[str]] = frozenset()
@@ -562,6 +613,7 @@ class WorkloadConfig(Frozen):
                            f"tokens per GPU per step; at most {MAX_STEP_TOKENS:,}"))
         if t.optimizer_in_bwd and t.grad_accum > 1:
             errors.append((("training", "optimizer_in_bwd"), OPTIMIZER_IN_BWD_ACCUM))
+        errors += self._model_errors()
         if self.training.finetune != "full" and self.model is None:
             errors.append((("training", "finetune"),
                            f"{self.training.finetune} needs a transformer `model`, not `layers`"))
@@ -583,6 +635,27 @@ class WorkloadConfig(Frozen):
             if m.kv_heads is not None and (m.kv_heads > m.heads or m.heads % m.kv_heads):
                 errors.append((("model", "kv_heads"),
                                f"kv_heads {m.kv_heads} must divide heads {m.heads}"))
+        return errors
+
+    def _model_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """A mixture of experts' and MLA's keys against the model's other keys."""
+        m = self.model
+        if m is None:
+            return []
+        errors: list[tuple[tuple[str | int, ...], str]] = []
+        if m.moe is not None:
+            if m.moe.experts_per_token > m.moe.experts:
+                errors.append((("model", "moe", "experts_per_token"),
+                               f"{m.moe.experts_per_token} experts per token of "
+                               f"{m.moe.experts}"))
+            for i, layer in enumerate(m.moe.dense_layers):
+                if layer >= m.layers:
+                    errors.append((("model", "moe", "dense_layers", i),
+                                   f"block {layer} of a {m.layers}-layer model"))
+            if m.family != "llama":
+                errors.append((("model", "moe"), "experts are modelled in the llama layout"))
+        if m.mla is not None and m.family != "llama":
+            errors.append((("model", "mla"), "MLA is modelled in the llama layout"))
         return errors
 
 

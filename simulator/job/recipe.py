@@ -68,6 +68,12 @@ _BUNDLES: dict[str, dict[str, Any]] = {
                  "clip_grad": True},
 }
 DEFAULT_FRAMEWORK = "hf"
+# How each framework runs a mixture of experts' GEMMs (job/moe.py): transformers loops over the
+# experts (MixtralSparseMoeBlock.forward, Qwen2MoeSparseMoeBlock.forward); Megatron-Core's
+# TEGroupedMLP / GroupedMLP, torchtitan's GroupedExperts (torch._grouped_mm), torchtune's
+# GroupedExperts and llm-foundry's MegaBlocks dMoE run one grouped GEMM.
+EXPERT_GEMMS = {"hf": "loop", "torchtune": "grouped", "torchtitan": "grouped",
+                "llm-foundry": "grouped", "megatron": "grouped"}
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,8 @@ class Recipe:
     clip_grad: bool
     optimizer_in_bwd: bool = False  # the step per parameter in backward (training key)
     from_bundle: tuple[str, ...] = ()  # the keys the bundle set (the rest were given)
+    # a mixture of experts' GEMMs (training.expert_gemms, else EXPERT_GEMMS of the framework)
+    expert_gemms: str = "loop"
 
     @property
     def loss_compiled(self) -> bool:
@@ -121,7 +129,8 @@ def resolve(training: TrainingConfig) -> Recipe:
         details["clip_grad"] = False
     return Recipe(framework=framework, **values, **details,
                   optimizer_in_bwd=training.optimizer_in_bwd,
-                  from_bundle=tuple(k for k in KEYS if k not in given))
+                  from_bundle=tuple(k for k in KEYS if k not in given),
+                  expert_gemms=training.expert_gemms or EXPERT_GEMMS[framework])
 
 
 def bundle(framework: str) -> dict[str, Any]:

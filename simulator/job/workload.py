@@ -52,6 +52,7 @@ class Job:
     modules: tuple[Module, ...]
     params: list[ParamTensor] = field(hash=False, compare=False)
     recipe: Recipe = field(default_factory=lambda: resolve_recipe(TrainingConfig(seq_len=1)))
+    ep: int = 1  # expert parallelism: the ranks a mixture of experts' experts are spread over
     # built on first use: every strategy, the memory model and the size check read them
     _ops: dict[tuple[str, bool], tuple[Op, ...]] = field(default_factory=dict, init=False,
                                                          repr=False,
@@ -119,6 +120,16 @@ class Job:
     @property
     def n_params(self) -> int:
         return sum(p.numel for p in self.params)
+
+    @property
+    def n_active(self) -> int:
+        """Parameters one token's forward uses: all but the experts it is not routed to (a
+        mixture of experts' active count, as model cards give it; n_params otherwise)."""
+        a = self.arch
+        if a is None or a.moe is None:
+            return self.n_params
+        experts = sum(p.numel for p in self.params if ".experts." in p.name)
+        return self.n_params - experts * (a.moe.experts - a.moe.top_k) // a.moe.experts
 
     @property
     def n_trainable(self) -> int:
