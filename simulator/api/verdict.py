@@ -68,6 +68,11 @@ def memory_reports(job: Job, machine: Machine, spec: RunSpec,
     one. Every rank of a stage holds the same share, so a mixed box's report is its smallest
     card's."""
     name = memory_scheme(spec.strategy)
+    if job.ep > 1:  # the same refusals as the run's (strategies/expert.py)
+        from simulator.strategies import expert
+
+        expert.check(spec.strategy, job, machine.n_gpus, tp=_tp_degree(spec, machine),
+                     pp=spec.pp)
     options = _memory_options(spec, machine)
     if pipeline is None:
         return [memory_model.estimate(job, machine.smallest_card(), name, **options)]

@@ -36,6 +36,9 @@ def add_parser(subparsers: Any) -> None:
                         "them")
     parser.add_argument("--gpus", type=whole(1, MAX_GPUS), default=None,
                         help="use the first K GPUs (default: all GPUs of the machine)")
+    parser.add_argument("--ep", type=whole(1, MAX_GPUS), default=1,
+                        help="expert-parallel degree: a mixture of experts' experts over this "
+                        "many ranks (with fsdp or zero3)")
     parser.add_argument("--tp", type=whole(1, MAX_GPUS), default=None,
                         help="tensor-parallel degree (tp, tp+ddp, tp+fsdp; default as run: "
                         "all GPUs for tp, 2 for the others)")
@@ -79,7 +82,7 @@ def spec_of(args: argparse.Namespace) -> RunSpec:
         files["explicit"] |= {"micro_batch"}
     spec = api.configured(RunSpec(
         args.topology, args.workload, api.check_strategy(args.strategy or "ddp"), gpus=args.gpus,
-        tp=args.tp, micro_batch=micro_batch, seq_len=args.seq_len,
+        tp=args.tp, ep=args.ep, micro_batch=micro_batch, seq_len=args.seq_len,
         sequence_parallel=args.sequence_parallel, grad_accum=args.grad_accum,
         offload=args.offload or "none", pp=args.pp, schedule=args.schedule,
         virtual_stages=args.virtual_stages, **recipe_flags.training_fields(args), **files))

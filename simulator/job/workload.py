@@ -62,7 +62,11 @@ class Job:
 
     @staticmethod
     def from_config(cfg: WorkloadConfig, *, micro_batch: int | None = None,
-                    seq_len: int | None = None, grad_accum: int | None = None) -> Job:
+                    seq_len: int | None = None, grad_accum: int | None = None,
+                    ep: int = 1) -> Job:
+        """``ep`` > 1: one rank's share under expert parallelism, its own experts of each MoE
+        block (experts / ep of them, standing for whichever the rank holds) beside the rest of
+        the model."""
         t = cfg.training
         for key, value in (("micro_batch", micro_batch), ("seq_len", seq_len),
                            ("grad_accum", grad_accum)):
@@ -76,6 +80,8 @@ class Job:
             mods = transformer_modules(arch)
         else:
             mods = generic_modules(list(cfg.layers or []))
+        if ep > 1:
+            mods = _local_experts(arch, mods, ep)
         lora_rank = 0
         if t.finetune != "full":
             assert arch is not None
@@ -95,7 +101,7 @@ class Job:
         return Job(name=cfg.name, arch=arch, generic_layers=tuple(cfg.layers or ()), training=t,
                    micro_batch=micro_batch or t.micro_batch, seq_len=seq_len or t.seq_len,
                    grad_accum=grad_accum or t.grad_accum, modules=tuple(mods), params=params,
-                   recipe=resolve_recipe(t))
+                   recipe=resolve_recipe(t), ep=ep)
 
     # --- sizes ------------------------------------------------------------------------------
     @property
@@ -128,8 +134,9 @@ class Job:
         a = self.arch
         if a is None or a.moe is None:
             return self.n_params
-        experts = sum(p.numel for p in self.params if ".experts." in p.name)
-        return self.n_params - experts * (a.moe.experts - a.moe.top_k) // a.moe.experts
+        held = sum(p.numel for p in self.params if ".experts." in p.name)
+        whole = self.n_params + held * (self.ep - 1)  # every rank's experts (ep > 1)
+        return whole - held * self.ep * (a.moe.experts - a.moe.top_k) // a.moe.experts
 
     @property
     def n_trainable(self) -> int:
@@ -244,6 +251,18 @@ class Job:
         from simulator.job import ops
 
         return ops.model_flops_per_micro_batch(self) * self.grad_accum
+
+
+def _local_experts(arch: Arch | None, mods: list[Module], ep: int) -> list[Module]:
+    """The modules one rank holds under expert parallelism: every expert's are kept only for
+    the first experts / ep (all ranks' shares are alike)."""
+    if arch is None or arch.moe is None:
+        raise InputError(f"--ep {ep}: expert parallelism needs a mixture of experts (model.moe)")
+    if arch.moe.experts % ep:
+        raise InputError(f"--ep {ep} must divide the {arch.moe.experts} experts")
+    local = arch.moe.experts // ep
+    return [m for m in mods if ".experts." not in m.path
+            or int(m.path.split(".experts.", 1)[1].split(".", 1)[0]) < local]
 
 
 def _default_lora() -> LoraConfig:
