@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.errors import InputError
-from simulator.inputs import hf_decoders
+from simulator.inputs import hf_decoders, hf_vision
 from simulator.inputs.jsonfile import JsonDoc, Loc, read
 
 if TYPE_CHECKING:  # pydantic and the models load with the first file validated, not before
@@ -45,7 +45,7 @@ PREFIX = "hf:"
 DEFAULT_SEQ_LEN = 1024
 DEFAULT_MICRO_BATCH = 8
 LLAMA_LAYOUT = hf_decoders.TYPES
-MODEL_TYPES = (*LLAMA_LAYOUT, "gpt2", "mpt")
+MODEL_TYPES = (*LLAMA_LAYOUT, *hf_vision.TYPES, "gpt2", "mpt")
 
 # Keys every PretrainedConfig may carry that do not change a training step's shape or time.
 _COMMON = {"architectures", "_name_or_path", "model_type", "torch_dtype", "dtype",
@@ -102,6 +102,19 @@ def load(name: str) -> WorkloadConfig:
         seq = _context(doc, "max_position_embeddings")
         dropout: Loc = ("attention_dropout",)
         known = hf_decoders.KNOWN
+    elif model_type in hf_vision.TYPES:  # the language model of text_config, and the images
+        base, text_type = hf_vision.text_base(doc, model_type)
+        fields = hf_decoders.fields(doc, text_type, base)
+        fields["vision"] = (hf_vision.vision(doc, model_type), ("vision_config",))
+        seq = _context(doc, "max_position_embeddings") if not base else min(
+            doc.positive_int((*base, "max_position_embeddings"), DEFAULT_SEQ_LEN)
+            or DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN)
+        dropout = (*base, "attention_dropout")
+        known = hf_vision.TOP_KNOWN | (hf_decoders.KNOWN if not base else set())
+        if base:
+            doc.warn_unknown(base, hf_decoders.KNOWN | _COMMON)
+        doc.warn_unknown(("vision_config",), hf_vision.VISION_KNOWN | _COMMON)
+        model_type = f"{model_type} ({text_type} language model)"
     elif model_type == "gpt2":
         fields, seq = _gpt2(doc), _context(doc, "n_positions", 1024)
         dropout = ("attn_pdrop",)
@@ -116,12 +129,20 @@ def load(name: str) -> WorkloadConfig:
     rate = doc.get(dropout, (float,), 0.1 if model_type == "gpt2" else 0.0)
     if not 0 <= rate < 1:
         raise doc.error(dropout, f"a dropout rate is in [0, 1), got {rate:g}")
+    if model_type == "gemma2" and doc.get(("attn_logit_softcapping",), (int, float), 50.0):
+        # transformers: "It is strongly recommended to train Gemma2 models with the `eager`
+        # attention implementation" (models/gemma2/modeling_gemma2.py): SDPA cannot cap scores
+        training_attention: str | None = "eager"
+    else:
+        training_attention = None
     if model_type == "mistral" and doc.get(("sliding_window",), (int,)) and \
             doc.get(("use_sliding_window",), (bool,), True):
         doc.warn(("sliding_window",), f"{doc.data['sliding_window']}-token window not modelled: "
                  "attention over the whole sequence is timed (the same up to the window)")
     training: dict[str, Any] = {"seq_len": seq, "micro_batch": DEFAULT_MICRO_BATCH,
                                 "finetune": "full", "dropout": rate}
+    if training_attention is not None:
+        training["attention"] = training_attention
     if _four_bit(doc):
         # PEFT prepare_model_for_kbit_training turns gradient checkpointing on by default
         training.update(finetune="qlora", activation_checkpointing="full")

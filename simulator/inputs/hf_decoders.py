@@ -13,6 +13,17 @@ out (``models/<type>/modeling_<type>.py`` and ``configuration_<type>.py`` of 4.x
   it is not in ``mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0`` (else a dense MLP
   of ``intermediate_size``); qwen2_moe adds a shared expert of
   ``shared_expert_intermediate_size`` and its gate, and biases on q/k/v; qwen3_moe q/k norms.
+- phi3: Phi3Attention's one ``qkv_proj`` (q + 2 kv wide) and o_proj; Phi3MLP's one
+  ``gate_up_proj`` (2 x intermediate) and down_proj; no biases; ``sliding_window`` on every
+  layer (Phi-3-mini-4k: 2047).
+- gemma2: ``head_dim`` (256) whatever hidden / heads; four norms a block (Gemma2DecoderLayer:
+  input, post_attention, pre_feedforward, post_feedforward); ``attn_logit_softcapping`` and
+  ``final_logit_softcapping`` (cap * tanh(x / cap) on the scores and the logits); local
+  attention over ``sliding_window`` on the even blocks (``layer_types``, else every second:
+  ``bool((i + 1) % 2)``); tied embeddings. Training uses eager attention, as transformers
+  asks for Gemma 2 (the soft-capped scores are materialised).
+- gemma3_text: as gemma2 with q_norm and k_norm instead of soft-capping and five local blocks
+  to one global (``layer_types``, else ``sliding_window_pattern`` 6).
 - deepseek_v2 / deepseek_v3: multi-head latent attention (``q_lora_rank`` (None: q_proj),
   ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``);
   ``n_routed_experts`` of ``moe_intermediate_size``, ``n_shared_experts`` of that width as one
@@ -28,11 +39,12 @@ from simulator.inputs.jsonfile import JsonDoc, Loc
 
 Fields = dict[str, tuple[Any, Loc]]  # ModelConfig key -> (value, the config key it came from)
 
-TYPES = ("llama", "mistral", "qwen2", "gemma", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe",
-         "deepseek_v2", "deepseek_v3")
+TYPES = ("llama", "mistral", "qwen2", "gemma", "qwen3", "phi3", "gemma2", "gemma3_text",
+         "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 # each configuration_<type>.py's tie_word_embeddings default
 TIED = {"llama": False, "mistral": False, "qwen2": False, "gemma": True, "qwen3": False,
+        "phi3": False, "gemma2": True, "gemma3_text": True,
         "mixtral": False, "qwen2_moe": False, "qwen3_moe": False, "deepseek_v2": False,
         "deepseek_v3": False}
 # Read, with no effect on the layout: norm epsilons, activations (the MLP's shape is the same),
@@ -50,7 +62,12 @@ KNOWN = {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_val
          "routed_scaling_factor", "scoring_func", "topk_method", "n_group", "topk_group",
          "aux_loss_alpha", "seq_aux", "ep_size", "num_nextn_predict_layers",
          # multi-head latent attention
-         "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
+         "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+         # phi3, gemma2, gemma3
+         "resid_pdrop", "embd_pdrop", "original_max_position_embeddings", "partial_rotary_factor",
+         "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
+         "sliding_window_pattern", "rope_local_base_freq", "cache_implementation",
+         "final_logit_soft_cap", "attention_chunk_size", "sliding_window_size"}
 
 
 def fields(doc: JsonDoc, model_type: str, base: Loc = ()) -> Fields:
@@ -88,13 +105,52 @@ def fields(doc: JsonDoc, model_type: str, base: Loc = ()) -> Fields:
     }
     if head_dim is not None and head_dim * heads != hidden:
         out["head_dim"] = (head_dim, at("head_dim"))
-    if model_type in ("qwen3", "qwen3_moe"):
+    if model_type in ("qwen3", "qwen3_moe", "gemma3_text"):
         out["qk_norm"] = (True, at("model_type"))
+    if model_type == "phi3":
+        out["fused_projections"] = (True, at("model_type"))
+    layers = out["layers"][0]
+    window = doc.positive_int(at("sliding_window"))
+    if model_type == "phi3" and window:
+        out["sliding_window"] = (window, at("sliding_window"))
+        out["local_layers"] = (list(range(layers)), at("sliding_window"))
+    if model_type in ("gemma2", "gemma3_text"):
+        out["sandwich_norm"] = (True, at("model_type"))
+        out.update(_local_layers(doc, model_type, base, layers, window))
+        for key, name in (("attn_logit_softcapping", "attention_softcap"),
+                          ("final_logit_softcapping", "logit_softcap")):
+            cap = doc.get(at(key), (int, float), 50.0 if model_type == "gemma2" and
+                          key.startswith("attn") else 30.0 if model_type == "gemma2" else None)
+            if cap is not None:
+                out[name] = (float(cap), at(key))
     if model_type.startswith("deepseek"):
         out["mla"] = (_mla(doc, base), at("kv_lora_rank"))
     if model_type in MOE_TYPES:
         out["moe"] = (_moe(doc, model_type, base), at(_experts_key(model_type)))
     return out
+
+
+def _local_layers(doc: JsonDoc, model_type: str, base: Loc, layers: int,
+                  window: int | None) -> Fields:
+    """Gemma's local blocks: ``layer_types`` where given, else its pattern."""
+    loc = (*base, "layer_types")
+    kinds = doc.get(loc, (list,))
+    if kinds is not None:
+        if len(kinds) != layers or not all(k in ("sliding_attention", "full_attention")
+                                          for k in kinds):
+            raise doc.error(loc, f"expected {layers} entries of sliding_attention or "
+                            "full_attention")
+        local = [i for i, k in enumerate(kinds) if k == "sliding_attention"]
+    else:
+        step = 2 if model_type == "gemma2" else (
+            doc.positive_int((*base, "sliding_window_pattern"), 6) or 6)
+        local = [i for i in range(layers) if (i + 1) % step]
+    if not local:
+        return {}
+    if window is None:
+        window = 4096 if model_type == "gemma2" else 512  # the configs' defaults
+    return {"sliding_window": (window, (*base, "sliding_window")),
+            "local_layers": (local, loc)}
 
 
 def _experts_key(model_type: str) -> str:

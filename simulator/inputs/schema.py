@@ -426,6 +426,25 @@ class MlaConfig(Frozen):
 
 
 @dataclass(frozen=True, kw_only=True)
+class VisionConfig(Frozen):
+    """A vision-language model's ViT image encoder and its projector (simulator/job/vision.py),
+    frozen, as LLaVA-style fine-tunes train the projector and the language model."""
+
+    layers: Annotated[int, Bounds(gt=0, le=MAX_LAYERS), NUMBER]
+    hidden: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
+    heads: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
+    ffn_hidden: Annotated[int, Bounds(gt=0, le=MAX_FFN), NUMBER]
+    patch: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]  # patch side, pixels
+    image_size: Annotated[int, Bounds(gt=0, le=MAX_TOKENS), NUMBER]  # side, pixels
+    channels: Annotated[int, Bounds(gt=0, le=64), NUMBER] = 3
+    # clip (LLaVA: class token, pre-LayerNorm, the second-last layer's features, a two-layer
+    # projector) or qwen2_vl (3-D patches over 2 frames, 2x2 patch merger)
+    layout: Literal["clip", "qwen2_vl"] = "clip"
+    projector_hidden: Annotated[int, Bounds(ge=0, le=MAX_FFN), NUMBER] = 0  # 0: the LM's
+    images_per_sample: Annotated[int, Bounds(gt=0, le=MAX_BATCH), NUMBER] = 1
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelConfig(Frozen):
     """A transformer's shape; the keys left out take the family's defaults."""
 
@@ -451,6 +470,20 @@ class ModelConfig(Frozen):
     qk_norm: bool = False  # an RMSNorm of head_dim on q and k (Qwen3's q_norm, k_norm)
     moe: MoeConfig | None = None  # a mixture of experts in place of the MLP
     mla: MlaConfig | None = None  # multi-head latent attention in place of q/k/v
+    # Phi-3: one qkv_proj and one gate_up_proj (each a single wide linear) for q/k/v and the
+    # MLP's two input projections
+    fused_projections: bool = False
+    # Gemma 2 and 3: a norm after attention and one before and after the MLP as well
+    sandwich_norm: bool = False
+    # Gemma 2: cap * tanh(x / cap) on the attention scores and on the final logits
+    attention_softcap: Annotated[Annotated[float, Bounds(gt=0, le=1e6)] | None, NUMBER] = None
+    logit_softcap: Annotated[Annotated[float, Bounds(gt=0, le=1e6)] | None, NUMBER] = None
+    # local attention: blocks in local_layers attend to the last sliding_window tokens only
+    sliding_window: Annotated[Annotated[int, Bounds(gt=0, le=MAX_TOKENS)] | None, NUMBER] = None
+    local_layers: Annotated[list[Annotated[int, Bounds(ge=0)]],
+                            Bounds(max_length=MAX_LAYERS)] = field(default_factory=list)
+    # a vision-language model's image encoder, before the language model
+    vision: VisionConfig | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -478,6 +511,7 @@ MAX_LORA_TARGETS = 64  # target modules: a transformer block has at most about t
 # names job/parameters.py gives the parameters).
 LORA_TARGETS = {
     "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+              "qkv_proj", "gate_up_proj",  # Phi-3
               # MLA (DeepSeek), a mixture of experts' routers, Mixtral's experts, Qwen2-MoE's
               # shared-expert gate: nn.Linear modules PEFT's all-linear wraps too
               "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "gate", "w1", "w2",
@@ -656,6 +690,12 @@ class WorkloadConfig(Frozen):
                 errors.append((("model", "moe"), "experts are modelled in the llama layout"))
         if m.mla is not None and m.family != "llama":
             errors.append((("model", "mla"), "MLA is modelled in the llama layout"))
+        for i, layer in enumerate(m.local_layers):
+            if layer >= m.layers:
+                errors.append((("model", "local_layers", i),
+                               f"block {layer} of a {m.layers}-layer model"))
+        if m.local_layers and m.sliding_window is None:
+            errors.append((("model", "local_layers"), "local layers need a sliding_window"))
         return errors
 
 

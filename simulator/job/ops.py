@@ -83,14 +83,14 @@ def build(job: Job, phase: Phase, *, autocast: bool = False) -> list[Op]:
         return hit[1].relabelled(name, block, kind, grads)
     if phase == "forward":
         return [of(_label(b, op), b, "forward", bld.forward(b, op)) for b, op in seq]
-    cache: dict[tuple[int, bool], list[tuple[str, list[Kernel]]]] = {}
+    cache: dict[tuple[int, bool, int | None], list[tuple[str, list[Kernel]]]] = {}
 
     def recompute(b: int) -> list[tuple[str, list[Kernel]]]:
         """The block's recomputed ops (alike for every block but the first, and for every
         block of the same kind in a mixture of experts)."""
         if job.checkpointing == "none":
             return []
-        key = (min(b, 1), bld.arch.is_moe(b))
+        key = (min(b, 1), bld.arch.is_moe(b), bld.arch.window(b))
         if key not in cache:
             block = [(rop, bld.forward(b, rop)) for rop in bld.ops_of(b)]
             cache[key] = checkpointing.recompute(job.checkpointing, block)
@@ -158,7 +158,10 @@ def model_flops_per_micro_batch(job: Job) -> float:
                 total += share * 6.0 * T * job.lora_rank * (mod.in_features + mod.out_features)
     if A.tied and not A.encoder:
         total += weight_factor * T * A.hidden * A.vocab
-    total += 12.0 * job.micro_batch * job.seq_len ** 2 * A.attn_dim * A.layers
+    for b in range(A.layers):  # a local block's attention over its window only
+        s, w = job.seq_len, A.window(b)
+        pairs = s * s if w is None or s <= w else 2 * w * s - w * w
+        total += 12.0 * job.micro_batch * pairs * A.attn_dim
     return total
 
 

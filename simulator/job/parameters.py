@@ -35,6 +35,7 @@ from typing import Literal
 from simulator.errors import InputError
 from simulator.inputs.schema import GenericLayer, ModelConfig
 from simulator.job.moe import MoeShape
+from simulator.job.vision import VisionShape
 
 ModuleKind = Literal["linear", "conv1d", "norm", "embedding", "generic"]
 PEFT_PREFIX = "base_model.model."
@@ -130,6 +131,13 @@ class Arch:
     qk_norm: bool = False  # Qwen3's q_norm and k_norm (RMSNorm of head_dim)
     moe: MoeShape | None = None  # experts in place of the MLP (job/moe.py)
     mla: MlaShape | None = None  # DeepSeek's latent attention in place of q/k/v
+    fused_projections: bool = False  # Phi-3's qkv_proj and gate_up_proj
+    sandwich_norm: bool = False  # Gemma 2/3: norms after attention and around the MLP
+    attention_softcap: float | None = None  # Gemma 2: cap * tanh(scores / cap)
+    logit_softcap: float | None = None  # Gemma 2: cap * tanh(logits / cap)
+    sliding_window: int | None = None  # local attention's window, tokens
+    local_layers: tuple[int, ...] = ()  # the blocks that attend locally
+    vision: VisionShape | None = None  # a vision-language model's image encoder (job/vision.py)
 
     @property
     def encoder(self) -> bool:
@@ -162,6 +170,10 @@ class Arch:
             return self.heads * (self.mla.qk_head_dim + self.mla.v_head_dim) // 2
         return self.q_dim
 
+    def window(self, block: int) -> int | None:
+        """The attention window of a block (None: the whole sequence)."""
+        return self.sliding_window if block in self.local_layers else None
+
     def is_moe(self, block: int) -> bool:
         """Whether a block's MLP is a mixture of experts."""
         return self.moe is not None and 0 <= block < self.layers and \
@@ -191,6 +203,10 @@ class Arch:
             mla=None if m.mla is None else MlaShape(m.mla.q_lora_rank, m.mla.kv_lora_rank,
                                                    m.mla.qk_nope_head_dim,
                                                    m.mla.qk_rope_head_dim, m.mla.v_head_dim),
+            fused_projections=m.fused_projections, sandwich_norm=m.sandwich_norm,
+            attention_softcap=m.attention_softcap, logit_softcap=m.logit_softcap,
+            sliding_window=m.sliding_window, local_layers=tuple(sorted(set(m.local_layers))),
+            vision=None if m.vision is None else VisionShape.of(m.vision),
         )
 
 
@@ -207,6 +223,8 @@ def transformer_modules(a: Arch) -> list[Module]:
         mods.append(Module(path, kind, i, o, bias, block))
 
     if a.family == "llama":
+        if a.vision is not None:  # LlavaForConditionalGeneration: vision_tower, projector
+            mods += a.vision.modules(h)
         add("model.embed_tokens", "embedding", a.vocab, h, False, -1)
         for b in range(L):
             p = f"model.layers.{b}"
@@ -214,12 +232,18 @@ def transformer_modules(a: Arch) -> list[Module]:
             if a.is_moe(b):
                 assert a.moe is not None
                 mods += a.moe.modules(p, h, a.bias, b)
+            elif a.fused_projections:  # Phi3MLP: gate_up_proj, down_proj
+                add(f"{p}.mlp.gate_up_proj", "linear", h, 2 * f, a.bias, b)
+                add(f"{p}.mlp.down_proj", "linear", f, h, a.bias, b)
             else:
                 add(f"{p}.mlp.gate_proj", "linear", h, f, a.bias, b)
                 add(f"{p}.mlp.up_proj", "linear", h, f, a.bias, b)
                 add(f"{p}.mlp.down_proj", "linear", f, h, a.bias, b)
             add(f"{p}.input_layernorm", "norm", h, h, norm_bias, b)
             add(f"{p}.post_attention_layernorm", "norm", h, h, norm_bias, b)
+            if a.sandwich_norm:  # Gemma2DecoderLayer
+                add(f"{p}.pre_feedforward_layernorm", "norm", h, h, norm_bias, b)
+                add(f"{p}.post_feedforward_layernorm", "norm", h, h, norm_bias, b)
         add("model.norm", "norm", h, h, norm_bias, L)
     elif a.family == "gpt2":
         add("transformer.wte", "embedding", a.vocab, h, False, -1)
@@ -257,6 +281,9 @@ def _attention(a: Arch, p: str, b: int) -> list[Module]:
     q_a_proj, q_a_layernorm, q_b_proj; kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj;
     o_proj)."""
     h, m = a.hidden, a.mla
+    if a.fused_projections:  # Phi3Attention: one qkv_proj, then o_proj
+        return [Module(f"{p}.qkv_proj", "linear", h, a.q_dim + 2 * a.kv_dim, a.qkv_bias, b),
+                Module(f"{p}.o_proj", "linear", a.q_dim, h, a.bias, b)]
     if m is None:
         mods = [Module(f"{p}.q_proj", "linear", h, a.q_dim, a.qkv_bias, b),
                 Module(f"{p}.k_proj", "linear", h, a.kv_dim, a.qkv_bias, b),

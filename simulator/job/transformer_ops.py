@@ -31,7 +31,7 @@ from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from simulator.job import attention, eager, loss, moe
+from simulator.job import attention, eager, loss, moe, vision
 from simulator.job.kernels import NONE, BlockShape, Kernel, MemoryBound, gemm, memory, pointwise
 from simulator.job.parameters import QA_LABELS
 
@@ -54,6 +54,9 @@ _ROLE = {
     # Qwen3's q_norm / k_norm and MLA's projections and norms run inside the q/k/v op
     "q_norm": "qkv", "k_norm": "qkv", "q_a_proj": "qkv", "q_a_layernorm": "qkv",
     "q_b_proj": "qkv", "kv_a_proj_with_mqa": "qkv", "kv_a_layernorm": "qkv", "kv_b_proj": "qkv",
+    "qkv_proj": "qkv", "gate_up_proj": "mlp_in",  # Phi-3's fused projections
+    # Gemma 2/3 (sandwich): the MLP's input norm, and the norm of its output
+    "pre_feedforward_layernorm": "mlp_norm", "post_feedforward_layernorm": "mlp_out",
 }
 BLOCK_OPS = ("attn_norm", "qkv", "attention", "attn_out", "mlp_norm", "mlp_in", "mlp_act",
              "mlp_out")
@@ -72,7 +75,9 @@ _BERT_ROLE = (("attention.self.", "qkv"), ("attention.output.dense", "attn_out")
 GELU = {"gpt2": "python"}
 
 
-def _role(mod: Module, n_layers: int) -> str:
+def _role(mod: Module, n_layers: int, sandwich: bool = False) -> str:
+    if vision.is_vision(mod):
+        return "vision"
     if mod.kind == "embedding":
         return "embedding"
     if mod.path == "lm_head":
@@ -87,6 +92,8 @@ def _role(mod: Module, n_layers: int) -> str:
         return next(role for part, role in _BERT_ROLE if part in mod.path)
     if mod.leaf == "c_proj":
         return "attn_out" if ".attn." in mod.path else "mlp_out"
+    if sandwich and mod.leaf == "post_attention_layernorm":  # Gemma 2: on attention's output
+        return "attn_out"
     return moe.role(mod) or _ROLE[mod.leaf]
 
 
@@ -125,7 +132,7 @@ class Builder:
             self.mod_params[mod.path] = idx
         self.by_op: dict[tuple[int, str], list[Module]] = {}
         for mod in job.modules:
-            key = (mod.block, _role(mod, A.layers))
+            key = (mod.block, _role(mod, A.layers, A.sandwich_norm))
             self.by_op.setdefault(key, []).append(mod)
         if A.tied and not A.encoder:  # the head GEMM uses the embedding's weight
             self.by_op.setdefault((A.layers, "lm_head"), [])
@@ -133,15 +140,16 @@ class Builder:
         self.loss = loss.cross_entropy(job.recipe.cross_entropy,
                                        self.T * (QA_LABELS if A.encoder else A.vocab), self.a,
                                        compiled=job.recipe.loss_compiled)
-        self._memory_bound: dict[tuple[int, bool, str], MemoryBound] = {}
-        self._kernels: dict[tuple[str, int, bool, str], list[Kernel]] = {}
+        self._memory_bound: dict[tuple[int, tuple[bool, bool], str], MemoryBound] = {}
+        self._kernels: dict[tuple[str, int, tuple[bool, bool], str], list[Kernel]] = {}
 
     # --- the regime's memory-bound work -----------------------------------------------------
-    def _key(self, block: int, op: str) -> tuple[int, bool, str]:
+    def _key(self, block: int, op: str) -> tuple[int, tuple[bool, bool], str]:
         """Blocks are alike but for the first one (no residual stream before it) and, in a
         mixture of experts, the dense ones: cache key."""
         inside = 0 <= block < self.arch.layers
-        return (min(block, 1) if inside else block, self.arch.is_moe(block), op)
+        kind = (self.arch.is_moe(block), self.arch.window(block) is not None)
+        return (min(block, 1) if inside else block, kind, op)
 
     def ops_of(self, block: int) -> tuple[str, ...]:
         """A block's ops in forward order."""
@@ -181,7 +189,7 @@ class Builder:
             return r.norm(s, A.norm) + drop  # type: ignore[no-any-return]
         if op == "qkv":
             rope = r.rotary(s, self.job.recipe.rotary) if A.positions == "rotary" else NONE
-            fused_qkv = A.family in ("gpt2", "mpt")
+            fused_qkv = A.family in ("gpt2", "mpt") or A.fused_projections
             norms = NONE
             for mod in self.by_op.get((block, op), []):  # q_norm, k_norm; MLA's latent norms
                 if mod.kind == "norm":
@@ -190,7 +198,10 @@ class Builder:
             return rope + norms + r.attention_layout(s, qkv_fused=fused_qkv)  # type: ignore[no-any-return]
         if op in ("attn_out", "mlp_out"):
             into = k == "fused" or (k == "compiled" and (op == "attn_out" or post_ln))
-            return r.residual(s, dropout=dropout, into_norm=into)  # type: ignore[no-any-return]
+            out = r.residual(s, dropout=dropout, into_norm=into)
+            if A.sandwich_norm:  # Gemma 2/3: the branch is normalised before the residual add
+                out = r.norm(s, A.norm) + out
+            return out  # type: ignore[no-any-return]
         if op == "mlp_act":
             return r.activation(s, A.mlp, gelu=GELU.get(A.family, "native"))  # type: ignore[no-any-return]
         return NONE
@@ -298,9 +309,11 @@ class Builder:
         if op in moe.MOE_OPS:
             return moe.forward(self, block, op)
         mods = self.by_op.get((block, op), [])
+        if op == "vision":
+            return vision.forward(self, mods)
         glue = self.memory_bound(block, op).forward
         if op == "attention":
-            return self._attention(backward=False)
+            return self._attention(block, backward=False)
         if op == "embedding":  # gather rows of each table (read + write), add position rows
             n_tables = len(mods)
             gather = memory((2 * n_tables + 3 * (n_tables - 1)) * T * A.hidden * a,
@@ -312,19 +325,43 @@ class Builder:
         if op == "loss":
             return list(self.loss.forward)
         if op == "lm_head":
-            return self._head_fwd(mods)
+            return self._head_fwd(mods) + self._softcap(backward=False)
         return self._linears_fwd(mods) + list(glue)
 
-    def _attention(self, *, backward: bool) -> list[Kernel]:
-        """The attention core's kernels: eager matmul-softmax-matmul or one FlashAttention."""
+    def _softcap(self, *, backward: bool) -> list[Kernel]:
+        """Gemma 2's final-logit soft-capping, as Gemma2ForCausalLM writes it: ``logits /
+        cap``, ``tanh``, ``* cap`` over the 16-bit logits; backward: the two scalings and
+        tanh's backward (1 - y^2)."""
+        if self.arch.logit_softcap is None or self.arch.encoder:
+            return []
+        n, a = self.T * self.arch.vocab, self.a
+        if backward:
+            return [pointwise("softcap_mul_backward", n, reads=a, writes=a),
+                    pointwise("tanh_backward", n, reads=2 * a, writes=a, flops_per_element=3),
+                    pointwise("softcap_div_backward", n, reads=a, writes=a)]
+        return [pointwise("softcap_div", n, reads=a, writes=a),
+                pointwise("tanh", n, reads=a, writes=a, flops_per_element=4),
+                pointwise("softcap_mul", n, reads=a, writes=a)]
+
+    def _attention(self, block: int, *, backward: bool) -> list[Kernel]:
+        """The attention core's kernels: eager matmul-softmax-matmul or one FlashAttention
+        (a local block's over its window); Gemma 2's score soft-capping in eager is three
+        passes over the scores each way (Gemma2Attention: ``/ cap``, ``tanh``, ``* cap``)."""
         A, j = self.arch, self.job
         b, s = j.micro_batch, j.seq_len
+        window = A.window(block)
         if j.training.attention == "eager":
-            return attention.eager(b, s, A.heads, A.attn_dim // A.heads, self.a,
-                                   dropout=j.training.dropout, unfused_mask=A.encoder,
-                                   backward=backward, matmul_copies=self.kernels != "fused")
+            kernels = attention.eager(b, s, A.heads, A.attn_dim // A.heads, self.a,
+                                      dropout=j.training.dropout, unfused_mask=A.encoder,
+                                      backward=backward, matmul_copies=self.kernels != "fused")
+            if A.attention_softcap is not None:
+                scores = b * A.heads * s * s
+                kernels += [pointwise(f"softcap.{x}", scores, reads=2 * self.a if backward and
+                                      x == "tanh" else self.a, writes=self.a)
+                            for x in ("div", "tanh", "mul")]
+            return kernels
         return [attention.flash(b, s, A.attn_dim, self.kv_in, self.a, causal=not A.encoder,
-                                backward=backward, version=self.flash_version)]
+                                backward=backward, version=self.flash_version, window=window)]
 
     @property
     def flash_version(self) -> int | str:
@@ -344,15 +381,18 @@ class Builder:
         if op in moe.MOE_OPS:
             return moe.backward(self, block, op)
         mods = self.by_op.get((block, op), [])
+        if op == "vision":
+            return vision.backward(self, mods)
         glue = list(self.memory_bound(block, op).backward)
         if op == "attention":
-            return self._attention(backward=True)
+            return self._attention(block, backward=True)
         if op == "loss":
             return list(self.loss.backward)
         full = j.finetune == "full"
         if op == "lm_head":
             c = self.loss.chunks
-            dx = [gemm(T // c, A.hidden, A.vocab, a) for _ in range(c)]
+            dx = self._softcap(backward=True) + [gemm(T // c, A.hidden, A.vocab, a)
+                                                  for _ in range(c)]
             if not full:
                 return dx
             g = j.grad_bytes
@@ -375,7 +415,7 @@ class Builder:
             return drop + [memory(tables * g + len(mods) * T * A.hidden * (a + g),
                                   name="embedding_dense_backward")]
         linears = [m for m in mods if m.kind in ("linear", "conv1d")]
-        if linears and (op == "qkv" or len(linears) == len(mods)):
+        if linears:
             kernels = [k for mod in reversed(linears) for k in self._linear_bwd(mod)]
             kernels += self._accumulate(T * linears[0].in_features,
                                         sum(m.in_features == A.hidden for m in linears))
@@ -395,6 +435,8 @@ class Builder:
             tail = [(L, "qa_head"), (L, "loss")]
         else:
             head, tail = [(-1, "embedding")], [(L, "final_norm"), (L, "lm_head"), (L, "loss")]
+            if self.arch.vision is not None:  # the images through the encoder first
+                head = [(-1, "vision"), *head]
         return head + [(b, op) for b in range(L) for op in self.ops_of(b)] + tail
 
 

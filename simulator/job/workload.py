@@ -12,7 +12,7 @@ simulator/job/ops.py; their time on a GPU in simulator/job/compute.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from simulator.errors import InputError
@@ -33,6 +33,7 @@ from simulator.job.parameters import (
 )
 from simulator.job.recipe import Recipe
 from simulator.job.recipe import resolve as resolve_recipe
+from simulator.job.vision import is_vision
 
 if TYPE_CHECKING:
     from simulator.job.ops import Op, Phase
@@ -94,10 +95,15 @@ class Job:
                                  f"layer; choose from {', '.join(known)}",
                                  key="training.lora.targets")
             targets = set(lora.targets)
+            # adapters on the language model (LLaVA's recipes leave the vision tower out)
             mods = [Module(m.path, m.kind, m.in_features, m.out_features, m.bias, m.block,
-                           lora=m.leaf in targets and m.path != "lm_head") for m in mods]
+                           lora=m.leaf in targets and m.path != "lm_head" and not is_vision(m))
+                    for m in mods]
         params = [p for m in mods for p in module_params(
             m, peft=t.finetune != "full", finetune=t.finetune, lora_rank=lora_rank)]
+        # a vision-language model's image encoder stays frozen (its projector trains)
+        params = [replace(p, trainable=False) if p.trainable and _frozen_vision(p.name) else p
+                  for p in params]
         return Job(name=cfg.name, arch=arch, generic_layers=tuple(cfg.layers or ()), training=t,
                    micro_batch=micro_batch or t.micro_batch, seq_len=seq_len or t.seq_len,
                    grad_accum=grad_accum or t.grad_accum, modules=tuple(mods), params=params,
@@ -251,6 +257,12 @@ class Job:
         from simulator.job import ops
 
         return ops.model_flops_per_micro_batch(self) * self.grad_accum
+
+
+def _frozen_vision(name: str) -> bool:
+    name = name.removeprefix("base_model.model.")
+    return name.startswith(("vision_tower.", "visual.")) and ".merger." not in name \
+        and "lora_" not in name
 
 
 def _local_experts(arch: Arch | None, mods: list[Module], ep: int) -> list[Module]:
