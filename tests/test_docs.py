@@ -20,7 +20,7 @@ def test_every_schema_key_is_documented():
               schema.CalibrationConfig, schema.FittedValue, schema.UnfittedValue,
               schema.ComputeCalibration, schema.WorkloadConfig,
               schema.ModelConfig, schema.GenericLayer, schema.TrainingConfig, schema.LoraConfig,
-              schema.MoeConfig, schema.MlaConfig, schema.VisionConfig]
+              schema.MoeConfig, schema.MlaConfig, schema.VisionConfig, schema.UNetConfig]
     missing = {f"{m.__name__}.{k}" for m in models for k in _keys(m) if k not in DOCUMENTED}
     assert not missing, f"keys missing from docs/inputs.md: {sorted(missing)}"
 
@@ -66,7 +66,7 @@ def test_every_bound_is_in_the_limits_table():
     rows = {line.split("|")[1]: line for line in section.splitlines() if line.startswith("| `")}
     models = [schema.TopologyConfig, schema.NodeConfig, schema.LinkConfig, schema.ModelConfig,
               schema.GenericLayer, schema.TrainingConfig, schema.LoraConfig, schema.WorkloadConfig,
-              schema.MoeConfig, schema.MlaConfig, schema.VisionConfig]
+              schema.MoeConfig, schema.MlaConfig, schema.VisionConfig, schema.UNetConfig]
     wrong = []
     for model in models:
         for key, bound in _bounds(model).items():

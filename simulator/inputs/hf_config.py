@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.errors import InputError
-from simulator.inputs import hf_decoders, hf_vision
+from simulator.inputs import hf_decoders, hf_diffusers, hf_vision
 from simulator.inputs.jsonfile import JsonDoc, Loc, read
 
 if TYPE_CHECKING:  # pydantic and the models load with the first file validated, not before
@@ -92,6 +92,8 @@ def load(name: str) -> WorkloadConfig:
     """The workload of the Hugging Face config ``name`` (``hf:`` and a path)."""
     path = config_path(name)
     doc = read(path, "a Hugging Face config.json")
+    if hf_diffusers.is_diffusers(doc):  # a diffusers unet/config.json
+        return _diffusers(doc, path)
     model_type = doc.get(("model_type",), (str,), required=True)
     if model_type not in MODEL_TYPES:
         raise doc.error(("model_type",), f"{model_type!r} is not one stepsim lays out; known: "
@@ -226,6 +228,29 @@ def _four_bit(doc: JsonDoc) -> bool:
         raise doc.error(q, f"{method} quantization is not modelled; stepsim's quantized "
                         "training is bitsandbytes NF4 (QLoRA, load_in_4bit)")
     return bool(doc.get((*q, "load_in_4bit"), (bool,), True))
+
+
+def _diffusers(doc: JsonDoc, path: Path) -> WorkloadConfig:
+    """A diffusers UNet config as a workload (hf_diffusers.py), checked as a YAML one is."""
+    from pydantic import ValidationError
+
+    from simulator.inputs.config import explain
+    from simulator.inputs.schema import WorkloadConfig
+
+    unet = hf_diffusers.unet(doc)
+    stem = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    data = {"name": stem or "unet", "description": "a diffusers UNet2DConditionModel",
+            "source": f"{path} (diffusers UNet2DConditionModel)", "unet": unet,
+            "training": {"seq_len": 1, "micro_batch": hf_diffusers.TRAIN_BATCH}}
+    try:
+        workload = WorkloadConfig.from_data(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise doc.error(("_class_name",), explain(error)) from None
+    for _, message in workload.reference_errors():
+        raise doc.error(("_class_name",), message)
+    doc.show_warnings()
+    return workload
 
 
 def _workload(doc: JsonDoc, path: Path, model_type: str, fields: Fields,

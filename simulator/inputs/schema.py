@@ -405,8 +405,8 @@ class MoeConfig(Frozen):
     shared_expert_gate: bool = False  # Qwen2-MoE: a sigmoid gate (Linear(hidden, 1)) on it
     # blocks whose MLP stays dense, of ffn_hidden width (DeepSeek first_k_dense_replace,
     # Qwen2-MoE mlp_only_layers)
-    dense_layers: Annotated[list[Annotated[int, Bounds(ge=0)]],
-                            Bounds(max_length=MAX_LAYERS)] = field(default_factory=list)
+    dense_layers: Annotated[list[Annotated[int, Bounds(ge=0), NUMBER]],
+                            Bounds(max_length=MAX_LAYERS), NUMBER] = field(default_factory=list)
     # module names as transformers 4.x registers them: mixtral (block_sparse_moe, w1/w3/w2),
     # qwen (mlp.gate, mlp.experts.N.gate_proj/up_proj/down_proj, shared_expert), deepseek
     # (mlp.experts, mlp.gate, shared_experts)
@@ -480,8 +480,8 @@ class ModelConfig(Frozen):
     logit_softcap: Annotated[Annotated[float, Bounds(gt=0, le=1e6)] | None, NUMBER] = None
     # local attention: blocks in local_layers attend to the last sliding_window tokens only
     sliding_window: Annotated[Annotated[int, Bounds(gt=0, le=MAX_TOKENS)] | None, NUMBER] = None
-    local_layers: Annotated[list[Annotated[int, Bounds(ge=0)]],
-                            Bounds(max_length=MAX_LAYERS)] = field(default_factory=list)
+    local_layers: Annotated[list[Annotated[int, Bounds(ge=0), NUMBER]],
+                            Bounds(max_length=MAX_LAYERS), NUMBER] = field(default_factory=list)
     # a vision-language model's image encoder, before the language model
     vision: VisionConfig | None = None
 
@@ -519,6 +519,9 @@ LORA_TARGETS = {
     "gpt2": ("c_attn", "c_proj", "c_fc"),
     "mpt": ("Wqkv", "out_proj", "up_proj", "down_proj"),
     "bert": ("query", "key", "value", "dense"),  # PEFT suffix match: "dense" is all three
+    # diffusers' LoRA training scripts target to_k, to_q, to_v, to_out.0 (matched as suffixes)
+    "unet": ("to_q", "to_k", "to_v", "to_out.0", "proj_in", "proj_out", "ff.net.0.proj",
+             "ff.net.2", "conv1", "conv2", "conv_shortcut", "time_emb_proj"),
 }
 
 
@@ -615,9 +618,39 @@ class TrainingConfig(Frozen):
         return made
 
 
+UNetBlock = Literal["DownBlock2D", "CrossAttnDownBlock2D", "UpBlock2D", "CrossAttnUpBlock2D"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class UNetConfig(Frozen):
+    """A diffusion UNet as diffusers' UNet2DConditionModel builds it (job/diffusion.py)."""
+
+    block_out_channels: Annotated[list[Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]],
+                                  Bounds(min_length=1, max_length=16), NUMBER]
+    down_block_types: Annotated[list[UNetBlock], Bounds(min_length=1, max_length=16)]
+    up_block_types: Annotated[list[UNetBlock], Bounds(min_length=1, max_length=16)]
+    layers_per_block: Annotated[int, Bounds(gt=0, le=64), NUMBER] = 2
+    # heads of each block's attention (diffusers' attention_head_dim); one value: every block
+    heads: Annotated[list[Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]],
+                     Bounds(min_length=1, max_length=16), NUMBER] = field(
+        default_factory=lambda: [8])
+    transformer_layers: Annotated[list[Annotated[int, Bounds(gt=0, le=MAX_LAYERS), NUMBER]],
+                                  Bounds(min_length=1, max_length=16), NUMBER] = field(
+        default_factory=lambda: [1])
+    cross_attention_dim: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER] = 768
+    in_channels: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER] = 4
+    out_channels: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER] = 4
+    norm_groups: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER] = 32
+    linear_projection: bool = False  # proj_in/proj_out as Linear (SDXL), else 1x1 convs
+    addition_embed_dim: Annotated[int, Bounds(ge=0, le=MAX_WIDTH), NUMBER] = 0  # SDXL 2816
+    image_size: Annotated[int, Bounds(ge=8, le=MAX_TOKENS), NUMBER] = 512  # pixels
+    text_tokens: Annotated[int, Bounds(gt=0, le=MAX_TOKENS), NUMBER] = 77
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkloadConfig(Frozen):
-    """A job: a transformer (`model`) or generic layers (`layers`), and its training."""
+    """A job: a transformer (`model`), generic layers (`layers`) or a diffusion UNet (`unet`),
+    and its training."""
 
     name: str
     description: str = ""
@@ -625,6 +658,7 @@ class WorkloadConfig(Frozen):
     model: ModelConfig | None = None
     # the generic (non-transformer) form
     layers: Annotated[list[GenericLayer], Bounds(min_length=1, max_length=MAX_LAYERS)] | None = None
+    unet: UNetConfig | None = None
     training: TrainingConfig
 
     def with_training(self, **changes: Any) -> WorkloadConfig:
@@ -648,9 +682,18 @@ class WorkloadConfig(Frozen):
         if t.optimizer_in_bwd and t.grad_accum > 1:
             errors.append((("training", "optimizer_in_bwd"), OPTIMIZER_IN_BWD_ACCUM))
         errors += self._model_errors()
-        if self.training.finetune != "full" and self.model is None:
+        if self.training.finetune != "full" and self.model is None and self.unet is None:
             errors.append((("training", "finetune"),
-                           f"{self.training.finetune} needs a transformer `model`, not `layers`"))
+                           f"{self.training.finetune} needs a transformer `model` or a `unet`, "
+                           "not `layers`"))
+        if self.unet is not None and len(self.unet.down_block_types) != len(
+                self.unet.block_out_channels):
+            errors.append((("unet", "down_block_types"), "one block type per entry of "
+                           "block_out_channels"))
+        if self.unet is not None and len(self.unet.up_block_types) != len(
+                self.unet.block_out_channels):
+            errors.append((("unet", "up_block_types"), "one block type per entry of "
+                           "block_out_channels"))
         for i, layer in enumerate(self.layers or []):
             numels = layer.tensor_numels
             if numels is not None and (len(numels) != layer.tensors or sum(numels) != layer.params):
@@ -700,6 +743,7 @@ class WorkloadConfig(Frozen):
 
 
 def _one_model(workload: WorkloadConfig) -> WorkloadConfig:
-    if (workload.model is None) == (workload.layers is None):
-        raise ValueError("give exactly one of `model` (a transformer) or `layers` (generic)")
+    if sum(x is not None for x in (workload.model, workload.layers, workload.unet)) != 1:
+        raise ValueError("give exactly one of `model` (a transformer), `layers` (generic) or "
+                         "`unet` (a diffusion UNet)")
     return workload

@@ -65,6 +65,10 @@ def _label(block: int, op: str) -> str:
 
 
 def build(job: Job, phase: Phase, *, autocast: bool = False) -> list[Op]:
+    if job.unet is not None:  # a diffusion UNet's blocks, kernel by kernel (diffusion.py)
+        from simulator.job import diffusion
+
+        return diffusion.ops(job, phase)
     if job.arch is None:
         return _build_generic(job, phase)
     if phase == "optimizer":

@@ -23,6 +23,7 @@ from simulator.inputs.schema import (
     TrainingConfig,
     WorkloadConfig,
 )
+from simulator.job.diffusion import UNetShape
 from simulator.job.parameters import (
     Arch,
     Module,
@@ -54,6 +55,7 @@ class Job:
     params: list[ParamTensor] = field(hash=False, compare=False)
     recipe: Recipe = field(default_factory=lambda: resolve_recipe(TrainingConfig(seq_len=1)))
     ep: int = 1  # expert parallelism: the ranks a mixture of experts' experts are spread over
+    unet: UNetShape | None = None  # a diffusion UNet (job/diffusion.py): its blocks are layers
     # built on first use: every strategy, the memory model and the size check read them
     _ops: dict[tuple[str, bool], tuple[Op, ...]] = field(default_factory=dict, init=False,
                                                          repr=False,
@@ -73,41 +75,54 @@ class Job:
                            ("grad_accum", grad_accum)):
             if value is not None and value < 1:
                 raise InputError(f"must be at least 1, got {value}", key=f"training.{key}")
-        if t.finetune != "full" and cfg.model is None:
+        if t.finetune != "full" and cfg.model is None and cfg.unet is None:
             raise InputError(f"{t.finetune} needs a transformer `model`", key="training.finetune")
         arch: Arch | None = None
+        unet = UNetShape.of(cfg.unet) if cfg.unet is not None else None
         if cfg.model is not None:
             arch = Arch.from_model(cfg.model)
             mods = transformer_modules(arch)
+        elif unet is not None:
+            mods = unet.modules()
         else:
             mods = generic_modules(list(cfg.layers or []))
         if ep > 1:
             mods = _local_experts(arch, mods, ep)
         lora_rank = 0
         if t.finetune != "full":
-            assert arch is not None
-            lora = t.lora or _default_lora()
+            family = arch.family if arch is not None else "unet"
+            lora = t.lora or _default_lora(family)
             lora_rank = lora.rank
-            known = LORA_TARGETS[arch.family]
+            known = LORA_TARGETS[family]
             unknown = [x for x in lora.targets if x not in known]
             if unknown or not lora.targets:
-                raise InputError(f"LoRA targets {unknown or '[]'} match no {arch.family} linear "
+                raise InputError(f"LoRA targets {unknown or '[]'} match no {family} linear "
                                  f"layer; choose from {', '.join(known)}",
                                  key="training.lora.targets")
             targets = set(lora.targets)
-            # adapters on the language model (LLaVA's recipes leave the vision tower out)
+
+            def wrapped(m: Module) -> bool:
+                if unet is not None:  # PEFT matches a target as the path's suffix
+                    return m.kind == "linear" and any(m.path.endswith("." + x) for x in targets)
+                # adapters on the language model (LLaVA's recipes leave the vision tower out)
+                return m.leaf in targets and m.path != "lm_head" and not is_vision(m)
+
             mods = [Module(m.path, m.kind, m.in_features, m.out_features, m.bias, m.block,
-                           lora=m.leaf in targets and m.path != "lm_head" and not is_vision(m))
-                    for m in mods]
+                           lora=wrapped(m)) for m in mods]
         params = [p for m in mods for p in module_params(
             m, peft=t.finetune != "full", finetune=t.finetune, lora_rank=lora_rank)]
         # a vision-language model's image encoder stays frozen (its projector trains)
         params = [replace(p, trainable=False) if p.trainable and _frozen_vision(p.name) else p
                   for p in params]
-        return Job(name=cfg.name, arch=arch, generic_layers=tuple(cfg.layers or ()), training=t,
-                   micro_batch=micro_batch or t.micro_batch, seq_len=seq_len or t.seq_len,
-                   grad_accum=grad_accum or t.grad_accum, modules=tuple(mods), params=params,
-                   recipe=resolve_recipe(t), ep=ep)
+        job = Job(name=cfg.name, arch=arch, generic_layers=tuple(cfg.layers or ()), training=t,
+                  micro_batch=micro_batch or t.micro_batch, seq_len=seq_len or t.seq_len,
+                  grad_accum=grad_accum or t.grad_accum, modules=tuple(mods), params=params,
+                  recipe=resolve_recipe(t), ep=ep, unet=unet)
+        if unet is not None:  # its blocks as the layers memory and the strategies read
+            from simulator.job import diffusion
+
+            job = replace(job, generic_layers=diffusion.generic_layers(job))
+        return job
 
     # --- sizes ------------------------------------------------------------------------------
     @property
@@ -277,5 +292,7 @@ def _local_experts(arch: Arch | None, mods: list[Module], ep: int) -> list[Modul
             or int(m.path.split(".experts.", 1)[1].split(".", 1)[0]) < local]
 
 
-def _default_lora() -> LoraConfig:
+def _default_lora(family: str = "llama") -> LoraConfig:
+    if family == "unet":  # diffusers' train_text_to_image_lora.py targets
+        return LoraConfig(targets=["to_k", "to_q", "to_v", "to_out.0"])
     return LoraConfig()
