@@ -503,6 +503,9 @@ class GenericLayer(Frozen):
     # forward HBM traffic of the layer's memory-bound work (normalisation, activation, residual
     # adds), one sample; timed as a bandwidth-bound kernel next to the layer's compute
     memory_bytes_per_sample: Annotated[float, Bounds(ge=0, le=MAX_PER_SAMPLE), NUMBER] = 0.0
+    # the dense work is convolutions: cuDNN runs them in TF32 under fp32 on Ampere and later
+    # (torch.backends.cudnn.allow_tf32 defaults True), where a Linear stays on CUDA cores
+    convolution: bool = False
 
 
 MAX_LORA_ALPHA = 1e6  # LoRA's alpha (scale alpha / rank): common values are 8-128

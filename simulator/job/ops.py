@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from simulator.job import checkpointing, optimizer
-from simulator.job.kernels import Kernel, memory
+from simulator.job.kernels import FP32, Kernel, memory
 from simulator.job.transformer_ops import EVERY_BLOCK_OP, Builder
 
 if TYPE_CHECKING:
@@ -197,8 +197,10 @@ def _build_generic(job: Job, phase: Phase) -> list[Op]:
 def _generic_fwd(layer: GenericLayer, a: int, mb: int) -> list[Kernel]:
     # the dense part reads its weights and writes the activations it keeps for backward; the
     # memory-bound part (norms, activations, residual adds) streams its given bytes
+    tf32 = layer.convolution and a == FP32  # compute.py: TF32 where the card has it
     dense = Kernel("dense", layer.forward_flops_per_sample * mb,
-                   layer.params * a + layer.activation_bytes_per_sample * mb, None, a)
+                   layer.params * a + layer.activation_bytes_per_sample * mb, None, a,
+                   name="dense_tf32" if tf32 else "dense")
     if not layer.memory_bytes_per_sample:
         return [dense]
     return [dense, memory(layer.memory_bytes_per_sample * mb)]
