@@ -1,8 +1,11 @@
 """Golden outputs: what a fixed set of `stepsim` commands prints, kept in tests/golden/.
 
-tests/test_golden.py runs every command below and compares its output with the stored file
-byte for byte, so a change meant only to make the simulator faster (or tidier) cannot move a
-figure unnoticed.
+tests/test_golden.py runs every command below and compares its output with the stored file,
+so a change meant only to make the simulator faster (or tidier) cannot move a figure
+unnoticed. Figures may move by float round-off, nothing more: JSON outputs must have the same
+structure and strings, and numbers within a relative 1e-9; text outputs the same text between
+their numbers, and numbers within a relative 1e-9 or one unit of their last printed digit (a
+figure printed rounded may flip its last digit on a round-off change).
 
     python scripts/golden.py            # say which outputs differ (a unified diff of each)
     python scripts/golden.py --update   # rewrite the stored outputs from this build
@@ -19,7 +22,10 @@ import argparse
 import contextlib
 import difflib
 import io
+import json
+import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -27,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's simulator, not an installed copy
 GOLDEN_DIR = ROOT / "tests" / "golden"
 COLUMNS = 120  # the terminal width the stored text tables are drawn at
+REL_TOL = 1e-9  # round-off, not a change of physics
 _DGX1 = str(ROOT / "validation" / "topologies" / "dgx1-v100.yaml")
 
 _SWEEP = ["-t", "8x5090-dual-socket", "-w", "gpt2-medium", "--bucket-mb", "1,5,25,100,400",
@@ -122,17 +129,90 @@ def path_of(name: str) -> Path:
 
 
 def differences(names: list[str] | None = None) -> dict[str, str]:
-    """name -> unified diff (stored vs now) of every golden output that changed."""
+    """name -> what moved (the first difference, then a unified diff stored vs now) of every
+    golden output that differs beyond round-off."""
     out = {}
     for name in names or list(COMMANDS):
         now = output_of(COMMANDS[name])
         path = path_of(name)
         stored = path.read_text(encoding="utf-8") if path.is_file() else ""
-        if now != stored:
-            out[name] = "".join(difflib.unified_diff(
+        moved = (json_difference if name.endswith(".json") else text_difference)(stored, now)
+        if moved is not None:
+            out[name] = moved + "\n" + "".join(difflib.unified_diff(
                 stored.splitlines(keepends=True), now.splitlines(keepends=True),
                 fromfile=f"{path.name} (stored)", tofile=f"{path.name} (this build)", n=1))
     return out
+
+
+def close(stored: float, now: float, unit: float = 0.0) -> bool:
+    """Equal within REL_TOL, or within ``unit`` (a printed figure's last digit)."""
+    if math.isnan(stored) or math.isnan(now):
+        return math.isnan(stored) and math.isnan(now)
+    # (1 + 1e-6): the difference of two printed decimals is itself a binary float
+    return (math.isclose(stored, now, rel_tol=REL_TOL, abs_tol=0.0)
+            or abs(stored - now) <= unit * (1 + 1e-6))
+
+
+def json_difference(stored: str, now: str) -> str | None:
+    """Where two JSON documents differ beyond round-off (None: they do not)."""
+    try:
+        a, b = json.loads(stored), json.loads(now)
+    except ValueError as exc:
+        return f"not JSON: {exc}"
+    return _json_difference(a, b, "$")
+
+
+def _json_difference(a: object, b: object, where: str) -> str | None:
+    moved = f"{where}: {a!r} became {b!r}"
+    if type(a) is not type(b):
+        return moved
+    if isinstance(a, dict) and isinstance(b, dict):
+        if list(a) != list(b):
+            return f"{where}: keys {list(a)} became {list(b)}"
+        found = (_json_difference(a[key], b[key], f"{where}.{key}") for key in a)
+        return next((f for f in found if f), None)
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{where}: {len(a)} items became {len(b)}"
+        found = (_json_difference(x, y, f"{where}[{k}]")
+                 for k, (x, y) in enumerate(zip(a, b, strict=True)))
+        return next((f for f in found if f), None)
+    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        return None if close(a, b) else moved
+    return None if a == b else moved
+
+
+# a printed figure: digits not inside a word (rtx5090, gpu0), with thousands separators, a
+# fraction and an exponent; its sign and its unit are text
+_NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?:[eE]([-+]?\d+))?")
+
+
+def _numbers_and_text(text: str) -> tuple[list[str], list[tuple[float, float]]]:
+    """The text between numbers, and each number with its last printed digit's unit."""
+    parts, numbers, at = [], [], 0
+    for m in _NUMBER.finditer(text):
+        decimals = len(m.group(2) or ".") - 1
+        parts.append(text[at:m.start()])
+        numbers.append((float(m.group(0).replace(",", "")),
+                        10.0 ** (int(m.group(3) or 0) - decimals)))
+        at = m.end()
+    parts.append(text[at:])
+    return parts, numbers
+
+
+def text_difference(stored: str, now: str) -> str | None:
+    """Where two texts differ beyond round-off (None: they do not), line by line."""
+    a_lines, b_lines = stored.splitlines(keepends=True), now.splitlines(keepends=True)
+    if len(a_lines) != len(b_lines):
+        return f"{len(a_lines)} lines became {len(b_lines)}"
+    for k, (a, b) in enumerate(zip(a_lines, b_lines, strict=True), start=1):
+        a_text, a_numbers = _numbers_and_text(a)
+        b_text, b_numbers = _numbers_and_text(b)
+        if a_text != b_text or not all(
+                close(x, y, max(ux, uy))
+                for (x, ux), (y, uy) in zip(a_numbers, b_numbers, strict=True)):
+            return f"line {k}: {a!r} became {b!r}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

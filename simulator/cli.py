@@ -4,7 +4,10 @@ Every subcommand module has ``add_parser(subparsers)`` and ``run(args) -> int``.
 module of the command being run is imported (its flags are built then); the others appear in
 ``stepsim --help`` by the one-line help in ``COMMANDS``, so `stepsim --version` or `stepsim
 presets` never load the simulator. Bad input (an :class:`InputError`) is printed as one line
-on stderr with exit status 2, never a traceback.
+on stderr with exit status 2, never a traceback. A reader that leaves early (`stepsim ... |
+head -1`) ends the command quietly with status 0, whatever was being written (tables, JSON,
+CSV, a trace streamed to /dev/stdout); a stdout that cannot be written (a full disk, or one
+the shell closed) is one line on stderr and status 2.
 
 ``entry`` is the installed `stepsim` program: once the answer is written and flushed it ends
 the process without tearing the interpreter down (freeing every module and object of a
@@ -16,10 +19,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import io
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from simulator import __version__
 from simulator.errors import InputError
@@ -71,18 +75,19 @@ def build_parser(command: str | None = None, *, listed: bool = True) -> argparse
 def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> int:
     """Run one command; ``whole_process``: the process ends with it (the `stepsim` program)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv == ["--version"]:  # argparse's own answer, without building (or importing) it
-        print(f"stepsim {__version__}")
-        return 0
-    from simulator.commands.parsing import UsageError
-
     prog = "stepsim"
     command = _command_of(argv)
     try:
+        if argv == ["--version"]:  # argparse's own answer, without building (or importing) it
+            print(f"stepsim {__version__}")
+            sys.stdout.flush()
+            return 0
         known = command if command in COMMANDS else None
         # the others are listed only where argparse may print them: an unknown command, or a
         # help flag before the command (`stepsim --help run` is the top-level help)
         listed = known is None or any(a in ("-h", "--help") for a in argv[:argv.index(known)])
+        if not listed:  # its help is the command's own (a full disk names the command)
+            prog = f"stepsim {known}"
         args = build_parser(known or "", listed=listed).parse_args(argv)
         prog = f"stepsim {args.command}"
         if whole_process:
@@ -93,18 +98,16 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
         code = int(args.handler(args))
         sys.stdout.flush()  # a full or closed stdout fails here, not in interpreter teardown
         return code
-    except UsageError as exc:
-        return _fail(exc.prog, exc, argv)
-    except InputError as exc:
-        return _fail(prog, exc, argv)
+    except InputError as exc:  # a UsageError (parsing.py) names the (sub)command argparse read
+        return _fail(getattr(exc, "prog", prog), exc, argv)
     except BrokenPipeError:  # `stepsim ... | head`: the reader has all it wanted
-        _silence_stdout()
+        _silence(sys.stdout)
         return 0
-    except OSError as exc:  # stdout itself cannot be written (a full disk, /dev/full)
-        _silence_stdout()
-        print(f"{prog}: error: cannot write the output: {exc.strerror or exc}",
-              file=sys.stderr)
-        return 2  # no error object: stdout is what failed
+    except OSError as exc:
+        if exc.filename is not None:  # a file the command opened, not its stdout
+            return _fail(prog, InputError(exc.strerror or str(exc), file=str(exc.filename)),
+                         argv)
+        return _cannot_write(prog, exc)  # stdout itself (a full disk, /dev/full)
 
 
 def _fail(prog: str, exc: InputError, argv: Sequence[str]) -> int:
@@ -114,7 +117,7 @@ def _fail(prog: str, exc: InputError, argv: Sequence[str]) -> int:
 
     from simulator.outputs.jsondoc import SCHEMA_VERSION
 
-    print(f"{prog}: error: {exc}", file=sys.stderr)
+    _tell(f"{prog}: error: {exc}")
     if "--json" in argv:
         key, message = exc.key, exc.message
         flag = re.match(r"(-{1,2}[A-Za-z][\w-]*): (.+)", message)
@@ -125,14 +128,53 @@ def _fail(prog: str, exc: InputError, argv: Sequence[str]) -> int:
             print(json.dumps({"schema_version": SCHEMA_VERSION, "error": error}))
             sys.stdout.flush()
         except OSError:
-            _silence_stdout()
+            _silence(sys.stdout)
     return 2
 
 
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so Python's exit does not fail flushing it a second time."""
-    with contextlib.suppress(OSError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+def _cannot_write(prog: str, exc: OSError) -> int:
+    """stdout failed (ENOSPC, EIO): one line on stderr, exit 2 (no error object: stdout is
+    what failed)."""
+    _silence(sys.stdout)
+    _tell(f"{prog}: error: cannot write the output: {exc.strerror or exc}")
+    return 2
+
+
+def _tell(line: str) -> None:
+    """A line on stderr, if stderr can still be written (its reader may have left too)."""
+    try:
+        print(line, file=sys.stderr)
+        sys.stderr.flush()
+    except OSError:
+        _silence(sys.stderr)
+
+
+def _silence(stream: TextIO) -> None:
+    """Point ``stream``'s descriptor at /dev/null, so that Python's exit does not fail
+    flushing what it still holds a second time."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+
+
+def _hold_closed_streams() -> None:
+    """A standard stream the shell closed (`>&-`) is /dev/null here, so that no file the
+    command opens takes its descriptor (a trace would be written where stdout was): stdout's
+    read-only, so the output fails as on a full disk (one line, exit 2); stderr's writable, as
+    nothing can be told there anyway."""
+    for fd, mode in ((1, os.O_RDONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            held = os.open(os.devnull, mode)  # the lowest free descriptor: usually fd itself
+        if held != fd:
+            os.dup2(held, fd)
+            os.close(held)
+        stream = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), line_buffering=fd == 2)
+        if fd == 1:
+            sys.stdout = stream
+        else:
+            sys.stderr = stream
 
 
 def entry() -> None:
@@ -140,17 +182,23 @@ def entry() -> None:
     # stepsim multiplies no matrices: OpenBLAS's thread pool, which numpy starts at import (for
     # the PNGs and `calibrate`'s fit) with a thread per core spinning for work, only costs CPU
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    _hold_closed_streams()
     try:
         code = main(whole_process=True)
     except SystemExit as exc:  # argparse's --help and --version
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
         if exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except OSError:  # the reader left (`stepsim ... | head`), or the disk is full
-            _silence_stdout()
+            _tell(str(exc.code))
+    try:  # what argparse's help left in the buffer
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence(sys.stdout)
+    except OSError as exc:
+        code = code or _cannot_write("stepsim", exc)
+    try:
+        sys.stderr.flush()
+    except OSError:
+        _silence(sys.stderr)
     os._exit(code)
 
 

@@ -1,4 +1,44 @@
-"""The one error type users see: bad input, reported as one line, exit status 2."""
+"""The one error type users see: bad input, reported as one line, exit status 2; and how an
+error line quotes what the user wrote.
+
+A quoted value (a key, a name, a flag's argument, a cell of a log) longer than
+``VALUE_CHARS`` is cut, with how much was left out: ``cut("k" * 100_000)`` is 80 k's and
+``... (99,920 more characters)``. Every message goes through ``cut`` or ``quoted`` where it
+echoes input, and :class:`InputError` itself keeps a line short whatever it is given: a key is
+cut like a value, a file name at ``PATH_CHARS`` (longer than any path a system opens), and
+the key and message together fit in ``LINE_CHARS``.
+"""
+
+from __future__ import annotations
+
+VALUE_CHARS = 80  # of a value an error line quotes
+PATH_CHARS = 300  # of a file an error line names
+LINE_CHARS = 500  # of an error line after its "file:line: " (a list of presets takes ~300)
+_NOTE_CHARS = 40  # "... (N more characters)", for any N below 10**15
+
+
+def cut(text: object, limit: int = VALUE_CHARS) -> str:
+    """``text`` whole when at most ``limit`` characters, else its first ``limit`` and how many
+    more there were: ``cut("abcdef", 2) == "ab... (4 more characters)"``."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
+def quoted(value: object, limit: int = VALUE_CHARS) -> str:
+    """``repr`` of what the user wrote, a long string cut as ``cut`` cuts (the count is of the
+    string's own characters): ``quoted("abcdef", 2) == "'ab'... (4 more characters)"``."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}... ({len(value) - limit:,} more characters)"
+    return cut(repr(value), limit)
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` cut so that, with its note, it takes at most ``width`` characters."""
+    return text if len(text) <= width else cut(text, max(width - _NOTE_CHARS, 0))
 
 
 class InputError(Exception):
@@ -6,10 +46,11 @@ class InputError(Exception):
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
                  key: str | None = None) -> None:
-        self.message = " ".join(message.splitlines())  # one line, whatever it quotes
-        self.file = file
+        self.file = None if file is None else cut(file, PATH_CHARS)
         self.line = line
-        self.key = key
+        self.key = None if key is None else cut(key)
+        room = LINE_CHARS - (len(self.key) + 2 if self.key else 0)
+        self.message = _fit(" ".join(message.splitlines()), room)  # one line, and a short one
         super().__init__(str(self))
 
     def __str__(self) -> str:

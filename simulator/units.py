@@ -9,7 +9,7 @@ write them: ``500M``, ``1B``, ``2T``.
 import math
 import re
 
-from simulator.errors import InputError
+from simulator.errors import InputError, cut, quoted
 
 KiB = 1024
 MiB = 1024**2
@@ -27,8 +27,11 @@ def parse_size(text: str | int) -> int:
         return text
     m = _SIZE.match(str(text))
     if not m:
-        raise InputError(f"expected a size like 8, 64K, 25M or 8G, got {text!r}")
-    return int(float(m.group(1)) * _SCALE[m.group(2).upper()])
+        raise InputError(f"expected a size like 8, 64K, 25M or 8G, got {quoted(text)}")
+    value = float(m.group(1)) * _SCALE[m.group(2).upper()]
+    if not math.isfinite(value):  # more digits than a float holds: no size, and no traceback
+        raise InputError(f"{quoted(text)} is too large a size")
+    return int(value)
 
 
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d*)?(?:e\d+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
@@ -43,10 +46,10 @@ def parse_count(text: str | int | float, flag: str = "count") -> int:
     else:
         m = _COUNT.match(str(text))
         if not m:
-            raise InputError(f"{flag}: expected a count like 500M, 1B or 2T, got {text!r}")
+            raise InputError(f"{flag}: expected a count like 500M, 1B or 2T, got {quoted(text)}")
         value = float(m.group(1)) * _COUNT_SCALE[m.group(2).upper()]
     if value < 1:
-        raise InputError(f"{flag}: must be at least 1, got {text!r}")
+        raise InputError(f"{flag}: must be at least 1, got {quoted(text)}")
     return round(value)
 
 
@@ -66,7 +69,7 @@ def positive_int(text: str | None, flag: str, *, maximum: int | None = None) -> 
     try:
         value = int(text)
     except ValueError:
-        raise InputError(f"{flag}: expected a whole number, got {_short(text)}") from None
+        raise InputError(f"{flag}: expected a whole number, got {quoted(text)}") from None
     if value < 1:
         raise InputError(f"{flag}: must be at least 1, got {value}")
     if maximum is not None and value > maximum:
@@ -82,9 +85,9 @@ def positive_float(text: str | None, flag: str, *, minimum: float = 0.0,
     try:
         value = float(text)
     except ValueError:
-        raise InputError(f"{flag}: expected a number, got {_short(text)}") from None
+        raise InputError(f"{flag}: expected a number, got {quoted(text)}") from None
     if not math.isfinite(value):
-        raise InputError(f"{flag}: expected a finite number, got {text.strip()}")
+        raise InputError(f"{flag}: expected a finite number, got {cut(text.strip())}")
     if value <= 0:
         raise InputError(f"{flag}: must be positive, got {value:g}")
     if not minimum <= value <= maximum:
@@ -99,11 +102,7 @@ def fraction(text: str | None, flag: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        raise InputError(f"{flag}: expected a number in [0, 1], got {_short(text)}") from None
+        raise InputError(f"{flag}: expected a number in [0, 1], got {quoted(text)}") from None
     if not 0.0 <= value <= 1.0:  # also refuses nan
-        raise InputError(f"{flag}: must be in [0, 1], got {text.strip()}")
+        raise InputError(f"{flag}: must be in [0, 1], got {cut(text.strip())}")
     return value
-
-
-def _short(text: str, limit: int = 40) -> str:
-    return repr(text if len(text) <= limit else text[:limit] + "...")

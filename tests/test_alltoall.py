@@ -132,15 +132,25 @@ def test_a_shared_uplink_binds_half_the_pairs(tmp_path) -> None:
                                              rel=1e-6)
 
 
-def test_thread_blocks_bind_on_one_switch_with_p2p() -> None:
+def test_thread_blocks_or_the_gpu_link_bind_on_one_switch_with_p2p() -> None:
     """One PCIe switch, P2P: each pair's task holds 2 of 4 thread blocks shared by 4 works,
-    so a rank sends at most 7 x 2 x cap / 4 (a rank's copy to itself holds the rest)."""
+    so a rank sends at most 7 x 2 x cap / 4 (a rank's copy to itself holds the rest); at the
+    per-channel rate wire.py gives a 512-thread channel that is above what a GPU's own Gen5
+    link carries, so the link binds; at a quarter of it the thread blocks do."""
+    from dataclasses import replace
+
     comm = Communicator(preset("8x5090-switch-p2p"))
-    r = time_alone(comm, "alltoall", 1 * GiB)
     cap = comm.wire.simple_channel_cap_gbps
-    assert r.busbw_gbps == pytest.approx(7 * 2 * cap / 4, rel=0.01)
-    send = time_alone(comm, "sendrecv", 1 * GiB)  # one peer on 2 channels
-    assert send.busbw_gbps == pytest.approx(2 * cap, rel=0.01)
+    p = comm.plan("alltoall", 1 * GiB)
+    assert all(f.max_rate == pytest.approx(2 * cap * GB / 4, rel=1e-9) for f in p.flows)
+    r = time_alone(comm, "alltoall", 1 * GiB)
+    assert r.bottleneck_link.startswith("sw0->gpu") and r.bottleneck_utilization > 0.99
+    assert r.busbw_gbps < 7 * 2 * cap / 4
+    slow = Communicator(comm.machine, wire=replace(comm.wire, simple_channel_cap_gbps=cap / 4))
+    r = time_alone(slow, "alltoall", 1 * GiB)
+    assert r.busbw_gbps == pytest.approx(7 * 2 * (cap / 4) / 4, rel=0.01)
+    send = time_alone(slow, "sendrecv", 1 * GiB)  # one peer on 2 channels
+    assert send.busbw_gbps == pytest.approx(2 * cap / 4, rel=0.01)
 
 
 def test_without_p2p_every_byte_goes_through_host_memory() -> None:

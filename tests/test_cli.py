@@ -22,13 +22,12 @@ HEAVY = ("numpy", "networkx", "simpy", "pydantic", "rich", "matplotlib")
 # what a one-strategy run writing no file has no use for: the other strategies, the trace
 # exporters, the regimes of other kernels, a collective timed alone, the memory searches,
 # the flag suggestions, the median of a product line's GEMM rates (its cards have their own),
-# arrays (the fabric's sums are plain floats)
+# arrays (the fabric's sums are plain floats); gzip comes with networkx, which the machine is
 UNUSED_BY_AN_FSDP_RUN = (
     "simulator.strategies.ddp", "simulator.strategies.zero", "simulator.strategies.tensor",
     "simulator.strategies.paging", "simulator.strategies.buckets", "simulator.outputs.trace",
     "simulator.outputs.kineto", "simulator.job.compiled", "simulator.job.fused",
-    "simulator.engine.lone_flow", "simulator.nccl.perf",
-    "simulator.memory.search", "difflib", "gzip", "statistics", "numpy")
+    "simulator.nccl.perf", "simulator.memory.search", "difflib", "statistics", "numpy")
 
 
 def _imported_after(argv: list[str], modules: tuple[str, ...] = HEAVY, *,

@@ -7,15 +7,12 @@ a given channel count, so every expected time below is a closed form.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
-import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import engine
-from simulator.engine import clock
 from simulator.engine.program import Comm, Compute, Flow, Program
 from simulator.outputs.report import time_split
 
@@ -223,52 +220,3 @@ def test_spans_on_one_stream_never_overlap(p: Program) -> None:
         for a, b in zip(spans, spans[1:], strict=False):
             assert b.start >= a.end - 1e-12
 
-
-@settings(max_examples=150, deadline=None)
-@given(programs(compute_streams=("compute", "side")), st.sampled_from([None, 0.0, 0.5]))
-def test_kernels_run_back_to_back_without_timeouts_time_as_with_them(
-        p: Program, slowdown: float | None) -> None:
-    """``Clock.skip`` (a kernel with nothing due before its end takes no timeout) gives the
-    timeline that waiting on a timeout for every kernel gives; two compute streams wake on
-    the same task, where a stream that skipped first would move the other's clock."""
-    def timeline() -> Any:
-        t = engine.simulate(p, machine(), compute_slowdown=slowdown)
-        return [(s.stream, s.name, s.start, s.end, s.args) for s in t.spans], t.link_usage
-
-    skipped = timeline()
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(clock.Clock, "skip", lambda self, delay: False)
-        assert timeline() == skipped
-
-
-def _resumptions(waits: list[tuple[list[float], str]], ours: bool) -> list[tuple[float, int]]:
-    """(time, waiter) in the order waiters resume, each waiting for all or the first of its
-    own timeouts (``how``), with SimPy's AllOf or with the engine's lighter wait."""
-    env = simpy.Environment()
-    order: list[tuple[float, int]] = []
-
-    def waiter(i: int, delays: list[float], how: str) -> Any:
-        events = [env.timeout(d) for d in delays]
-        if how == "first":  # a plain event, no condition: ties with the others' conditions
-            yield events[0]
-        elif ours:
-            yield clock.AllDone(env, events)
-        else:
-            yield env.all_of(events)
-        order.append((env.now, i))
-        yield env.timeout(0)
-        order.append((env.now, -1 - i))
-
-    for i, (delays, how) in enumerate(waits):
-        env.process(waiter(i, delays, how))
-    env.run()
-    return order
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.lists(st.sampled_from([0.0, 1.0, 2.0, 2.5]), min_size=1,
-                                   max_size=4), st.sampled_from(["all", "first"])),
-                min_size=1, max_size=6))
-def test_the_engines_wait_resumes_in_the_order_simpys_conditions_do(
-        waits: list[tuple[list[float], str]]) -> None:
-    assert _resumptions(waits, ours=True) == _resumptions(waits, ours=False)

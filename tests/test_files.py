@@ -1,5 +1,6 @@
 """Safe outputs: special files are streamed or refused, never replaced; links stay links;
-several outputs are all or nothing, with what was replaced put back.
+a replaced file is there at every moment, old or new; several outputs are all or nothing,
+with what was replaced put back.
 
 Every special file here lives in a temporary folder: a FIFO, a symlink to this process's
 stdout, a device node made with mknod (root only; never opened). No real device is touched.
@@ -49,6 +50,39 @@ def test_a_replaced_file_keeps_its_permissions(tmp_path: Path) -> None:
     out.chmod(0o600)
     write_files({out: text_writer("new")}, announce=False)
     assert stat.S_IMODE(out.stat().st_mode) == 0o600 and out.read_text() == "new"
+
+
+def test_a_file_being_replaced_is_never_missing(tmp_path: Path) -> None:
+    # a reader polls the outputs while `stepsim run` rewrites them again and again: one file
+    # (perfetto) and several at once (kineto, one per rank: the old files are kept for a
+    # roll-back); each time they must be there, old or new, with the mode they had
+    one, ranks = tmp_path / "t.json", [tmp_path / "k.rank0.json", tmp_path / "k.rank1.json"]
+    for path in (one, *ranks):
+        path.write_text("old")
+        path.chmod(0o640)
+    seen = {"reads": 0, "missing": 0}
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            for path in (one, *ranks):
+                seen["reads"] += 1
+                seen["missing"] += not os.path.exists(path)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        for trace, fmt in [(one, "perfetto"), (tmp_path / "k.json", "kineto")] * 3:
+            subprocess.run([sys.executable, "-m", "simulator", *RUN, "--no-ranges", "--json",
+                            "--trace", str(trace), "--trace-format", fmt],
+                           stdout=subprocess.DEVNULL, timeout=120, check=True)
+    finally:
+        stop.set()
+        poller.join()
+    assert seen["reads"] > 1000 and seen["missing"] == 0
+    for path in (one, *ranks):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640 and "traceEvents" in path.read_text()
+    assert sorted(tmp_path.iterdir()) == sorted([*ranks, one])  # no temporary left behind
 
 
 def test_a_fifo_with_a_reader_is_streamed_not_replaced(tmp_path: Path) -> None:
@@ -154,6 +188,31 @@ def test_a_failed_move_puts_back_what_was_replaced(tmp_path: Path,
         write_files({first: text_writer("new a"), second: text_writer("new b")},
                     announce=False)
     assert first.read_text() == "old a" and not second.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_without_hard_links_a_copy_of_the_old_file_is_put_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text("old a")
+    first.chmod(0o604)
+
+    def no_link(src: object, dst: object) -> None:
+        raise OSError(1, "Operation not permitted")  # FAT, some network file systems
+
+    real_replace = os.replace
+
+    def replace(src: os.PathLike[str] | str, dst: os.PathLike[str] | str) -> None:
+        if Path(dst) == second:
+            raise OSError(5, "Input/output error")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(files.os, "link", no_link)
+    monkeypatch.setattr(files.os, "replace", replace)
+    with pytest.raises(InputError, match="cannot write .*b.json: Input/output error"):
+        write_files({first: text_writer("new a"), second: text_writer("new b")},
+                    announce=False)
+    assert first.read_text() == "old a" and stat.S_IMODE(first.stat().st_mode) == 0o604
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
 
 

@@ -129,10 +129,20 @@ class _Full(io.TextIOWrapper):
 def test_a_full_stdout_is_one_line_not_a_traceback(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr("sys.stdout", _Full())
-    monkeypatch.setattr("simulator.cli._silence_stdout", lambda: None)
+    monkeypatch.setattr("simulator.cli._silence", lambda stream: None)
     assert main(["presets"]) == 2
     err = capsys.readouterr().err
     assert err == "stepsim presets: error: cannot write the output: No space left on device\n"
+
+
+def test_a_file_that_fails_to_open_is_named_not_taken_for_stdout(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def refused(args: object) -> int:
+        raise PermissionError(13, "Permission denied", "/srv/box.yaml")
+
+    monkeypatch.setattr("simulator.commands.presets.run", refused)
+    assert main(["presets"]) == 2
+    assert capsys.readouterr().err == "stepsim presets: error: /srv/box.yaml: Permission denied\n"
 
 
 @pytest.mark.parametrize("command", ["run", "memory"])

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.inputs.config import load_topology, preset_names
-from simulator.machine.paths import PATH_RANK, PATH_TYPES, Hop, PathFinder
+from simulator.machine.paths import PATH_RANK, PATH_TYPES, PathFinder
 from simulator.machine.topology import Machine
 from simulator.nccl.communicator import Communicator
 
@@ -25,27 +25,18 @@ boxes = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(boxes)
 
 
-def enumerated_best(graph: nx.Graph, gpus: set[str], a: str, b: str) -> tuple[str, ...] | None:
+def enumerated_best(graph: nx.DiGraph, gpus: set[str], a: str, b: str
+                    ) -> tuple[str, ...] | None:
     """The reference: every simple path avoiding other GPUs, NCCL's key, first of equals."""
     view = nx.subgraph_view(graph, filter_node=lambda n: n in (a, b) or n not in gpus)
     best, best_key = None, None
     for nodes in nx.all_simple_paths(view, a, b):
-        hops = [graph.edges[u, v]["hop"] for u, v in itertools.pairwise(nodes)]
-        key = (max(h.rank for h in hops), -min(h.bandwidth for h in hops), len(hops),
-               -min(h.capacity for h in hops))
+        hops = [graph.edges[u, v] for u, v in itertools.pairwise(nodes)]
+        key = (max(h["rank"] for h in hops), -min(h["nccl_bandwidth"] for h in hops), len(hops),
+               -min(h["capacity"] for h in hops))
         if best_key is None or key < best_key:
             best, best_key = tuple(nodes), key
     return best
-
-
-def _graph_of(machine: Machine) -> nx.Graph:
-    graph = nx.Graph()
-    graph.add_nodes_from(machine.adjacency)
-    for lc in machine.config.links:
-        e = machine.adjacency[lc.a][lc.b]
-        graph.add_edge(lc.a, lc.b, hop=Hop(PATH_RANK[e["hop_type"]], e["nccl_bandwidth"],
-                                           e["capacity"]))
-    return graph
 
 
 def _machines() -> list[tuple[str, Machine]]:
@@ -63,7 +54,7 @@ def _generated(tmp_path: Path, text: str) -> Machine:
 
 def _check_every_pair(machine: Machine, sources: int | None = None) -> None:
     """Every GPU-GPU, GPU-CPU and CPU-GPU path (from the first ``sources`` GPUs only)."""
-    graph = _graph_of(machine)
+    graph = machine.graph
     gpus = set(machine.gpu_nodes)
     cpus = [n for n, c in machine.nodes.items() if c.kind == "cpu"]
     ends = list(machine.gpu_nodes) + cpus  # the paths the simulator asks for
@@ -111,13 +102,17 @@ def test_nearest_lists_gpus_by_path_type(tmp_path: Path) -> None:
 RANKS = [PATH_RANK[t] for t in ("NVL", "PIX", "PXB", "PHB", "SYS")]
 
 
+Hop = dict[str, float]  # a link's rank, NCCL bandwidth and capacity
+
+
 @st.composite
 def machines(draw: st.DrawFn) -> tuple[list[tuple[str, str, Hop]], list[str], list[str]]:
     n_hubs = draw(st.integers(2, 6))
     n_gpus = draw(st.integers(2, 4))
     hubs, gpus = [f"h{i}" for i in range(n_hubs)], [f"g{i}" for i in range(n_gpus)]
-    hop = st.builds(Hop, st.sampled_from(RANKS), st.sampled_from([10.0, 20.0]),
-                    st.sampled_from([1.0, 2.0]))
+    hop = st.fixed_dictionaries({"rank": st.sampled_from(RANKS),
+                                 "nccl_bandwidth": st.sampled_from([10.0, 20.0]),
+                                 "capacity": st.sampled_from([1.0, 2.0])})
     pairs = [p for p in itertools.combinations(hubs + gpus, 2)]
     chosen = draw(st.lists(st.sampled_from(pairs), unique=True, min_size=1, max_size=14))
     edges = [(u, v, draw(hop)) for u, v in draw(st.permutations(chosen))]
@@ -129,18 +124,39 @@ def machines(draw: st.DrawFn) -> tuple[list[tuple[str, str, Hop]], list[str], li
 def test_same_paths_on_random_graphs(case: tuple[list[tuple[str, str, Hop]], list[str],
                                                  list[str]]) -> None:
     edges, hubs, gpus = case
-    adjacency: dict[str, dict[str, Hop]] = {n: {} for n in hubs + gpus}
-    graph = nx.Graph()
+    graph = nx.DiGraph()
     graph.add_nodes_from(hubs + gpus)
-    for u, v, hop in edges:
-        adjacency[u][v] = adjacency[v][u] = hop
-        graph.add_edge(u, v, hop=hop)
-    finder = PathFinder(adjacency, set(gpus))
+    for u, v, hop in edges:  # a link is both directions, alike
+        graph.add_edge(u, v, **hop)
+        graph.add_edge(v, u, **hop)
+    finder = PathFinder(graph, set(gpus))
     for a, b in itertools.permutations(hubs + gpus, 2):
         want = enumerated_best(graph, set(gpus), a, b)
         assert finder.best(a, b) == want, (a, b)
         if want is not None:
-            rank = max(graph.edges[u, v]["hop"].rank for u, v in itertools.pairwise(want))
+            rank = max(graph.edges[u, v]["rank"] for u, v in itertools.pairwise(want))
             assert finder.type_rank(a, b) == rank
         else:
             assert finder.type_rank(a, b) is None
+    for a in hubs + gpus:  # one sweep gives every best path's capacity
+        others = [b for b in hubs + gpus if b != a and finder.best(a, b) is not None]
+        want = {b: min(graph.edges[u, v]["capacity"]
+                       for u, v in itertools.pairwise(finder.best(a, b) or ())) for b in others}
+        assert finder.capacities(a, others) == want, a
+
+
+def test_capacities_from_one_source_are_the_best_paths_capacities(tmp_path: Path) -> None:
+    for machine in (*(m for _, m in _machines()), _generated(tmp_path, boxes.pcie_tree(72))):
+        ends = list(machine.gpu_nodes) + list(machine.cpu_nodes)
+        for a in machine.gpu_nodes[:9]:
+            swept = machine.path_capacities(a, [b for b in ends if b != a])
+            assert swept == {b: machine.best_path(a, b).capacity for b in ends if b != a}
+
+
+def test_the_paths_are_found_on_the_machines_graph() -> None:
+    machine = Machine.from_config(load_topology("8x5090-dual-socket"))
+    assert isinstance(machine.graph, nx.DiGraph) and machine.paths.graph is machine.graph
+    path = machine.best_path("gpu0", "gpu5")
+    assert all(machine.graph.has_edge(u, v) for u, v in itertools.pairwise(path.nodes))
+    assert path.links == tuple(machine.graph.edges[u, v]["id"]
+                               for u, v in itertools.pairwise(path.nodes))

@@ -12,6 +12,7 @@ from simulator.catalog import links as link_catalog
 from simulator.inputs.config import load_topology, preset_names
 from simulator.machine.topology import Machine
 from simulator.nccl.communicator import Communicator
+from simulator.nccl.env import NcclEnv
 from simulator.units import GB, US
 
 MACHINES: dict[str, Machine] = {}
@@ -289,3 +290,41 @@ def test_links_are_described_in_words() -> None:
     assert m.describe("gpu3->sw0") == "gpu3's own PCIe link, up"
     assert m.describe("mem:cpu0").startswith("host memory of cpu0")
     assert machine("8x5090-dual-socket").describe("cpu0->cpu1").startswith("the socket link")
+
+
+@pytest.mark.parametrize("env", [{}, {"NCCL_SHM_DISABLE": "1"}, {"NCCL_P2P_LEVEL": "SYS"}])
+def test_a_row_of_pairs_is_each_pair_alone(env: dict[str, str]) -> None:
+    """`stepsim topo` reads every pair a row at a time; each row equals the pairs asked one by
+    one (path type, and the bottleneck of a lone transfer's route)."""
+    for name in preset_names("topologies"):
+        comm = Communicator(machine(name), NcclEnv.from_environ(env))
+        m = comm.machine
+        for i in range(m.n_gpus):
+            assert m.path_type_row(i) == [m.path_type(i, j) for j in range(m.n_gpus)]
+            assert comm.bottleneck_row(i) == [comm.bottleneck_bandwidth(i, j)
+                                              for j in range(m.n_gpus)]
+
+
+def test_topo_counts_the_pairs_of_a_large_machine(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Above 16 GPUs the text counts pairs by kind (the matrices are in --json)."""
+    import importlib.util
+    import json
+
+    from simulator.cli import main
+
+    spec = importlib.util.spec_from_file_location("boxes", Path(__file__).resolve().parent.parent
+                                                  / "scripts" / "boxes.py")
+    assert spec is not None and spec.loader is not None
+    boxes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(boxes)
+    path = tmp_path / "tree.yaml"
+    path.write_text(boxes.pcie_tree(32))
+    assert main(["topo", "-t", str(path)]) == 0
+    text = capsys.readouterr().out
+    counts = [int(line.split()[-1].replace(",", "")) for line in text.splitlines()
+              if line.strip().startswith(("PIX", "PXB", "PHB", "SYS", "NVL"))]
+    assert sum(counts) == 32 * 31 and "... (24 more)" in text
+    assert main(["topo", "-t", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["bottleneck_gbps"]) == 32 and len(report["bottleneck_gbps"][0]) == 32

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections import defaultdict
+from pathlib import Path
+
+import pytest
 
 from simulator.engine.timeline import LinkSample, Span, Timeline
 from simulator.outputs import trace
@@ -156,3 +162,24 @@ def test_run_writes_one_process_per_group_unless_every_gpu_is_asked(tmp_path) ->
         pids[len(flags)] = {e["pid"] for e in doc["traceEvents"] if e["ph"] == "X"}
     assert pids == {0: {0}, 1: {0, 1, 2, 3}}
     assert main([*run, "--trace-per-gpu"]) == 2  # without a trace to change
+
+
+@pytest.mark.parametrize("trace_format", ["perfetto", "kineto"])
+def test_a_trace_is_the_same_bytes_in_processes_of_different_hash_seeds(
+        tmp_path: Path, trace_format: str) -> None:
+    """Nothing in a trace depends on the order of a set or dict of strings (Python hashes
+    them with a seed of the process's own): two processes write the same files. A pipeline
+    with data parallelism in each stage: several programs, point-to-point and collectives."""
+    written = []
+    for seed in ("1", "2"):
+        folder = tmp_path / seed
+        folder.mkdir()
+        subprocess.run(
+            [sys.executable, "-m", "simulator", "run", "-t", "8x5090-dual-socket", "-w",
+             "llama3.2-1b", "-s", "ddp", "--pp", "2", "--grad-accum", "4", "--no-ranges",
+             "--trace", "x.json", "--trace-format", trace_format],
+            cwd=folder, env={**os.environ, "PYTHONHASHSEED": seed}, check=True,
+            capture_output=True)
+        written.append({p.name: p.read_bytes() for p in folder.iterdir()})
+    assert len(written[0]) == (1 if trace_format == "perfetto" else 8)
+    assert written[0] == written[1]

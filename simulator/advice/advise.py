@@ -28,7 +28,7 @@ from simulator import api
 from simulator.advice import bound, explain, fallback, spec_text
 from simulator.advice import candidates as cand
 from simulator.api import RunSpec
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.outputs.cost import Prices
 
 OBJECTIVES = ("throughput", "cost", "time-to-train")
@@ -150,7 +150,7 @@ def objective_value(report: dict[str, Any], objective: str) -> float:
 def check_objective(objective: str, machines: Sequence[PricedMachine]) -> None:
     if objective not in OBJECTIVES:
         raise InputError(f"--objective: expected one of {', '.join(OBJECTIVES)}, "
-                         f"got {objective!r}")
+                         f"got {quoted(objective)}")
     if objective == "time-to-train" and any(m.prices.train_tokens is None for m in machines):
         raise InputError("--objective time-to-train needs --train-tokens (e.g. 2B)")
     if objective == "cost":

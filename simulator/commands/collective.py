@@ -1,13 +1,14 @@
 """`stepsim collective`: one collective over a size range, printed exactly as nccl-tests does.
 
 Flags are nccl-tests' where they mean something to a simulation (``-b -e -f -i`` sizes, ``-d``
-datatype, ``-o`` reduction, ``-c 0`` for ``#wrong`` N/A); ``-g -n -w -m -N -z -G`` and an
-integer ``-t`` (nccl-tests' threads; any other ``-t`` is the topology) are accepted and named
-once as ignored. ``--op`` takes the collective or the nccl-tests binary name. NCCL's
-environment variables (NCCL_P2P_DISABLE, NCCL_ALGO, ...) apply as NCCL reads them, and the
-``# stepsim:`` lines after nccl-tests' footer say what they changed, with the algorithm,
-protocol, channels and transport of every size and the busiest link. ``--json`` prints one
-object per size (a list for a range), with the keys of design.md.
+datatype, ``-o`` reduction, ``-c 0`` for ``#wrong`` N/A, ``-g`` GPUs: nccl-tests runs on
+``-g`` GPUs per thread times its threads, an integer ``-t``, the first of the machine, in its
+order, as ``--gpus``); ``-n -w -m -N -z -G`` are accepted and named once as ignored. ``--op``
+takes the collective or the nccl-tests binary name. NCCL's environment variables
+(NCCL_P2P_DISABLE, NCCL_ALGO, ...) apply as NCCL reads them, and the ``# stepsim:`` lines after
+nccl-tests' footer say what they changed, with the algorithm, protocol, channels and transport
+of every size and the busiest link. ``--json`` prints one object per size (a list for a range),
+with the keys of design.md.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from simulator import api
 from simulator.commands import terminal
 from simulator.commands.nccl_notes import env_notes, env_of
 from simulator.commands.parsing import whole
-from simulator.errors import InputError
+from simulator.errors import InputError, cut, quoted
 from simulator.inputs.schema import MAX_GPUS
 from simulator.outputs import jsondoc, nccl_tests
 from simulator.units import format_size, parse_size
 
 MAX_ROWS = 10000
-IGNORED = (("-g", "--ngpus"), ("-c", "--check"), ("-n", "--iters"), ("-w", "--warmup_iters"),
+IGNORED = (("-c", "--check"), ("-n", "--iters"), ("-w", "--warmup_iters"),
            ("-m", "--agg_iters"), ("-N", "--run_cycles"), ("-z", "--blocking"),
            ("-G", "--cudagraph"))
 
@@ -59,6 +60,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--algo", default="auto", help="ring | tree | auto (NCCL's choice)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--nthreads", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("-g", "--ngpus", type=int, default=None, help=argparse.SUPPRESS)
     for short, long in IGNORED:
         parser.add_argument(short, long, type=int, default=None, dest=long.lstrip("-"),
                             help=argparse.SUPPRESS)
@@ -75,6 +77,21 @@ def _topology(values: list[str]) -> tuple[str, list[str]]:
     return names[0], threads
 
 
+def _gpus(args: argparse.Namespace, threads: list[str]) -> int | None:
+    """--gpus K, or nccl-tests' -g (GPUs per thread) times its -t threads: the same K."""
+    if args.ngpus is None:
+        return args.gpus  # type: ignore[no-any-return]
+    if args.ngpus < 1:
+        raise InputError(f"-g {args.ngpus}: nccl-tests needs at least 1 GPU per thread")
+    total = args.ngpus
+    for t in threads:
+        total *= max(1, int(t))
+    if args.gpus is not None and args.gpus != total:
+        raise InputError(f"-g {args.ngpus} means {total} GPUs but --gpus says {args.gpus}; give "
+                         "one of them")
+    return total
+
+
 def sizes(args: argparse.Namespace) -> tuple[list[int], int, bool]:
     """The requested sizes, and the step as nccl-tests' preamble prints it."""
     if args.bytes is not None:
@@ -83,7 +100,8 @@ def sizes(args: argparse.Namespace) -> tuple[list[int], int, bool]:
     low = parse_size(args.minbytes)
     high = parse_size(args.maxbytes) if args.maxbytes is not None else low
     if low < 0 or high < low:
-        raise InputError(f"need 0 <= -b <= -e, got -b {args.minbytes} -e {args.maxbytes}")
+        raise InputError(f"need 0 <= -b <= -e, got -b {cut(args.minbytes)} -e "
+                         f"{cut(args.maxbytes)}")
     factor = args.stepfactor if args.stepfactor is not None else (
         1 if args.stepbytes is not None else 2)
     step = parse_size(args.stepbytes) if args.stepbytes is not None else 1 << 20
@@ -93,8 +111,8 @@ def sizes(args: argparse.Namespace) -> tuple[list[int], int, bool]:
     while size <= high:
         out.append(size)
         if len(out) > MAX_ROWS:
-            raise InputError(f"more than {MAX_ROWS} sizes from -b {args.minbytes} to -e "
-                             f"{args.maxbytes}; raise -f or -i")
+            raise InputError(f"more than {MAX_ROWS} sizes from -b {cut(args.minbytes)} to -e "
+                             f"{cut(args.maxbytes)}; raise -f or -i")
         size = size * factor if factor > 1 else size + step
         if size == 0:
             size = 1 if factor > 1 else step
@@ -104,7 +122,7 @@ def sizes(args: argparse.Namespace) -> tuple[list[int], int, bool]:
 def operation(name: str) -> str:
     op = nccl_tests.BINARIES.get(name.removeprefix("./").split("/")[-1], name)
     if op not in api.OPS:
-        raise InputError(f"--op: unknown collective {name!r}; expected one of "
+        raise InputError(f"--op: unknown collective {quoted(name)}; expected one of "
                          f"{', '.join(api.OPS)} or {', '.join(nccl_tests.BINARIES)}")
     return op
 
@@ -112,17 +130,18 @@ def operation(name: str) -> str:
 def run(args: argparse.Namespace) -> int:
     op = operation(args.op)
     if args.algo not in ("auto", "ring", "tree"):
-        raise InputError(f"--algo: expected ring, tree or auto, got {args.algo!r}")
+        raise InputError(f"--algo: expected ring, tree or auto, got {quoted(args.algo)}")
     if args.datatype not in nccl_tests.DATATYPES:
-        raise InputError(f"-d: unknown datatype {args.datatype!r}; nccl-tests knows "
+        raise InputError(f"-d: unknown datatype {quoted(args.datatype)}; nccl-tests knows "
                          f"{', '.join(nccl_tests.DATATYPES)}")
     if args.redop not in nccl_tests.REDOPS:
-        raise InputError(f"-o: unknown reduction {args.redop!r}; nccl-tests knows "
+        raise InputError(f"-o: unknown reduction {quoted(args.redop)}; nccl-tests knows "
                          f"{', '.join(nccl_tests.REDOPS)}")
     topology, threads = _topology(args.topology)
+    gpus = _gpus(args, threads)
     requested, step, is_factor = sizes(args)
     env = env_of(os.environ)
-    comm = api.load_communicator(topology, args.gpus, env=env)
+    comm = api.load_communicator(topology, gpus, env=env)
     machine = comm.machine
 
     def simulate(nbytes: list[int]) -> list[api.Result]:
@@ -132,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         with terminal.progress(f"{op} over {len(nbytes)} sizes") as update:
             for i in range(0, len(nbytes), piece):
                 out += api.collective(api.CollectiveSpec(
-                    topology, op, tuple(nbytes[i:i + piece]), args.gpus, args.algo, env))
+                    topology, op, tuple(nbytes[i:i + piece]), gpus, args.algo, env))
                 update(len(out), len(nbytes))
         return out
 
@@ -157,8 +176,15 @@ def run(args: argparse.Namespace) -> int:
         validation=echo("-c", 1), graph=echo("-G", 0),
         device_name=f"{machine.gpu.name} (simulated)")
     with api.blame(topology, "topologies"):  # paths and rings are found on demand
-        notes = _notes(topology, args.gpus, comm, op, args.algo, results, given, threads + (
+        counted = threads if args.ngpus is None else []  # with -g, -t counts the GPUs
+        notes = _notes(topology, gpus, comm, op, args.algo, results, given, counted + (
             [str(args.nthreads)] if args.nthreads is not None else []))
+        if args.ngpus is not None:  # which GPUs nccl-tests' -g means here
+            chosen = ", ".join(comm.machine.gpu_nodes)
+            notes.insert(1, f"-g {args.ngpus}" + (f" x -t {' x '.join(threads)}" if threads
+                                                  else "") +
+                         f": {comm.machine.n_gpus} GPUs, the first of {topology} in its order "
+                         f"({chosen}), as nccl-tests numbers them")
     print(nccl_tests.render(header, op, args.datatype, args.redop, rows, notes,
                             check=given["-c"] != 0))
     return 0
@@ -174,7 +200,7 @@ def _notes(topology: str, gpus: int | None, comm: api.Communicator, op: str, alg
     flags += [f"-t {t}" for t in threads]
     if flags:
         notes.append(f"ignored nccl-tests flags: {' '.join(flags)} (a simulation runs no "
-                     "threads, iterations, graphs or data checks; --gpus K picks GPUs)")
+                     "threads, iterations, graphs or data checks; -g or --gpus picks GPUs)")
     if comm.env.active:  # what NCCL would choose without the variables
         plain = api.load_communicator(topology, gpus)
         baseline = api.collective(api.CollectiveSpec(topology, op, tuple(r.bytes for r in results),
@@ -199,6 +225,8 @@ def _notes(topology: str, gpus: int | None, comm: api.Communicator, op: str, alg
                      f"{machine.describe(last.bottleneck_link)}")
     if machine.calibration is not None:
         notes.append(f"calibrated machine: {machine.calibration.source or 'stepsim calibrate'}")
+        if machine.calibration.forced:
+            notes.append(f"calibration forced: {machine.calibration.forced}")
     return notes
 
 

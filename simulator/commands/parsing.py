@@ -1,9 +1,10 @@
 """The one argument-parser style of every `stepsim` command.
 
-``Parser`` is argparse with three changes: a bad or unknown flag is one line (``UsageError``,
+``Parser`` is argparse with four changes: a bad or unknown flag is one line (``UsageError``,
 exit 2, no usage block; a near miss is suggested), a prefix of a flag is not taken for the
-flag (``allow_abbrev=False``: ``--bucket-m`` is an error, not ``--bucket-mb``), and a
-value-taking flag given twice is refused instead of the last one silently winning. Number
+flag (``allow_abbrev=False``: ``--bucket-m`` is an error, not ``--bucket-mb``), a
+value-taking flag given twice is refused instead of the last one silently winning, and help
+that cannot be written fails as any output does (argparse would drop the error). Number
 flags are read by ``whole`` and ``number``, which word their errors like the rest.
 """
 
@@ -11,10 +12,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from simulator.errors import InputError
+from simulator.errors import VALUE_CHARS, InputError, cut, quoted
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 
 class UsageError(InputError):
@@ -58,8 +64,15 @@ class Parser(argparse.ArgumentParser):
             self.error(self._unknown(extra))
         return parsed, extra
 
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        # argparse's own drops a failed write (a full disk would print nothing, status 0);
+        # here it fails like every other output, for the CLI to tell (cli.py)
+        (file or sys.stdout).write(self.format_help())
+
     def error(self, message: str) -> NoReturn:
         message = message.removeprefix("argument ")
+        # argparse quotes a bad value whole ("invalid choice: '...'"): cut a long one
+        message = _LONG_QUOTE.sub(lambda m: quoted(m.group(1)), message)
         raise UsageError(self.prog, f"{message} (`{self.prog} --help` lists the flags)")
 
     def _unknown(self, extra: list[str]) -> str:
@@ -69,7 +82,11 @@ class Parser(argparse.ArgumentParser):
 
         near = difflib.get_close_matches(first.split("=", 1)[0], flags, n=1)
         hint = f"; did you mean {near[0]}?" if near else ""
-        return f"unrecognized argument{'s' if len(extra) > 1 else ''}: {' '.join(extra)}{hint}"
+        return (f"unrecognized argument{'s' if len(extra) > 1 else ''}: {cut(' '.join(extra))}"
+                f"{hint}")
+
+
+_LONG_QUOTE = re.compile(rf"'([^'\\]{{{VALUE_CHARS + 1},}})'")  # a repr longer than a value
 
 
 def whole(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
@@ -78,7 +95,7 @@ def whole(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r:.40}") \
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {quoted(text)}") \
                 from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
@@ -94,7 +111,7 @@ def number(minimum: float = -math.inf, maximum: float = math.inf) -> Callable[[s
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r:.40}") from None
+            raise argparse.ArgumentTypeError(f"expected a number, got {quoted(text)}") from None
         if not math.isfinite(value) or not minimum <= value <= maximum:
             raise argparse.ArgumentTypeError(f"must be a number from {minimum:g} to "
                                              f"{maximum:g}, got {text}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, get_args
 
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.inputs.schema import (
     CHECKPOINTING_MODES,
     CrossEntropy,
@@ -62,12 +62,12 @@ def training_fields(args: argparse.Namespace) -> dict[str, Any]:
     for flag, (field, choices) in TRAINING_FLAGS.items():
         value = getattr(args, field)
         if value is not None and value not in choices:
-            raise InputError(f"{flag}: expected one of {', '.join(choices)}, got {value!r}")
+            raise InputError(f"{flag}: expected one of {', '.join(choices)}, got {quoted(value)}")
         out[field] = value
     mode = args.checkpointing
     if mode is not None and mode not in CHECKPOINTING_MODES:
         raise InputError(f"--checkpointing: expected one of {', '.join(CHECKPOINTING_MODES)}, "
-                         f"got {mode!r}")
+                         f"got {quoted(mode)}")
     out["checkpointing"] = mode
     out["optimizer_in_bwd"] = args.optimizer_in_bwd
     return out
@@ -144,7 +144,8 @@ def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """RunSpec fields from the parsed flags (format checks only; see ``check_recipe``)."""
     hook = args.comm_hook
     if hook is not None and hook not in COMM_HOOKS:
-        raise InputError(f"--comm-hook: expected one of {', '.join(COMM_HOOKS)}, got {hook!r}")
+        raise InputError(f"--comm-hook: expected one of {', '.join(COMM_HOOKS)}, "
+                         f"got {quoted(hook)}")
     return {**training_fields(args), "grad_compression": hook or "none",
             "gradient_as_bucket_view": args.gradient_as_bucket_view,
             "sequence_parallel": args.sequence_parallel,

@@ -21,7 +21,7 @@ from simulator.api import RunResult, RunSpec
 from simulator.commands import figures as fig
 from simulator.commands import price_flags, recipe_flags, terminal
 from simulator.commands.parsing import NO_FIT_EXIT, no_fit_status
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
 from simulator.outputs import jsondoc
 from simulator.outputs.files import Writer, check_outputs, text_writer, write_files
@@ -303,6 +303,11 @@ def print_text(result: RunResult, out: Any = None) -> None:
         console.print(f"calibrated machine ({cal['source'] or 'stepsim calibrate'}): "
                       + (", ".join(f"{k} {v:.3g}" for k, v in cal["fitted"].items())
                          or "no collective parameter fitted"))
+        if cal.get("forced"):
+            console.print(f"  forced: {cal['forced']}; its ranges take nothing from this fit")
+        for name, where in (cal.get("at_bound") or {}).items():
+            console.print(f"  {name} ended on its physical {where}: the model could not "
+                          "explain those rows, so it narrows no range")
         if cal["compute_achieved_fraction"]:
             console.print("  compute from a measured step of this job: " + ", ".join(
                 f"{gpu} at {f:.0%} of the modelled speed"
@@ -325,7 +330,7 @@ TRACE_FORMATS = ("perfetto", "kineto")
 def trace_paths(path: str, fmt: str, world: int) -> list[str]:
     """The files a trace goes to: the path itself, or one per rank beside it (kineto)."""
     if fmt not in TRACE_FORMATS:
-        raise InputError(f"--trace-format: expected perfetto or kineto, got {fmt!r}")
+        raise InputError(f"--trace-format: expected perfetto or kineto, got {quoted(fmt)}")
     if fmt == "perfetto":
         return [path]
     from simulator.outputs import kineto  # its exporter only for a kineto trace

@@ -25,7 +25,7 @@ from simulator.commands import figures as fig
 from simulator.commands import price_flags, recipe_flags, script_output, terminal
 from simulator.commands.parsing import whole
 from simulator.commands.run import NUMBER_FLAGS, add_job_arguments, memory_verdict
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.outputs.cost import Prices
 from simulator.outputs.files import write_atomically
 from simulator.units import fraction
@@ -59,7 +59,8 @@ def points(args: argparse.Namespace) -> tuple[list[str], list[dict[str, Any]]]:
         flag = "--" + option.replace("_", "-")
         items = [v.strip() for v in str(text).split(",")]
         if not all(items):
-            raise InputError(f"{flag}: expected a comma-separated list of values, got {text!r}")
+            raise InputError(f"{flag}: expected a comma-separated list of values, "
+                             f"got {quoted(text)}")
         values = [parse(v, flag) for v in items]
         axes[option] = values
     swept = [k for k, v in axes.items() if len(v) > 1]

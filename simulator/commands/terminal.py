@@ -6,11 +6,17 @@ when stdout is piped or redirected, so `stepsim compare ... | cat`, `grep` and `
 words, not drawing characters. Progress goes to stderr, only when stderr is a terminal (never
 under CI) and only once the work has run for two seconds: short commands stay silent.
 rich is imported only when text is printed or a progress bar is due.
+
+A reader that leaves (`stepsim ... | head`) is a ``BrokenPipeError`` out of a table's print,
+as out of ``print``, for the CLI to end on quietly; rich's own answer (exit status 1) is not
+used. A progress bar whose stream breaks just stops drawing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import io
 import os
 import sys
@@ -48,16 +54,31 @@ class _Trimmed(io.TextIOBase):
         self.out.flush()
 
 
+@functools.cache
+def _console_class(*, drawing: bool) -> type[Console]:
+    """rich's Console, but a broken pipe is raised (tables), or ends the drawing (``drawing``:
+    a progress bar). rich's own ``on_broken_pipe`` points stdout at /dev/null and raises
+    SystemExit(1), which would be exit status 1 for a reader that only left."""
+    from rich.console import Console
+
+    class Quiet(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True  # nothing more is drawn
+            if not drawing:
+                raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    return Quiet
+
+
 def console(file: IO[str] | None = None) -> Console:
     """A console for stdout (or ``file``) at the terminal's width; piped, no colour and no
     trailing spaces."""
-    from rich.console import Console
-
     out = file or sys.stdout
     if out.isatty():
-        return Console(file=out, highlight=False)
+        return _console_class(drawing=False)(file=out, highlight=False)
     # rich decides colour from the stream it is given: a wrapper is no terminal
-    return Console(file=_Trimmed(out), highlight=False)  # type: ignore[arg-type]
+    return _console_class(drawing=False)(file=_Trimmed(out),  # type: ignore[arg-type]
+                                         highlight=False)
 
 
 def table(*, title: str | None = None, show_header: bool = True, **options: Any) -> Table:
@@ -83,13 +104,13 @@ def progress(description: str) -> Iterator[Update]:
 
     def begin() -> None:
         # rich only once the bar is due: work that ends sooner never imports it
-        from rich.console import Console
         from rich.progress import Progress
 
         with lock:
             if state["over"]:  # the work ended while rich was being imported
                 return
-            bar = state["bar"] = Progress(console=Console(stderr=True), transient=True)
+            bar = state["bar"] = Progress(console=_console_class(drawing=True)(stderr=True),
+                                          transient=True)
             bar.start()
             state["task"] = bar.add_task(description, total=state["total"],
                                          completed=state["done"])

@@ -1,8 +1,13 @@
 """`stepsim topo`: the machine as NCCL sees it, like `nvidia-smi topo -m`.
 
 Prints, per GPU pair, the path type, the transport and the bottleneck bandwidth of a lone
-transfer (GB/s, physical), then the ring NCCL would build with its channels. ``--png`` draws
-the graph; ``--json`` prints the same matrices and ring as JSON.
+transfer (GB/s, physical), then the ring NCCL would build with its channels. A machine of more
+than ``MATRIX_GPUS`` GPUs gets the pairs counted by kind instead of matrices no one reads
+(``--json`` keeps every pair; each row is one sweep from its GPU, so 1,024 GPUs take seconds).
+NCCL's variables in the environment (NCCL_P2P_LEVEL, NCCL_P2P_DISABLE, ...) apply as
+`collective` applies them: both ask the same ``Communicator.transport``. ``--png`` draws the
+graph as the tree it is (each CPU at the top, switches under it, every device under its
+parent); ``--json`` prints the same matrices and ring as JSON.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator import api
+from simulator.commands.nccl_notes import env_of
 from simulator.commands.parsing import whole
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_GPUS
@@ -41,9 +47,14 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.topology is None:
         raise InputError("give -t TOPOLOGY (a preset or YAML), or `stepsim topo import FILE`")
-    comm = api.load_communicator(args.topology, args.gpus)
+    comm = api.load_communicator(args.topology, args.gpus, env=env_of(os.environ))
     with api.blame(args.topology, "topologies"):  # paths and rings are found on demand
         report = summary(comm)
+        if comm.env.active:  # what the variables changed, as `collective` says it
+            plain = api.load_communicator(args.topology, args.gpus)
+            report["nccl_env"] = {"variables": comm.env.line(),
+                                  "ignored": list(comm.env.ignored),
+                                  "changes": api.transport_effects(comm, plain)}
     if args.png:
         draw(comm.machine, Path(args.png))
     if args.json:
@@ -61,16 +72,18 @@ def summary(comm: api.Communicator) -> dict[str, Any]:
     n = machine.n_gpus
     gpus = list(machine.gpu_nodes)
     ring = comm.ring()
+    types = [machine.path_type_row(i) for i in range(n)]
     return {
         "name": machine.name,
         "description": machine.description,
         "gpu": machine.gpu.name,
         "gpus": gpus,
-        "path_type": [[machine.path_type(i, j) for j in range(n)] for i in range(n)],
-        "transport": [[None if i == j else comm.transport(i, j) for j in range(n)]
-                      for i in range(n)],
-        "bottleneck_gbps": [[None if i == j else round(comm.bottleneck_bandwidth(i, j) / GB, 2)
-                             for j in range(n)] for i in range(n)],
+        "path_type": types,
+        "transport": [[None if i == j else comm.transport_over(kind)
+                       for j, kind in enumerate(row)] for i, row in enumerate(types)],
+        "bottleneck_gbps": [[None if i == j else round(gbps / GB, 2)
+                             for j, gbps in enumerate(comm.bottleneck_row(i))]
+                            for i in range(n)],
         "cpu_affinity": [machine.local_cpu(i) for i in range(n)],
         "ring": {
             "order": list(ring.order),
@@ -95,22 +108,59 @@ def _matrices(report: dict[str, Any]) -> list[tuple[str, list[list[str]]]]:
 
 
 def _ring_lines(report: dict[str, Any]) -> list[str]:
+    env = report.get("nccl_env")
+    lines = []
+    if env:
+        lines.append(f"NCCL environment (read as NCCL reads it): {env['variables']}")
+        lines += [f"{text}: ignored, as NCCL ignores it" for text in env["ignored"]]
+        lines += env["changes"] or ["the transports are NCCL's own"]
     ring = report["ring"]
-    order = " -> ".join(report["gpus"][r] for r in ring["order"])
-    lines = [f"Ring: {order} -> {report['gpus'][ring['order'][0]]}",
-             f"Channels: {ring['n_channels']} x {ring['channel_gbps']:g} GB/s = "
-             f"{ring['nccl_busbw_gbps']:g} GB/s (NCCL's search; physical rates can differ)"]
+    names = [report["gpus"][r] for r in ring["order"]]
+    if len(names) > MATRIX_GPUS:  # the whole order is in --json
+        names = [*names[:6], f"... ({len(names) - 8} more)", *names[-2:]]
+    lines += [f"Ring: {' -> '.join(names)} -> {report['gpus'][ring['order'][0]]}",
+              f"Channels: {ring['n_channels']} x {ring['channel_gbps']:g} GB/s = "
+              f"{ring['nccl_busbw_gbps']:g} GB/s (NCCL's search; physical rates can differ)"]
     if ring["fallback"]:
-        lines.append("NCCL's search finds no ring at its lowest speed and falls back to one "
-                     "channel at 0.1 GB/s (search.cc)")
+        lines.append("NCCL's ring search finds no ring at its lowest speed and falls back to "
+                     "one channel in rank order at 0.1 GB/s (search.cc); only its channels "
+                     "(doubled to 2, of 256 threads each) fall back: each pair keeps the "
+                     "transport above")
     elif ring["limited_by"]:
         lines.append(f"Channel packing limited by: {ring['limited_by']}")
+    return lines
+
+
+MATRIX_GPUS = 16  # nvidia-smi's matrix stays readable up to about this many GPUs
+
+
+def _pair_counts(report: dict[str, Any]) -> list[str]:
+    """Every kind of GPU pair (path type, transport, bottleneck), with how many pairs."""
+    kinds: dict[tuple[str, str, float], int] = {}
+    for types, transports, gbps in zip(report["path_type"], report["transport"],
+                                       report["bottleneck_gbps"], strict=True):
+        for kind in zip(types, transports, gbps, strict=True):
+            if kind[1] is not None:
+                kinds[kind] = kinds.get(kind, 0) + 1
+    lines = [f"{'path':>6}  {'transport':>9}  {'GB/s':>8}  pairs"]
+    lines += [f"{path:>6}  {transport:>9}  {gbps:>8.1f}  {count:,}"
+              for (path, transport, gbps), count in sorted(kinds.items(),
+                                                           key=lambda kv: (-kv[1], kv[0]))]
     return lines
 
 
 def _print_plain(report: dict[str, Any]) -> None:
     print(f"{report['name']}: {report['gpus'].__len__()} x {report['gpu']}")
     gpus = report["gpus"]
+    if len(gpus) > MATRIX_GPUS:
+        print(f"\nGPU pairs by kind ({len(gpus)} GPUs: --json lists every pair; bottleneck: "
+              "GB/s of a lone transfer)")
+        for line in _pair_counts(report):
+            print(line)
+        print()
+        for line in _ring_lines(report):
+            print(line)
+        return
     for title, rows in _matrices(report):
         print(f"\n{title}")
         width = max(len(s) for s in gpus + [c for row in rows for c in row]) + 2
@@ -128,6 +178,14 @@ def _print_rich(report: dict[str, Any]) -> None:
 
     console = Console()
     console.print(f"[bold]{report['name']}[/]: {len(report['gpus'])} x {report['gpu']}")
+    if len(report["gpus"]) > MATRIX_GPUS:
+        console.print(f"GPU pairs by kind ({len(report['gpus'])} GPUs: --json lists every "
+                      "pair; bottleneck: GB/s of a lone transfer)")
+        for line in _pair_counts(report):
+            console.print(line, highlight=False)
+        for line in _ring_lines(report):
+            console.print(line)
+        return
     for title, rows in _matrices(report):
         table = Table(title=title, title_justify="left")
         table.add_column("")
@@ -142,7 +200,6 @@ def _print_rich(report: dict[str, Any]) -> None:
 
 _COLOURS = {"gpu": "#76b900", "cpu": "#4f81bd", "pcie_switch": "#f4b183",
             "nvswitch": "#8064a2", "nic": "#a5a5a5"}
-_LAYER = {"cpu": 0, "pcie_switch": 1, "nic": 1, "gpu": 2, "nvswitch": 3}
 
 
 def draw(machine: api.Machine, path: Path) -> None:
@@ -153,9 +210,10 @@ def draw(machine: api.Machine, path: Path) -> None:
     import matplotlib.pyplot as plt
     import networkx as nx
 
-    graph = machine.graph
-    pos = _layout(machine)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * graph.number_of_nodes()), 5.0))
+    graph = machine.graph.to_undirected(as_view=True)  # a link's two directions are alike
+    pos = layout(machine)
+    width = max(x for x, _ in pos.values()) + 1
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * width), 5.0))
     try:
         colours = [_COLOURS[d["kind"]] for _, d in graph.nodes(data=True)]
         # a socket's label carries its host-memory bandwidth: SHM traffic is staged there
@@ -174,11 +232,52 @@ def draw(machine: api.Machine, path: Path) -> None:
         plt.close(fig)
 
 
-def _layout(machine: api.Machine) -> dict[str, tuple[float, float]]:
-    """CPUs on top, switches below, GPUs below them, NVSwitch at the bottom; file order."""
-    layers: dict[int, list[str]] = {}
-    for node in machine.config.nodes:
-        layers.setdefault(_LAYER[node.kind], []).append(node.id)
-    width = max(len(ids) for ids in layers.values())
-    return {node: ((i + 0.5) * width / len(ids), -float(layer))
-            for layer, ids in layers.items() for i, node in enumerate(ids)}
+def layout(machine: api.Machine) -> dict[str, tuple[float, float]]:
+    """The PCIe tree as a tree: each node one row below the node that reaches it from a CPU
+    (breadth first over PCIe links, file order), leaves side by side, a parent centred over its
+    children; NVSwitches on a row of their own below, anything the tree does not reach after."""
+    kinds = {n.id: n.kind for n in machine.config.nodes}
+    pcie: dict[str, list[str]] = {n: [] for n in kinds}
+    for lc in machine.config.links:
+        if lc.kind == "pcie":
+            pcie[lc.a].append(lc.b)
+            pcie[lc.b].append(lc.a)
+    children: dict[str, list[str]] = {n: [] for n in kinds}
+    depth: dict[str, int] = {}
+    roots = [n for n, k in kinds.items() if k == "cpu"]
+    queue = list(roots)
+    for root in roots:
+        depth[root] = 0
+    while queue:
+        node = queue.pop(0)
+        if kinds[node] == "gpu":
+            continue  # a GPU is a leaf of the tree, not a way through it
+        for other in pcie[node]:
+            if other not in depth and kinds[other] != "cpu":
+                depth[other] = depth[node] + 1
+                children[node].append(other)
+                queue.append(other)
+    x: dict[str, float] = {}
+    slot = [0.0]
+
+    def place(node: str) -> float:
+        if not children[node]:
+            x[node], slot[0] = slot[0], slot[0] + 1
+        else:
+            spots = [place(child) for child in children[node]]
+            x[node] = (spots[0] + spots[-1]) / 2
+        return x[node]
+
+    for root in roots:
+        place(root)
+    bottom = max(depth.values(), default=0) + 1
+    rest = [n for n in kinds if n not in depth]
+    for n in rest:  # NVSwitches, and whatever no PCIe link reaches
+        depth[n] = bottom
+    spread = [n for n in rest if kinds[n] != "nvswitch"]
+    for n in spread:
+        x[n], slot[0] = slot[0], slot[0] + 1
+    for n in rest:
+        if kinds[n] == "nvswitch":
+            x[n] = (slot[0] - 1) / 2
+    return {n: (x[n], -float(depth[n])) for n in kinds}

@@ -1,11 +1,8 @@
-"""The SimPy primitives the event loop (core.py) runs on: a clock that refuses a wait it cannot
-represent and lets a kernel with nothing due before its end pass without a timeout, and a
-cheap "all of these events" for a task's dependencies."""
+"""The SimPy clock the event loop (core.py) runs on: it refuses a wait it cannot represent."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import simpy
@@ -27,39 +24,12 @@ class Clock(simpy.Environment):
     check sits there rather than on every event.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        # SimPy binds its event constructors to the instance (BoundClass.bind_early), but only
-        # those of the instance's own class, which a subclass's are not: bind them here
-        for name in ("process", "event", "all_of", "any_of"):
-            setattr(self, name, getattr(self, name))
-
     def timeout(self, delay: float = 0, value: Any = None) -> simpy.Timeout:
-        self._check(delay)
-        return simpy.Timeout(self, delay, value)
-
-    def skip(self, delay: float) -> bool:
-        """Wait ``delay`` at once where nothing else could happen meanwhile: no event is due
-        before it ends. That is what waiting on a timeout comes to, without the heap's push
-        and pop and the process's resumption; most kernels of a step follow one another
-        with nothing due between them. False, and no time passes, where an event is due
-        first (the caller then waits on a timeout).
-
-        Only for a process resumed as the one callback of the event that woke it (its own
-        timeout): other callbacks of that event would otherwise run at the later time.
-        """
-        self._check(delay)
-        at = self._now + delay
-        if not at < self.peek():
-            return False
-        self._now = at  # SimPy's own clock: the time a timeout would have been popped at
-        return True
-
-    def _check(self, delay: float) -> None:
         if delay != 0 and not delay < 0:  # a negative delay is Timeout's own error
             at = self._now + delay
             if not (math.isfinite(at) and at > self._now):
                 raise StalledClock(_stall_message(self._now, delay))
+        return simpy.Timeout(self, delay, value)
 
 
 def _stall_message(now: float, delay: float) -> str:
@@ -69,24 +39,3 @@ def _stall_message(now: float, delay: float) -> str:
     return (f"the step is too long to simulate: at t = {now:.3g} s the clock cannot advance by "
             f"{delay:.3g} s (float resolution); the job asks for too much work per step "
             "(micro-batch, sequence length, model size) or a rate is too small")
-
-
-class AllDone(simpy.Event):
-    """Fires once every one of ``events`` has happened, scheduled at the very moment SimPy's
-    AllOf would schedule itself, so everything after it runs in the same order; without the
-    condition's value (a dict of every event's value), which a step would build for each of
-    its thousands of tasks and never read."""
-
-    def __init__(self, env: simpy.Environment, events: Sequence[simpy.Event]) -> None:
-        super().__init__(env)
-        self.left = len(events)
-        for event in events:
-            if event.callbacks is None:  # already happened
-                self._happened(event)
-            else:
-                event.callbacks.append(self._happened)
-
-    def _happened(self, _: simpy.Event) -> None:
-        self.left -= 1
-        if self.left == 0:
-            self.succeed()

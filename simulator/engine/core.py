@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from simulator.engine.clock import AllDone, Clock
+from simulator.engine.clock import Clock
 from simulator.engine.fabric import Fabric, UsageSample
 from simulator.engine.program import Comm, Compute, Flow, Move, Program, Repeat, SendRecv, Task
 from simulator.engine.timeline import LinkSample, Span, Timeline
@@ -117,8 +117,8 @@ class _Run:
         self.fabric = Fabric(self.env, self.capacity, record_history=history)
         self.sms = [_Sms(self.env, network.sms(p.members[0]), slowdown) for p in programs]
         self.joined: dict[tuple[int, ...], tuple[list[Planned], list[Flow]]] = {}
-        # per task: True once done, else the event its waiters wait on (made by the first)
-        self.done: list[dict[int, simpy.Event | bool]] = [{} for _ in programs]
+        # per task: the event of its completion
+        self.done = [{t.id: self.env.event() for t in p.tasks} for p in programs]
         self.spans: list[list[tuple[tuple[int, int, int], Span]]] = [[] for _ in programs]
         self.extra_bytes = [0.0] * len(self.fabric.link_ids)
         self.extra_samples: list[UsageSample] = []
@@ -180,16 +180,11 @@ class _Run:
         sms = self.sms[p]
         me = env.active_process  # this stream's process: what an SM change interrupts
         assert me is not None
-        alone = False  # woken by its own kernel's timeout: nothing else runs on that event
         for task in tasks:
             tid = task.id
-            pending = [d for d in task.deps if done.get(d) is not True]
-            if len(pending) == 1:
-                yield self._waiting(done, pending[0])
-                alone = False
-            elif pending:
-                yield AllDone(env, [self._waiting(done, d) for d in pending])
-                alone = False
+            pending = [done[d] for d in task.deps if not done[d].triggered]
+            if pending:
+                yield env.all_of(pending)
             if tid in unit_first:
                 self._unit_starts(self.meets[unit_first[tid]])
             start = env.now
@@ -199,18 +194,15 @@ class _Run:
                 began = start
                 while remaining > _EPS * max(1.0, began):  # what is left is below the clock's
                     # resolution: done (waiting for it would not move the clock)
-                    rate = sms.rate() if sms.running else 1.0
-                    if alone and rate > 0 and env.skip(remaining / rate):
-                        break  # nothing was due before it ended: no rate could change
+                    rate = sms.rate()
                     sms.computing[me] = None
                     try:
                         # at a rate of zero only a change of rate (an interrupt) wakes it
                         yield env.timeout(remaining / rate) if rate > 0 else env.event()
                         del sms.computing[me]
-                        alone = True
                         break
                     except simpy.Interrupt:
-                        alone = False
+                        pass
                     now = env.now
                     remaining -= (now - began) * rate
                     began = now
@@ -223,9 +215,7 @@ class _Run:
                                                 env.now, args)))
             elif isinstance(work, Repeat):
                 yield from self.repeat(p, task)
-                alone = False
             else:
-                alone = False
                 kind: str
                 if isinstance(work, Comm):
                     args = yield from self.collective(p, tid, work)
@@ -241,19 +231,7 @@ class _Run:
                 start += args.get("wait_s", 0.0)  # a span shows the data moving, not the wait
                 spans.append(((tid, 0, 0), Span(gpu, task.stream, work.name, kind, start,
                                                 env.now, args)))
-            event = done.get(tid)  # done: wake what waits for it (no event where nothing does)
-            done[tid] = True
-            if event is not None:
-                assert not isinstance(event, bool)
-                event.succeed()
-
-    def _waiting(self, done: dict[int, simpy.Event | bool], task_id: int) -> simpy.Event:
-        """The event that fires when a task not yet done is."""
-        event = done.get(task_id)
-        if event is None:
-            event = done[task_id] = self.env.event()
-        assert isinstance(event, simpy.Event)
-        return event
+            done[tid].succeed()
 
     def _join(self, meet: _Meet, start: Any) -> None:
         """Count one arrival; the last one starts the communication (``start()``)."""
@@ -497,7 +475,7 @@ def _ran(programs: Program | Sequence[Program], network: Network,
             run.env.process(run.stream(p, tasks))
     run.env.run()
     for p, program in enumerate(progs):
-        stuck = [t.id for t in program.tasks if run.done[p].get(t.id) is not True]
+        stuck = [t.id for t in program.tasks if not run.done[p][t.id].triggered]
         if stuck:
             raise RuntimeError(f"program deadlocks: tasks {stuck[:5]} of the program for GPU "
                                f"{program.members[0]} never became ready")

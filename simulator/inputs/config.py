@@ -7,16 +7,18 @@ the line and the key, and are raised as :class:`simulator.errors.InputError`.
 
 from __future__ import annotations
 
-import re
+import contextlib
+import errno
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from simulator.errors import InputError
+from simulator.errors import PATH_CHARS, InputError, cut, quoted
 from simulator.inputs.bundled import preset_dir, preset_names
+from simulator.inputs.model_errors import explain, first_error
 
 if TYPE_CHECKING:  # pydantic loads with the first file checked, not before (never for a
     # preset read back from the cache)
-    from pydantic import ValidationError
 
     from simulator.inputs.loader import Loc
     from simulator.inputs.schema import Frozen, TopologyConfig, WorkloadConfig
@@ -32,20 +34,29 @@ def resolve(name_or_path: str, kind: str) -> Path:
 
         return hf_config.config_path(name_or_path)
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if path.is_dir():
-            raise InputError(f"{name_or_path} is a directory; expected a YAML file")
-        if not path.exists():
-            raise InputError(f"no such file: {name_or_path}")
-        if not path.is_file():  # a FIFO or a device would block or never end
-            raise InputError(f"{name_or_path} is not a regular file; expected a YAML file")
+    shown = cut(name_or_path, PATH_CHARS)
+    try:
+        mode: int | None = path.stat().st_mode
+    except OSError as exc:  # absent, or no path at all (a name longer than a path may be)
+        mode, problem = None, exc
+    if path.suffix in (".yaml", ".yml") or mode is not None:
+        if mode is None:
+            if problem.errno == errno.ENOENT:
+                raise InputError(f"no such file: {shown}")
+            raise InputError(f"cannot read the file: {problem.strerror or problem}",
+                             file=name_or_path)
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{shown} is a directory; expected a YAML file")
+        if not stat.S_ISREG(mode):  # a FIFO or a device would block or never end
+            raise InputError(f"{shown} is not a regular file; expected a YAML file")
         return path
     candidate = preset_dir(kind) / f"{name_or_path}.yaml"
-    if candidate.is_file():
-        return candidate
+    with contextlib.suppress(OSError):  # a name too long for a file is no preset either
+        if candidate.is_file():
+            return candidate
     names = ", ".join(preset_names(kind))
     singular = {"topologies": "topology", "workloads": "workload"}.get(kind, kind)
-    raise InputError(f"unknown {singular} {name_or_path!r}; presets: {names} "
+    raise InputError(f"unknown {singular} {quoted(name_or_path)}; presets: {names} "
                      "(`stepsim presets` describes them)")
 
 
@@ -100,19 +111,13 @@ def validate(data: Any, lines: dict[Loc, int], model: type[M], file: str) -> M:
     try:
         obj = model.from_data(data)
     except ValidationError as exc:
-        err = _first_error(exc)
+        err = first_error(exc)
         loc = tuple(err["loc"])
         raise InputError(explain(err), file=file, line=_line_for(loc, lines),
                          key=_key(loc)) from None
     for loc, message in getattr(obj, "reference_errors", list)():
         raise InputError(message, file=file, line=_line_for(loc, lines), key=_key(loc))
     return obj
-
-
-def _first_error(exc: ValidationError) -> Any:
-    """The error to report: a misspelt key first, as it usually explains a missing one."""
-    errors = exc.errors()
-    return next((e for e in errors if e["type"] == _UNKNOWN_KEY), errors[0])
 
 
 def _line_for(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | None:
@@ -131,38 +136,3 @@ def _key(loc: tuple[Any, ...]) -> str:
         elif not str(part).startswith(("function-", "tagged-union")):
             out += ("." if out else "") + str(part)
     return out or "(top level)"
-
-
-def explain(err: Any) -> str:
-    """A pydantic error (one of ``exc.errors()``) as the one-line message users read."""
-    kind = err["type"]
-    if kind == _UNKNOWN_KEY:
-        return "unknown key (misspelt?)"
-    if kind == "missing":
-        return "required key is missing"
-    if kind == "int_parsing_size":
-        return f"{err.get('input')!r:.40} is too large a number (docs/inputs.md: Limits)"
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    if kind == "dataclass_type":  # a scalar or a list where a mapping of keys belongs
-        msg = f"Input should be a valid dictionary or instance of {err['ctx']['class_name']}"
-    value = err.get("input")
-    bound = _BOUNDS.get(kind)
-    if bound is not None:
-        limit = err["ctx"][bound[0]]
-        msg = bound[1].format(f"{limit:,}" if isinstance(limit, int) else f"{limit:g}")
-    if kind != "value_error" and not isinstance(value, dict | list):
-        text = repr(value)
-        msg += f", got {text if len(text) <= 60 else text[:57] + '...'}"
-        if isinstance(value, str) and _YAML11.fullmatch(value) and kind.startswith(
-                ("int", "float")):
-            msg += " (YAML 1.1 read this as a boolean or a base-60 number; here it is text)"
-    if bound is not None:
-        msg += " (docs/inputs.md: Limits)"
-    return msg
-
-
-_UNKNOWN_KEY = "unexpected_keyword_argument"  # pydantic's error for a key a dataclass lacks
-_BOUNDS = {"less_than_equal": ("le", "must be at most {}"),
-           "greater_than_equal": ("ge", "must be at least {}"),
-           "too_long": ("max_length", "at most {} entries")}
-_YAML11 = re.compile(r"(?i:y|yes|n|no|on|off)|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")

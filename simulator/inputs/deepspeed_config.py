@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from simulator.errors import quoted
 from simulator.inputs.jsonfile import JsonDoc, Loc, read
 from simulator.inputs.schema import MAX_BATCH
 
@@ -129,7 +130,7 @@ def _offload(doc: JsonDoc, zero: Loc) -> dict[str, Any]:
         if device == "nvme":
             raise doc.error((*loc, "device"), "NVMe offload is not modelled; cpu or none")
         if device not in ("cpu", "none"):
-            raise doc.error((*loc, "device"), f"{device!r}: expected cpu, nvme or none")
+            raise doc.error((*loc, "device"), f"{quoted(device)}: expected cpu, nvme or none")
         devices[part] = device
     if devices["offload_param"] == "cpu":
         part, offload = "offload_param", "params"

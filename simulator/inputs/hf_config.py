@@ -26,10 +26,11 @@ know are reported on stderr, one line each, and ignored.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.inputs import hf_decoders, hf_diffusers, hf_vision
 from simulator.inputs.jsonfile import JsonDoc, Loc, read
 
@@ -81,10 +82,11 @@ def config_path(name: str) -> Path:
     if not given:
         raise InputError("hf: needs a path to a config.json or the folder holding it")
     path = Path(given)
-    if path.is_dir():
-        path = path / "config.json"
-        if not path.is_file():
-            raise InputError(f"{given} holds no config.json", file=given)
+    with contextlib.suppress(OSError):  # a name too long to be a path: jsonfile.read says so
+        if path.is_dir():
+            path = path / "config.json"
+            if not path.is_file():
+                raise InputError("the folder holds no config.json", file=given)
     return path
 
 
@@ -96,8 +98,9 @@ def load(name: str) -> WorkloadConfig:
         return _diffusers(doc, path)
     model_type = doc.get(("model_type",), (str,), required=True)
     if model_type not in MODEL_TYPES:
-        raise doc.error(("model_type",), f"{model_type!r} is not one stepsim lays out; known: "
-                        f"{', '.join(MODEL_TYPES)} (or write a workload YAML, docs/inputs.md)")
+        raise doc.error(("model_type",), f"{quoted(model_type)} is not one stepsim lays out; "
+                        f"known: {', '.join(MODEL_TYPES)} (or write a workload YAML, "
+                        "docs/inputs.md)")
     fields: Fields
     if model_type in LLAMA_LAYOUT:
         fields = hf_decoders.fields(doc, model_type)
@@ -176,14 +179,14 @@ def _mpt(doc: JsonDoc) -> Fields:
     if kind == "grouped_query_attention":
         kv_heads = doc.positive_int((*attn, "kv_n_heads"), 1)
     if kv_heads is None:
-        raise doc.error((*attn, "attn_type"), f"{kind!r}: expected multihead_attention, "
+        raise doc.error((*attn, "attn_type"), f"{quoted(kind)}: expected multihead_attention, "
                         "multiquery_attention or grouped_query_attention")
     if doc.get((*attn, "rope"), (bool,), False):
         raise doc.error((*attn, "rope"), "rotary MPT is not modelled (ALiBi or learned "
                         "positions)")
     ffn_type = doc.get(("ffn_config", "ffn_type"), (str,), "mptmlp")
     if ffn_type not in ("mptmlp", "te_ln_mlp"):
-        raise doc.error(("ffn_config", "ffn_type"), f"{ffn_type!r}: only MPT's plain MLP "
+        raise doc.error(("ffn_config", "ffn_type"), f"{quoted(ffn_type)}: only MPT's plain MLP "
                         "(mptmlp) is modelled")
     ratio = doc.get(("expansion_ratio",), (int, float), 4)
     ffn = doc.positive_int(("ffn_config", "ffn_hidden_size"), int(ratio * hidden))
@@ -258,7 +261,7 @@ def _workload(doc: JsonDoc, path: Path, model_type: str, fields: Fields,
     """The workload, checked as a YAML one is; a problem is named by the config's own key."""
     from pydantic import ValidationError
 
-    from simulator.inputs.config import explain
+    from simulator.inputs.model_errors import explain
     from simulator.inputs.schema import WorkloadConfig
 
     stem = path.parent.name if path.name == "config.json" and path.parent.name else path.stem

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import InputError
+from simulator.errors import LINE_CHARS, PATH_CHARS, InputError, cut
 from simulator.inputs.loader import MAX_BYTES, decode
 
 Loc = tuple[str | int, ...]  # key path: ("zero_optimization", "offload_param", "device")
@@ -35,13 +35,13 @@ def read(path: str | Path, what: str) -> JsonDoc:
     """The JSON object in ``path`` (``what``: the kind of file, for messages)."""
     file = str(path)
     p = Path(path)
-    if not p.exists():
-        raise InputError(f"no such file ({what} expected)", file=file)
-    if not p.is_file():
-        raise InputError(f"not a regular file ({what} expected)", file=file)
     try:
+        if not p.exists():
+            raise InputError(f"no such file ({what} expected)", file=file)
+        if not p.is_file():
+            raise InputError(f"not a regular file ({what} expected)", file=file)
         data = p.read_bytes()
-    except OSError as exc:
+    except OSError as exc:  # unreadable, or a name too long to be a path
         raise InputError(f"cannot read the file: {exc.strerror or exc}", file=file) from None
     if len(data) > MAX_BYTES:
         raise InputError(f"the file is {len(data):,} bytes; at most {MAX_BYTES:,} are read",
@@ -81,7 +81,7 @@ def _no_constant(word: str) -> Any:
 def _finite(text: str) -> float:
     value = float(text)
     if math.isinf(value):
-        raise _Refused(f"{text} is too large a number", text)
+        raise _Refused(f"{cut(text)} is too large a number", text)
     return value
 
 
@@ -89,7 +89,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _Refused(f"{key}: the key is given twice", f'"{key}"')
+            raise _Refused(f"{cut(key)}: the key is given twice", f'"{key}"')
         out[key] = value
     return out
 
@@ -181,7 +181,7 @@ class JsonDoc:
         if not isinstance(node, kinds):
             shown = json.dumps(node)
             raise self.error(loc, f"expected {_names(kinds)}, got "
-                             f"{shown if len(shown) <= 40 else shown[:37] + '...'}")
+                             f"{cut(shown)}")
         return node
 
     def positive_int(self, loc: Loc, default: int | None = None, *, required: bool = False,
@@ -204,7 +204,8 @@ class JsonDoc:
     def warn(self, loc: Loc, message: str) -> None:
         """Note a warning line; ``show_warnings`` prints them once the file has been read."""
         where = self.file + (f":{self.line(loc)}" if self.line(loc) else "")
-        self.warned.append(f"{where}: {_key(loc)}: warning: {message}")
+        self.warned.append(f"{cut(where, PATH_CHARS)}: {cut(_key(loc))}: warning: "
+                           f"{cut(message, LINE_CHARS)}")
 
     def show_warnings(self) -> None:
         """Print the warnings, each once a process: called when the file read without error,

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from simulator.errors import InputError
+from simulator.errors import InputError, cut, quoted
 
 MAX_BYTES = 16 * 2**20  # a generated 1,024-GPU topology is about 2 MB
 MAX_NODES = 1_000_000  # values after alias expansion (scalars, lists, mappings)
@@ -74,7 +74,7 @@ def load_yaml(text: str, file: str, *, parser_class: Any = None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
-        raise InputError(f"invalid YAML: {problem}", file=file,
+        raise InputError(f"invalid YAML: {cut(problem)}", file=file,
                          line=mark.line + 1 if mark else None) from None
     except yaml.YAMLError as exc:  # ReaderError: a character YAML does not allow
         position = getattr(exc, "position", 0)
@@ -153,7 +153,7 @@ class _Builder:
         mapping = isinstance(event, yaml.MappingStartEvent)
         tag = event.tag
         if tag not in (None, "!", _STD + ("map" if mapping else "seq")):
-            raise self.fail(f"unsupported YAML tag {tag!r}; stepsim reads plain YAML", line)
+            raise self.fail(f"unsupported YAML tag {quoted(tag)}; stepsim reads plain YAML", line)
         if self.stack and self.stack[-1].has_key is False and isinstance(
                 self.stack[-1].value, dict):
             raise self.fail("a key must be plain text, not a list or mapping", line)
@@ -213,7 +213,7 @@ class _Builder:
         if key == "<<":
             raise self.fail("merge keys (<<) are not supported; write the keys out", line)
         if key in top.key_lines:
-            raise self.fail(f"{key!r} is given twice (first on line {top.key_lines[key]})",
+            raise self.fail(f"{quoted(key)} is given twice (first on line {top.key_lines[key]})",
                             line)
         top.key, top.has_key = key, True
         top.key_lines[key] = line
@@ -236,11 +236,11 @@ class _Builder:
         if self.aliases > MAX_ALIASES:
             raise self.fail(f"more than {MAX_ALIASES:,} aliases", line)
         if name in self.open_anchors:
-            raise self.fail(f"alias *{name} refers to a value that contains it (recursive "
+            raise self.fail(f"alias *{cut(name)} refers to a value that contains it (recursive "
                             "data)", line)
         anchored = self.anchors.get(name)
         if anchored is None:
-            raise self.fail(f"alias *{name} names no anchor", line)
+            raise self.fail(f"alias *{cut(name)} names no anchor", line)
         self.add(anchored.value, None, line, anchored.size, alias=True)
 
     def count(self, n: int, line: int) -> None:
@@ -264,9 +264,9 @@ class _Builder:
             if kind == "float" and isinstance(resolved, int) and not isinstance(resolved, bool):
                 resolved = float(resolved)
             if type(resolved) is not wanted:
-                raise self.fail(f"!!{kind} {_short(value)} is not a valid {kind}", line)
+                raise self.fail(f"!!{kind} {quoted(value)} is not a valid {kind}", line)
             return resolved
-        raise self.fail(f"unsupported YAML tag {_short(tag)}; stepsim reads plain YAML", line)
+        raise self.fail(f"unsupported YAML tag {quoted(tag)}; stepsim reads plain YAML", line)
 
 
 def resolve_plain(value: str) -> Any:
@@ -294,7 +294,3 @@ def resolve_plain(value: str) -> Any:
     if _NAN.fullmatch(value):
         return math.nan
     return value
-
-
-def _short(text: str, limit: int = 40) -> str:
-    return repr(text if len(text) <= limit else text[:limit] + "...")

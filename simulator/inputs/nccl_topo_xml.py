@@ -18,7 +18,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-from simulator.errors import InputError
+from simulator.errors import InputError, cut, quoted
 
 # topo.cc kvDictPciGen: link_speed string -> PCIe generation (GT/s per lane)
 PCI_GEN = {"2.5": 1, "5": 2, "5.0": 2, "8": 3, "8.0": 3, "16": 4, "16.0": 4, "32": 5,
@@ -96,7 +96,7 @@ def parse(text: str, source: str = "<xml>") -> NcclSystem:
         raise InputError(f"not valid XML ({exc.msg if hasattr(exc, 'msg') else exc})",
                          file=source, line=line) from None
     if root.tag != "system":
-        raise InputError(f"expected NCCL's <system> root element, found <{root.tag}>",
+        raise InputError(f"expected NCCL's <system> root element, found <{cut(root.tag)}>",
                          file=source)
     cpus = [_cpu(el, source) for el in root if el.tag == "cpu"]
     if not cpus:
@@ -114,7 +114,8 @@ def _int(el: ET.Element, key: str, source: str) -> int | None:
     try:
         return int(value, 0)
     except ValueError:
-        raise InputError(f"<{el.tag}> {key}={value!r} is not a number", file=source) from None
+        raise InputError(f"<{cut(el.tag)}> {key}={quoted(value)} is not a number",
+                         file=source) from None
 
 
 def _cpu(el: ET.Element, source: str) -> Cpu:
@@ -146,8 +147,9 @@ def _pci(el: ET.Element, source: str) -> PciNode:
         kind = "other"
     speed = (el.get("link_speed") or "").split(" ")[0]
     if speed and speed not in PCI_GEN:
-        raise InputError(f"<pci busid={busid!r}> link_speed {el.get('link_speed')!r} is not a "
-                         "PCIe rate NCCL knows (2.5 .. 64 GT/s)", file=source)
+        raise InputError(f"<pci busid={quoted(busid)}> link_speed "
+                         f"{quoted(el.get('link_speed'))} is not a PCIe rate NCCL knows "
+                         "(2.5 .. 64 GT/s)", file=source)
     width = _int(el, "link_width", source)
     node = PciNode(busid, kind, PCI_GEN.get(speed), 16 if width == 0 else width)  # topo.cc: 0 -> 16
     if gpu is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simulator.errors import quoted
 from simulator.inputs.jsonfile import JsonDoc, read
 
 if TYPE_CHECKING:
@@ -90,19 +91,19 @@ def _targets(doc: JsonDoc, family: str, linear: tuple[str, ...]) -> list[str]:
     if isinstance(given, str):
         if given.lower() == "all-linear":
             return list(linear)
-        raise doc.error(loc, f"{given!r}: a regular expression of module names is not read; "
+        raise doc.error(loc, f"{quoted(given)}: a regular expression of module names is not read; "
                         f"list the names ({', '.join(linear)})")
     chosen: list[str] = []
     for i, name in enumerate(given):
         if not isinstance(name, str):
-            raise doc.error((*loc, i), f"expected a module name, got {name!r}")
+            raise doc.error((*loc, i), f"expected a module name, got {quoted(name)}")
         leaf = name.rsplit(".", 1)[-1]
         if family == "unet":  # diffusers' targets end in a module of their own (to_out.0)
             leaf = next((t for t in linear if name == t or name.endswith("." + t)), leaf)
         if leaf in linear:
             chosen.append(leaf)
         else:
-            doc.warn((*loc, i), f"{name!r} matches no {family} linear layer stepsim models "
+            doc.warn((*loc, i), f"{quoted(name)} matches no {family} linear layer stepsim models "
                      f"({', '.join(linear)}); ignored")
     if not chosen:
         raise doc.error(loc, f"no target matches a {family} linear layer; choose from "
@@ -125,4 +126,4 @@ def _warn_unmodelled(doc: JsonDoc) -> None:
                  "every layer gets them")
     bias = doc.get(("bias",), (str,), "none")
     if bias != "none":
-        doc.warn(("bias",), f"bias {bias!r}: trained biases are not modelled")
+        doc.warn(("bias",), f"bias {quoted(bias)}: trained biases are not modelled")

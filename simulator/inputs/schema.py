@@ -14,6 +14,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, get_args
 
+from simulator.errors import quoted
+
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
@@ -97,10 +99,12 @@ CALIBRATION_PARAMETERS = {
     "shm_ll_sync_us": ("LL per-step host-memory poll over SHM, beyond the route", "us"),
     "shm_simple_sync_us": ("Simple per-step fence + host-memory poll over SHM", "us"),
     "net_sync_us": ("per-step cost of NET over loopback sockets (NCCL_SHM_DISABLE)", "us"),
-    "p2p_pcie_simple_efficiency": ("share of a PCIe link's payload rate Simple P2P uses", ""),
+    "p2p_pcie_simple_efficiency": ("share of a PCIe link's payload rate Simple P2P uses "
+                                   "(default: by PCIe generation)", ""),
     "nvlink_simple_efficiency": ("share of NVLink's payload rate Simple uses", ""),
     "shm_pcie_efficiency": ("share of a PCIe link's payload rate SHM kernels use", ""),
-    "simple_channel_cap_gbps": ("Simple throughput of one channel over PCIe", "GB/s"),
+    "simple_channel_cap_gbps": ("Simple throughput of one 512-thread channel over PCIe",
+                                "GB/s"),
     "ll_channel_cap_gbps": ("LL throughput of one channel over PCIe", "GB/s"),
     "host_memory_gb_per_s": ("host-memory bandwidth of every socket (SHM staging)", "GB/s"),
     "socket_link_gb_per_s": ("socket-link bandwidth, each way", "GB/s"),
@@ -228,7 +232,8 @@ class NodeConfig(Frozen):
     kind: NodeKind
     # cpu only: achievable host-memory bandwidth of this socket (GB/s), shared by SHM traffic
     memory_bandwidth_gb_per_s: Annotated[Bandwidth | None, NUMBER] = None
-    # cpu only: CPU generation, sets the socket-link default (see link_catalog.SOCKET_LINKS)
+    # cpu only: CPU family (catalog/cpus.py) or socket link (catalog/links.py SOCKET_LINKS);
+    # sets the socket link between CPUs and the vendor NCCL's rules depend on
     model: str | None = None
     # cpu only: cores of this socket (the CPU optimizer of offloaded training runs on them)
     cores: Annotated[Annotated[int, Bounds(gt=0, le=MAX_CORES)] | None, NUMBER] = None
@@ -268,6 +273,11 @@ class FittedValue(Frozen):
     source: str  # the logs and sizes it was fitted on
     # fit residual over those rows, fraction
     rms_error: Annotated[Annotated[float, Bounds(ge=0)] | None, NUMBER] = None
+    # the physical bounds it was fitted within, and the one it ended on (floor | ceiling):
+    # a value on a bound is what the model could not explain, and narrows no range
+    low: Annotated[float | None, NUMBER] = None
+    high: Annotated[float | None, NUMBER] = None
+    at_bound: Literal["floor", "ceiling"] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,6 +306,9 @@ class CalibrationConfig(Frozen):
     """What `stepsim calibrate` fitted to the user's own measurements, with its provenance."""
 
     source: str = ""
+    # why the logs contradicted this machine when `stepsim calibrate --force` fitted them
+    # anyway ("" : they did not); a forced fit narrows no range, and every answer says so
+    forced: str = ""
     fitted: list[FittedValue] = field(default_factory=list)
     left_at_default: list[UnfittedValue] = field(default_factory=list)
     compute: list[ComputeCalibration] = field(default_factory=list)
@@ -325,13 +338,13 @@ class TopologyConfig(Frozen):
         ids: set[str] = set()
         for i, node in enumerate(self.nodes):
             if node.id in ids:
-                errors.append((("nodes", i, "id"), f"node id {node.id!r} is defined twice"))
+                errors.append((("nodes", i, "id"), f"node id {quoted(node.id)} is defined twice"))
             ids.add(node.id)
         for i, link in enumerate(self.links):
             for end in ("a", "b"):
                 ref = getattr(link, end)
                 if ref not in ids:
-                    errors.append((("links", i, end), f"link to undefined node {ref!r}"))
+                    errors.append((("links", i, end), f"link to undefined node {quoted(ref)}"))
         gpus = sum(n.kind == "gpu" for n in self.nodes)
         if not gpus:
             errors.append((("nodes",), "the machine has no GPU node"))
@@ -341,7 +354,7 @@ class TopologyConfig(Frozen):
             for i, fit in enumerate(self.calibration.fitted):
                 if fit.parameter not in CALIBRATION_PARAMETERS:
                     errors.append((("calibration", "fitted", i, "parameter"),
-                                   f"unknown parameter {fit.parameter!r}; known: "
+                                   f"unknown parameter {quoted(fit.parameter)}; known: "
                                    f"{', '.join(CALIBRATION_PARAMETERS)}"))
         return errors + self._catalog_errors()
 
@@ -351,7 +364,7 @@ class TopologyConfig(Frozen):
         from simulator.catalog import links as link_catalog
 
         def known(name: str, catalog: dict[str, object]) -> str:
-            return f"unknown {name!r}; known: {', '.join(sorted(catalog))}"
+            return f"unknown {quoted(name)}; known: {', '.join(sorted(catalog))}"
 
         errors: list[tuple[tuple[str | int, ...], str]] = []
         if self.gpu.base not in gpu_catalog.GPUS:
@@ -361,17 +374,20 @@ class TopologyConfig(Frozen):
         for i, node in enumerate(self.nodes):
             if node.gpu is not None and node.gpu.base not in gpu_catalog.GPUS:
                 errors.append((("nodes", i, "gpu"), known(node.gpu.base, dict(gpu_catalog.GPUS))))
-            if node.model is not None and node.model not in link_catalog.SOCKET_LINKS:
+            if node.model is not None and link_catalog.socket_link(node.model) is None:
+                from simulator.catalog.cpus import CPUS
+
                 errors.append((("nodes", i, "model"),
-                               known(node.model, dict(link_catalog.SOCKET_LINKS))))
+                               known(node.model, {**link_catalog.SOCKET_LINKS, **CPUS})))
         pairs: set[frozenset[str]] = set()
         for i, link in enumerate(self.links):
             pair = frozenset((link.a, link.b))
             if link.a == link.b:
-                errors.append((("links", i, "b"), f"link from {link.a!r} to itself"))
+                errors.append((("links", i, "b"), f"link from {quoted(link.a)} to itself"))
             elif pair in pairs:
-                errors.append((("links", i), f"a second link between {link.a!r} and {link.b!r}; "
-                               "give one link with the total count or bandwidth"))
+                errors.append((("links", i), f"a second link between {quoted(link.a)} and "
+                               f"{quoted(link.b)}; give one link with the total count or "
+                               "bandwidth"))
             pairs.add(pair)
             if link.gen is not None and link.kind == "pcie" and \
                     link.gen not in link_catalog.PCIE_RAW_PER_LANE:

@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.inputs.schema import GenericLayer, ModelConfig
 from simulator.job.moe import MoeShape
 from simulator.job.vision import VisionShape
@@ -183,13 +183,13 @@ class Arch:
     def from_model(m: ModelConfig) -> Arch:
         d = _FAMILY_DEFAULTS.get(m.family)
         if d is None:
-            raise InputError(f"unknown model family {m.family!r}; known: "
+            raise InputError(f"unknown model family {quoted(m.family)}; known: "
                              f"{', '.join(_FAMILY_DEFAULTS)}",
                              key="model.family")
         positions = m.positions or str(d["positions"])
         if positions not in _ALLOWED_POSITIONS[m.family]:
             raise InputError(f"{m.family} models use {sorted(_ALLOWED_POSITIONS[m.family])} "
-                             f"positions, got {positions!r}", key="model.positions")
+                             f"positions, got {quoted(positions)}", key="model.positions")
         bias = bool(d["bias"]) if m.bias is None else m.bias
         return Arch(
             family=m.family, layers=m.layers, hidden=m.hidden, heads=m.heads,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.inputs.schema import (
     LORA_TARGETS,
     GenericLayer,
@@ -96,7 +96,7 @@ class Job:
             known = LORA_TARGETS[family]
             unknown = [x for x in lora.targets if x not in known]
             if unknown or not lora.targets:
-                raise InputError(f"LoRA targets {unknown or '[]'} match no {family} linear "
+                raise InputError(f"LoRA targets {quoted(unknown)} match no {family} linear "
                                  f"layer; choose from {', '.join(known)}",
                                  key="training.lora.targets")
             targets = set(lora.targets)

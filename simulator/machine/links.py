@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from simulator.catalog import gpus as gpu_catalog
 from simulator.catalog import links as link_catalog
-from simulator.errors import InputError
+from simulator.errors import InputError, cut, quoted
 from simulator.inputs.schema import LinkConfig, NodeConfig, TopologyConfig
 from simulator.machine.cards import node_gpu
 from simulator.units import GB, US
@@ -48,13 +48,29 @@ def hop_type(kind_a: str, kind_b: str, link_kind: str) -> str:
     return "PIX"
 
 
+def pcie_generation(lc: LinkConfig, gpu: gpu_catalog.GPU, nodes: dict[str, NodeConfig]) -> int:
+    """A PCIe link's generation: its own ``gen``, else its GPU end's, else the machine's card."""
+    end_gpus = [node_gpu(nodes[n], gpu) for n in (lc.a, lc.b) if nodes[n].kind == "gpu"]
+    return lc.gen or (end_gpus[0].pcie_gen if end_gpus else gpu.pcie_gen)
+
+
+def pcie_generations(config: TopologyConfig, gpu: gpu_catalog.GPU,
+                     nodes: dict[str, NodeConfig]) -> dict[str, int]:
+    """Each directed PCIe link id ("a->b") and its generation."""
+    out: dict[str, int] = {}
+    for lc in config.links:
+        if lc.kind == "pcie":
+            out[f"{lc.a}->{lc.b}"] = out[f"{lc.b}->{lc.a}"] = pcie_generation(lc, gpu, nodes)
+    return out
+
+
 def link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: gpu_catalog.GPU,
                   nodes: dict[str, NodeConfig]) -> tuple[float, float, float]:
     """Physical capacity (B/s), latency (s) and NCCL's believed bandwidth (B/s) of a link."""
-    where = f"{config.name}: link {lc.a}-{lc.b}"
+    where = f"{cut(config.name)}: link {cut(lc.a)}-{cut(lc.b)}"
     end_gpus = [node_gpu(nodes[n], gpu) for n in (lc.a, lc.b) if nodes[n].kind == "gpu"]
     if lc.kind == "pcie":
-        gen = lc.gen or (end_gpus[0].pcie_gen if end_gpus else gpu.pcie_gen)
+        gen = pcie_generation(lc, gpu, nodes)
         lanes = lc.lanes or 16
         capacity, latency = link_catalog.pcie_bandwidth(gen, lanes), link_catalog.PCIE_HOP_LATENCY
         belief = link_catalog.nccl_pcie_bandwidth(gen, lanes)
@@ -65,7 +81,7 @@ def link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: gpu_catalog.GPU,
             raise InputError(f"{where}: {owner.name} has no NVLink")
         per_link = link_catalog.NVLINK_PER_LINK.get(lc.model or owner.arch)
         if per_link is None:
-            raise InputError(f"{where}: unknown NVLink model {lc.model or owner.arch!r}; "
+            raise InputError(f"{where}: unknown NVLink model {quoted(lc.model or owner.arch)}; "
                              f"known: {', '.join(link_catalog.NVLINK_PER_LINK)}")
         capacity, latency = per_link * count, link_catalog.NVLINK_HOP_LATENCY
         cc = owner.compute_capability
@@ -75,9 +91,9 @@ def link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: gpu_catalog.GPU,
     elif lc.kind in ("upi", "xgmi"):
         cpu_model = nodes[lc.a].model or nodes[lc.b].model
         name = lc.model or cpu_model or link_catalog.DEFAULT_SOCKET_LINK[lc.kind]
-        socket = link_catalog.SOCKET_LINKS.get(name)
+        socket = link_catalog.socket_link(name)  # a socket link, or a CPU family's
         if socket is None:
-            raise InputError(f"{where}: unknown socket link {name!r}; "
+            raise InputError(f"{where}: unknown socket link {quoted(name)}; "
                              f"known: {', '.join(link_catalog.SOCKET_LINKS)}")
         capacity, latency, belief = socket.bandwidth, socket.latency, socket.nccl_bandwidth
     else:  # network

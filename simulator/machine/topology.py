@@ -1,10 +1,12 @@
-"""The machine: GPUs, switches, CPUs and the links between them.
+"""The machine: GPUs, switches, CPUs and the links between them, as a networkx graph.
 
-Inside: ``Machine`` (the graph of nodes and links, directed links, NCCL's path types and best
-paths, each GPU's socket, a link in words). Each link's numbers and hop type come from
-links.py; the best path between two nodes is paths.py's search; ``Machine.graph`` is the same
-machine as a networkx graph, built when something asks for it (drawing, analysis). What NCCL
-makes of it (transports, routes, rings) is nccl/communicator.py's.
+Inside: ``Machine``, whose ``graph`` (a ``networkx.DiGraph`` built once from the topology file:
+nodes with their ``kind`` and ``config``, each link as two directed edges with its ``id``,
+``kind``, ``capacity``, ``latency``, NCCL's believed ``nccl_bandwidth`` and the hop's path type
+``hop_type``/``rank``) is what paths, rings, transports, drawing and analysis read; NCCL's path
+types and best paths over it (paths.py), each GPU's socket, a link in words. Each link's
+numbers and hop type come from links.py. What NCCL makes of it (transports, routes, rings) is
+nccl/communicator.py's.
 
 Assumptions: a path between two GPUs never passes through a third GPU (NCCL's NVB paths,
 NVLink relayed by an intermediate GPU, are not modelled); a GPU's socket is the CPU it reaches
@@ -15,20 +17,19 @@ without crossing a socket link. Capacities are physical (catalog/); NCCL's own b
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from functools import cached_property
+
+import networkx as nx
 
 from simulator.catalog import gpus as gpu_catalog
 from simulator.catalog import links as link_catalog
-from simulator.errors import InputError
+from simulator.errors import InputError, cut
 from simulator.inputs.schema import CalibrationConfig, NodeConfig, TopologyConfig
 from simulator.machine.cards import node_gpu, resolve_gpu
 from simulator.machine.links import Link, hop_type, link_numbers
-from simulator.machine.paths import PATH_RANK, PATH_TYPES, Hop, Path, PathFinder, unreached
+from simulator.machine.paths import PATH_RANK, PATH_TYPES, Path, PathFinder, unreached
 from simulator.machine.scales import NEUTRAL, RateScales
 from simulator.units import GB
-
-if TYPE_CHECKING:
-    import networkx as nx
 
 
 def _cpu_vendor(model: str | None) -> str | None:
@@ -43,19 +44,18 @@ class Machine:
 
     config: TopologyConfig
     gpu: gpu_catalog.GPU
-    # node -> neighbour -> the link's attributes (kind, capacity, latency, nccl_bandwidth,
-    # hop_type), in the topology file's order; one dict per link, shared by both ends
-    adjacency: dict[str, dict[str, dict[str, Any]]]
+    # nodes (kind, config) and directed links (id, kind, capacity, latency, nccl_bandwidth,
+    # hop_type, rank), each node's successors in the topology file's order
+    graph: nx.DiGraph
+    # every directed link and host-memory resource ("mem:cpu0") as the fabric carries them,
+    # in the file's order: read off the graph once
     links: dict[str, Link]
-    nodes: dict[str, NodeConfig]  # node id -> its entry in the topology file
     gpu_nodes: tuple[str, ...]  # node id of each rank
-    nccl_link_bandwidth: dict[str, float]  # directed link id -> NCCL's belief, B/s
     gpus: tuple[gpu_catalog.GPU, ...] = ()  # the card at each rank (node `gpu`, else `gpu`)
     _paths: dict[tuple[str, str], Path] = field(default_factory=dict, repr=False)
     _types: dict[tuple[int, int], str] = field(default_factory=dict, repr=False)
     _cpus: dict[str, str | None] = field(default_factory=dict, repr=False)
     _finder: PathFinder | None = field(default=None, repr=False)
-    _graph: nx.Graph | None = field(default=None, repr=False)
     _cpu_nodes: tuple[str, ...] | None = field(default=None, repr=False)
     scales: RateScales = NEUTRAL  # achieved-rate factors for range propagation (scales.py)
     _jobs: dict[str, Machine] = field(default_factory=dict, repr=False)
@@ -77,34 +77,25 @@ class Machine:
     def n_gpus(self) -> int:
         return len(self.gpu_nodes)
 
+    @cached_property
+    def nodes(self) -> dict[str, NodeConfig]:
+        """Node id -> its entry in the topology file (read off the graph once)."""
+        configs: dict[str, NodeConfig] = dict(self.graph.nodes(data="config"))
+        return configs
+
     @property
     def cpu_nodes(self) -> tuple[str, ...]:
         """The CPU (socket) nodes, in the file's order."""
         if self._cpu_nodes is None:
-            self._cpu_nodes = tuple(n for n, c in self.nodes.items() if c.kind == "cpu")
+            self._cpu_nodes = tuple(n for n, kind in self.graph.nodes(data="kind")
+                                    if kind == "cpu")
         return self._cpu_nodes
 
     @property
-    def graph(self) -> nx.Graph:
-        """The machine as a networkx graph (nodes: kind, config; edges: the link attributes)."""
-        if self._graph is None:
-            import networkx as nx
-
-            graph = nx.Graph(name=self.config.name)
-            for node in self.config.nodes:
-                graph.add_node(node.id, kind=node.kind, config=node)
-            for lc in self.config.links:
-                graph.add_edge(lc.a, lc.b, **self.adjacency[lc.a][lc.b])
-            self._graph = graph
-        return self._graph
-
-    @property
     def paths(self) -> PathFinder:
-        """The best-path search over this machine's links (paths.py), built once."""
+        """The best-path search over this machine's graph (paths.py), built once."""
         if self._finder is None:
-            hops = {u: {v: Hop(PATH_RANK[e["hop_type"]], e["nccl_bandwidth"], e["capacity"])
-                        for v, e in nbrs.items()} for u, nbrs in self.adjacency.items()}
-            self._finder = PathFinder(hops, set(self.gpu_nodes))
+            self._finder = PathFinder(self.graph, set(self.gpu_nodes))
         return self._finder
 
     # --- construction -----------------------------------------------------------------
@@ -113,25 +104,26 @@ class Machine:
     def from_config(cls, config: TopologyConfig) -> Machine:
         gpu = resolve_gpu(config.gpu)
         nodes = {node.id: node for node in config.nodes}
-        adjacency: dict[str, dict[str, dict[str, Any]]] = {node.id: {} for node in config.nodes}
-        links: dict[str, Link] = {}
-        nccl_bw: dict[str, float] = {}
+        graph = nx.DiGraph(name=config.name)
+        for node in config.nodes:
+            graph.add_node(node.id, kind=node.kind, config=node)
         # what `stepsim calibrate` fitted of the hardware itself (calibration.fitted)
         fitted = {f.parameter: f.value for f in config.calibration.fitted} \
             if config.calibration else {}
-        for lc in config.links:
-            kind_a, kind_b = nodes[lc.a].kind, nodes[lc.b].kind
+        for lc in config.links:  # a link given twice: the last one counts
             capacity, latency, belief = link_numbers(lc, config, gpu, nodes)
             if lc.kind in ("upi", "xgmi") and "socket_link_gb_per_s" in fitted:
                 capacity = fitted["socket_link_gb_per_s"] * GB
-            attrs = adjacency[lc.a].get(lc.b, {})  # a link given twice: the last one counts
-            attrs.update(kind=lc.kind, capacity=capacity, latency=latency,
-                         nccl_bandwidth=belief, hop_type=hop_type(kind_a, kind_b, lc.kind))
-            adjacency[lc.a][lc.b] = adjacency[lc.b][lc.a] = attrs
+            hop = hop_type(nodes[lc.a].kind, nodes[lc.b].kind, lc.kind)
             for src, dst in ((lc.a, lc.b), (lc.b, lc.a)):
-                link_id = f"{src}->{dst}"
-                links[link_id] = Link(link_id, src, dst, lc.kind, capacity, latency)
-                nccl_bw[link_id] = belief
+                graph.add_edge(src, dst, id=f"{src}->{dst}", kind=lc.kind, capacity=capacity,
+                               latency=latency, nccl_bandwidth=belief, hop_type=hop,
+                               rank=PATH_RANK[hop])
+        links: dict[str, Link] = {}
+        for lc in config.links:
+            for src, dst in ((lc.a, lc.b), (lc.b, lc.a)):
+                e = graph.edges[src, dst]
+                links[e["id"]] = Link(e["id"], src, dst, e["kind"], e["capacity"], e["latency"])
         for node in config.nodes:
             if node.kind == "cpu":
                 mem = (node.memory_bandwidth_gb_per_s * GB if node.memory_bandwidth_gb_per_s
@@ -141,12 +133,12 @@ class Machine:
                 links[f"mem:{node.id}"] = Link(f"mem:{node.id}", node.id, node.id, "memory",
                                                mem, 0.0)
         gpu_nodes = tuple(n.id for n in config.nodes if n.kind == "gpu")
-        lonely = unreached(adjacency, gpu_nodes[0])
+        lonely = unreached(graph, gpu_nodes[0])
         if lonely:
-            raise InputError(f"{config.name}: node(s) {', '.join(sorted(lonely))} are not "
-                             f"connected to {gpu_nodes[0]}")
+            raise InputError(f"{cut(config.name)}: node(s) {cut(', '.join(sorted(lonely)))} are "
+                             f"not connected to {cut(gpu_nodes[0])}")
         gpus = tuple(node_gpu(nodes[n], gpu) for n in gpu_nodes)
-        return cls(config, gpu, adjacency, links, nodes, gpu_nodes, nccl_bw, gpus)
+        return cls(config, gpu, graph, links, gpu_nodes, gpus)
 
     def for_job(self, workload: str) -> Machine:
         """The machine whose cards run at the compute fraction measured for this workload
@@ -213,15 +205,20 @@ class Machine:
             return cached
         nodes = self.paths.best(a, b)
         if nodes is None:
-            raise InputError(f"{self.name}: no path from {a} to {b} that avoids other GPUs")
+            raise InputError(f"{cut(self.name)}: no path from {cut(a)} to {cut(b)} that avoids "
+                             "other GPUs")
         best = self._make_path(nodes)
         self._paths[(a, b)] = best
         return best
 
+    def path_capacities(self, a: str, targets: list[str]) -> dict[str, float]:
+        """``best_path(a, b).capacity`` for every target ``b``, in one sweep (paths.py)."""
+        return self.paths.capacities(a, targets)
+
     def _make_path(self, nodes: tuple[str, ...]) -> Path:
         hops = list(zip(nodes, nodes[1:], strict=False))
-        edges = [self.adjacency[u][v] for u, v in hops]
-        return Path(nodes, tuple(f"{u}->{v}" for u, v in hops),
+        edges = [self.graph.succ[u][v] for u, v in hops]
+        return Path(nodes, tuple(e["id"] for e in edges),
                     max((e["hop_type"] for e in edges), key=PATH_RANK.__getitem__),
                     min(e["nccl_bandwidth"] for e in edges), min(e["capacity"] for e in edges))
 
@@ -236,7 +233,8 @@ class Machine:
             for c in cpus:
                 t = self.paths.type_rank(node, c)
                 if t is None:
-                    raise InputError(f"{self.name}: no path from {node} to {c} that avoids "
+                    raise InputError(f"{cut(self.name)}: no path from {cut(node)} to {cut(c)} "
+                                     "that avoids "
                                      "other GPUs")
                 types[c] = t
             closest = [c for c in cpus if types[c] == min(types.values())]
@@ -254,10 +252,20 @@ class Machine:
             return known
         rank = self.paths.type_rank(self.gpu_nodes[i], self.gpu_nodes[j])
         if rank is None:
-            raise InputError(f"{self.name}: no path from {self.gpu_nodes[i]} to "
-                             f"{self.gpu_nodes[j]} that avoids other GPUs")
+            raise InputError(f"{cut(self.name)}: no path from {cut(self.gpu_nodes[i])} to "
+                             f"{cut(self.gpu_nodes[j])} that avoids other GPUs")
         self._types[(i, j)] = PATH_TYPES[rank]
         return PATH_TYPES[rank]
+
+    def path_type_row(self, i: int) -> list[str]:
+        """``path_type(i, j)`` for every GPU j in one sweep (nothing kept: a large machine's
+        every pair is asked once, by `stepsim topo`)."""
+        row = ["LOC"] * self.n_gpus
+        rank_of = {node: r for r, node in enumerate(self.gpu_nodes)}
+        for rank, found in self.paths.nearest(self.gpu_nodes[i], list(self.gpu_nodes)):
+            for node in found:
+                row[rank_of[node]] = PATH_TYPES[rank]
+        return row
 
     def describe(self, link_id: str) -> str:
         """A link in words, for reports: ``cpu0->sw0`` is "sw0's uplink to cpu0, down"."""
@@ -289,7 +297,7 @@ class Machine:
     def _cpu_model(self, node: NodeConfig) -> str | None:
         if node.model:
             return node.model
-        for data in self.adjacency[node.id].values():
+        for data in self.graph.succ[node.id].values():
             if data["kind"] in link_catalog.DEFAULT_SOCKET_LINK:
                 return link_catalog.DEFAULT_SOCKET_LINK[data["kind"]]
         return None

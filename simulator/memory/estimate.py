@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from simulator.catalog.gpus import GPU
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.job import optimizer as optim
 from simulator.job.checkpointing import job_shape
 from simulator.job.workload import Job
@@ -113,7 +113,8 @@ def recipe(strategy: str, precision: str, optimizer: str,
 
 def _check(job: Job, strategy: str, world: int, tp: int) -> None:
     if strategy not in STRATEGIES:
-        raise InputError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+        raise InputError(f"unknown strategy {quoted(strategy)}; choose from "
+                         f"{', '.join(STRATEGIES)}")
     if world < 1 or tp < 1:
         raise InputError(f"GPU count and TP size must be at least 1, got {world} and {tp}")
     if world % tp:

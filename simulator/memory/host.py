@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.job.workload import Job
 from simulator.memory.report import Line
 
@@ -34,7 +34,7 @@ OFFLOADS = ("none", "optimizer", "params")
 def check(strategy: str, offload: str) -> None:
     """Which strategy can offload what, as the frameworks allow it."""
     if offload not in OFFLOADS:
-        raise InputError(f"--offload {offload!r}: choose from {', '.join(OFFLOADS[1:])}")
+        raise InputError(f"--offload {quoted(offload)}: choose from {', '.join(OFFLOADS[1:])}")
     if offload == "none":
         return
     if strategy not in ("zero1", "zero2", "zero3", "fsdp"):

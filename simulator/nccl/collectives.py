@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from simulator.catalog import links as link_catalog
 from simulator.engine.program import Flow
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.nccl import tuning as nt
 from simulator.nccl import wire
 from simulator.units import GB, US
@@ -91,11 +91,11 @@ def plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...] | None
     """NCCL's decisions for one call, kept by the communicator (training steps repeat
     sizes)."""
     if op not in OPS:
-        raise InputError(f"unknown collective {op!r}; expected one of {', '.join(OPS)}")
+        raise InputError(f"unknown collective {quoted(op)}; expected one of {', '.join(OPS)}")
     if algo not in ("auto", *nt.ALGORITHMS):
-        raise InputError(f"unknown algorithm {algo!r}; expected auto, ring or tree")
+        raise InputError(f"unknown algorithm {quoted(algo)}; expected auto, ring or tree")
     if protocol is not None and protocol not in nt.PROTOCOLS:
-        raise InputError(f"unknown protocol {protocol!r}; expected LL, LL128 or Simple")
+        raise InputError(f"unknown protocol {quoted(protocol)}; expected LL, LL128 or Simple")
     if nbytes < 0:
         raise InputError(f"message size must be >= 0, got {nbytes}")
     ranks = tuple(range(comm.n_gpus)) if ranks is None else tuple(ranks)
@@ -144,7 +144,7 @@ def _make_plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...],
     except ValueError as exc:
         raise InputError(f"{exc} ({env.line()})" if env.active else str(exc)) from None
     channels = nt.channels_used(graph, env.channels(comm_channels(ring.n_channels)), nbytes,
-                                choice.algorithm, choice.protocol)
+                                choice.algorithm, choice.protocol, env)
 
     if choice.algorithm == "tree":  # a chain inside one node: reduce up, broadcast down
         hops = list(zip(order[1:], order[:-1], strict=True))
@@ -157,10 +157,13 @@ def _make_plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...],
         else:
             hops, steps = _cycle(order), nt.ring_steps(op, n)
         bus_bytes = nbytes * bus_factor(op, n)
-    usage, transports, hop_latency = _hop_costs(comm, hops, choice.protocol)
+    usage = _usage(comm, hops, choice.protocol)
+    transports = sorted({comm.transport(a, b) for a, b in hops})
+    hop_latency = max(step_latency(comm, a, b, choice.protocol) for a, b in hops)
     latency = comm.wire.call_latency_us * US + steps * hop_latency
+    threads = nt.threads_per_channel(graph, choice.algorithm, choice.protocol, env)
     max_rate = min(_max_rate(graph, choice.algorithm, choice.protocol, channels),
-                   _pcie_channel_cap(comm, hops, choice.protocol, channels))
+                   _pcie_channel_cap(comm, hops, choice.protocol, channels, threads))
     return Plan(op, nbytes, ranks, choice.algorithm, choice.protocol, "+".join(transports),
                 channels, order, latency, bus_bytes, usage, max_rate, choice.time_us)
 
@@ -173,19 +176,6 @@ def _tree_enabled(n: int) -> bool:
 
 def _cycle(order: tuple[int, ...]) -> list[tuple[int, int]]:
     return [(a, order[(i + 1) % len(order)]) for i, a in enumerate(order)]
-
-
-def _hop_costs(comm: Communicator, hops: list[tuple[int, int]], protocol: str
-               ) -> tuple[tuple[tuple[str, float], ...], list[str], float]:
-    """(link usage, transports, the slowest hop's step latency) of a ring or chain's hops
-    under a protocol, kept by the communicator: every message size of a step shares them."""
-    key = ("hops", tuple(hops), protocol)
-    if key not in comm.plans:
-        comm.plans[key] = (_usage(comm, hops, protocol),
-                           sorted({comm.transport(a, b) for a, b in hops}),
-                           max(step_latency(comm, a, b, protocol) for a, b in hops))
-    costs: tuple[tuple[tuple[str, float], ...], list[str], float] = comm.plans[key]
-    return costs
 
 
 def _usage(comm: Communicator, hops: list[tuple[int, int]],
@@ -204,8 +194,8 @@ def _usage(comm: Communicator, hops: list[tuple[int, int]],
             if protocol == "Simple":  # flag + fence stalls: calibrated per transport
                 if kind == "nvlink":
                     occupancy /= costs.nvlink_simple_efficiency
-                elif kind == "pcie" and not shm:
-                    occupancy /= costs.p2p_pcie_simple_efficiency
+                elif kind == "pcie" and not shm:  # the link's generation's share
+                    occupancy /= wire.p2p_link_efficiency(costs, comm.pcie_generation(link_id))
                 else:
                     occupancy /= SIMPLE_EFFICIENCY
             if kind == "pcie" and shm:
@@ -215,16 +205,16 @@ def _usage(comm: Communicator, hops: list[tuple[int, int]],
 
 
 def _pcie_channel_cap(comm: Communicator, hops: list[tuple[int, int]], protocol: str,
-                      channels: int) -> float:
-    """Channels x one channel's throughput over PCIe (wire.py) when any hop is off NVLink,
-    scaled as the hops' link rates are (scales.py); inf on NVLink."""
+                      channels: int, threads: int = wire.SIMPLE_THREADS) -> float:
+    """Channels x one channel's throughput over PCIe with its threads (wire.py) when any hop
+    is off NVLink, scaled as the hops' link rates are (scales.py); inf on NVLink."""
     machine = comm.machine
     pcie = [(a, b) for a, b in hops if machine.path_type(a, b) != "NVL"]
     if not pcie:
         return math.inf
     scale = min(machine.scales.factor(m) if (m := comm.mechanism(a, b)) else 1.0
                 for a, b in pcie)
-    return channels * wire.channel_cap(comm.wire, protocol) * scale
+    return channels * wire.channel_cap(comm.wire, protocol, threads) * scale
 
 
 def step_latency(comm: Communicator, a: int, b: int, protocol: str) -> float:

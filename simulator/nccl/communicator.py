@@ -16,8 +16,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from simulator.errors import InputError
+from simulator.errors import InputError, cut
 from simulator.machine.build import load_machine
+from simulator.machine.links import pcie_generations
 from simulator.machine.paths import PATH_RANK, Path
 from simulator.machine.scales import NEUTRAL, RateScales
 from simulator.nccl.env import NO_ENV, NcclEnv
@@ -44,6 +45,7 @@ class Communicator:
         self.plans: dict[tuple[Any, ...], Any] = {}  # collectives.py's, by call
         self._routes: dict[tuple[int, int], Route] = {}
         self._rings: dict[tuple[int, ...], Ring] = {}
+        self._gens: dict[str, int] | None = None
 
     @property
     def n_gpus(self) -> int:
@@ -66,10 +68,14 @@ class Communicator:
     def transport(self, i: int, j: int) -> str:
         """"P2P", "SHM" (staged through the receiver's host memory) or "NET" (NCCL_SHM_DISABLE:
         sockets over loopback, staged through host memory too)."""
-        kind = self.machine.path_type(i, j)
-        if kind == "NET":
+        return "P2P" if i == j else self.transport_over(self.machine.path_type(i, j))
+
+    def transport_over(self, path_type: str) -> str:
+        """The transport between two distinct GPUs whose path has this type: the one rule
+        every command and model asks (``transport(i, j)`` applies it to a pair)."""
+        if path_type == "NET":
             return "NET"
-        if i == j or self.p2p_allowed(kind):
+        if self.p2p_allowed(path_type):
             return "P2P"
         return "NET" if self.env.shm_disable else "SHM"
 
@@ -101,8 +107,8 @@ class Communicator:
     def _staging_cpu(self, receiver: int) -> str:
         cpu = self.machine.local_cpu(receiver)
         if cpu is None:
-            raise InputError(f"{self.machine.name}: no CPU node to stage SHM transfers through "
-                             f"(add a cpu node, or allow P2P)")
+            raise InputError(f"{cut(self.machine.name)}: no CPU node to stage SHM transfers "
+                             "through (add a cpu node, or allow P2P)")
         return cpu
 
     def route(self, i: int, j: int) -> Route:
@@ -141,6 +147,41 @@ class Communicator:
         if not route:
             return float("inf")
         return min(self.machine.links[lid].capacity / w for lid, w in route)
+
+    def bottleneck_row(self, i: int) -> list[float]:
+        """``bottleneck_bandwidth(i, j)`` for every GPU j (inf for i itself), without a route
+        per pair: the best paths' capacities in one sweep from i, and for a staged pair the
+        thinnest of the way up to the receiver's socket, its memory and the way down."""
+        m = self.machine
+        source = m.gpu_nodes[i]
+        types = m.path_type_row(i)
+        transports = ["P2P" if j == i else self.transport_over(kind)
+                      for j, kind in enumerate(types)]
+        direct_to = [m.gpu_nodes[j] for j, (kind, how) in enumerate(zip(types, transports,
+                                                                        strict=True))
+                     if j != i and (how == "P2P" or kind == "NET")]
+        direct = m.path_capacities(source, direct_to) if direct_to else {}
+        up: dict[str, float] = {}  # the way from i to each socket it stages through
+        row = []
+        for j, node in enumerate(m.gpu_nodes):
+            if j == i:
+                row.append(float("inf"))
+            elif node in direct:
+                row.append(direct[node])
+            else:
+                cpu = self._staging_cpu(j)
+                if cpu not in up:
+                    up[cpu] = m.best_path(source, cpu).capacity
+                memory = m.links[f"mem:{cpu}"].capacity / HOST_MEMORY_PASSES[transports[j]]
+                row.append(min(up[cpu], memory, m.best_path(cpu, node).capacity))
+        return row
+
+    def pcie_generation(self, link_id: str) -> int | None:
+        """The PCIe generation of a directed link (None: not a PCIe link)."""
+        if self._gens is None:
+            m = self.machine
+            self._gens = pcie_generations(m.config, m.gpu, m.nodes)
+        return self._gens.get(link_id)
 
     # --- rings and plans --------------------------------------------------------------
 

@@ -14,6 +14,9 @@
   Explicitly enabling LL128 enables it even where NCCL's default leaves it off (PCIe).
 - ``NCCL_MIN_NCHANNELS`` / ``NCCL_MAX_NCHANNELS``: clamp the communicator's channels after
   connect.cc's doubling (min at most 64, max at least 1; NCCL_MIN/MAX_NRINGS are the old names).
+- ``NCCL_NTHREADS``: threads per channel of the Simple and LL kernels (tuning.cc getNthreads: a
+  positive value not a multiple of 32 or above the protocol's maximum reads as the maximum, one
+  below 64 as 64; 0 or less leaves NCCL's default).
 - Point-to-point integer parameters (``NCCL_PARAM``, strtoll; nccl/alltoall.py applies them):
   ``NCCL_P2P_NET_CHUNKSIZE`` / ``NCCL_P2P_PCI_CHUNKSIZE`` / ``NCCL_P2P_NVL_CHUNKSIZE`` (init.cc
   L818-820), ``NCCL_BUFFSIZE`` (init.cc L813: the P2P chunk is at most an eighth of it),
@@ -30,14 +33,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from simulator.errors import InputError
+from simulator.errors import InputError, cut, quoted
 
 # integer parameters of the point-to-point path, read as NCCL_PARAM reads them
 P2P_PARAMETERS = ("NCCL_P2P_NET_CHUNKSIZE", "NCCL_P2P_PCI_CHUNKSIZE", "NCCL_P2P_NVL_CHUNKSIZE",
                   "NCCL_BUFFSIZE", "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_MIN_P2P_NCHANNELS",
                   "NCCL_MAX_P2P_NCHANNELS", "NCCL_P2P_LL_THRESHOLD", "NCCL_P2P_READ_ENABLE")
 VARIABLES = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_ALGO",
-             "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", *P2P_PARAMETERS)
+             "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NTHREADS",
+             *P2P_PARAMETERS)
 # topo.cc topoPathTypeStr up to PATH_SYS; paths.cc levelsOldToNew
 PATH_NAMES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
 OLD_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
@@ -48,6 +52,7 @@ ALGORITHMS = ("tree", "ring", "collnetdirect", "collnetchain", "nvls", "nvlstree
 MODELLED_ALGORITHMS = ("ring", "tree")
 PROTOCOLS = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
 MAX_CHANNELS = 64  # device.h MAXCHANNELS
+WARP_SIZE, MIN_THREADS = 32, 64  # device.h WARP_SIZE; tuning.cc getNthreads' minimum 2 warps
 
 
 def strtoll(text: str) -> int:
@@ -73,6 +78,7 @@ class NcclEnv:
     protocols: tuple[tuple[str, tuple[str, ...]], ...] = ()  # op -> enabled (NCCL_PROTO)
     min_channels: int | None = None
     max_channels: int | None = None
+    nthreads: int | None = None  # NCCL_NTHREADS when positive
     p2p: tuple[tuple[str, int], ...] = ()  # P2P_PARAMETERS given, as integers
     ignored: tuple[str, ...] = field(default=(), compare=False)  # values NCCL would ignore
 
@@ -87,11 +93,13 @@ class NcclEnv:
         protos = _lists(values.get("NCCL_PROTO"), "NCCL_PROTO", tuple(PROTOCOLS))
         low = _channels(values, "NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS", environ)
         high = _channels(values, "NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS", environ)
+        threads = strtoll(values["NCCL_NTHREADS"]) if "NCCL_NTHREADS" in values else None
         p2p = tuple((name, strtoll(values[name])) for name in P2P_PARAMETERS
                     if values.get(name, "").strip())
         return cls(given, level, shm, algos, protos,
                    None if low is None else min(max(low, 0), MAX_CHANNELS) or None,
-                   None if high is None else min(max(high, 1), MAX_CHANNELS), p2p,
+                   None if high is None else min(max(high, 1), MAX_CHANNELS),
+                   threads if threads is not None and threads > 0 else None, p2p,
                    tuple(ignored))
 
     @property
@@ -120,6 +128,15 @@ class NcclEnv:
         n = comm_channels if self.max_channels is None else min(self.max_channels,
                                                                 comm_channels)
         return n if self.min_channels is None else max(self.min_channels, n)
+
+    def threads(self, default: int, maximum: int) -> int:
+        """tuning.cc getNthreads: NCCL_NTHREADS where set and valid, else ``default``."""
+        nt = self.nthreads
+        if nt is None:
+            return default
+        if nt % WARP_SIZE or nt > maximum:
+            return maximum
+        return max(nt, MIN_THREADS)
 
     def param(self, name: str, default: int) -> int:
         """A point-to-point integer parameter (P2P_PARAMETERS), else NCCL's default."""
@@ -159,20 +176,20 @@ def _lists(text: str | None, name: str,
         prefix, sep, items = token.rpartition(":")
         if not sep:
             if k:
-                raise InputError(f"{name}={text}: all entries except the first must have a "
+                raise InputError(f"{name}={cut(text)}: all entries except the first must have a "
                                  "prefix (function:)")
             funcs = list(FUNCTIONS)
         else:
             funcs = [f for f in FUNCTIONS if f == prefix.strip().lower()]
             if not funcs:
-                raise InputError(f"{name}={text}: unrecognized function {prefix!r}; NCCL "
-                                 f"knows {', '.join(FUNCTIONS)}")
+                raise InputError(f"{name}={cut(text)}: unrecognized function "
+                                 f"{quoted(prefix)}; NCCL knows {', '.join(FUNCTIONS)}")
         negate = items.startswith("^")
         names = {e.strip().lower() for e in items.lstrip("^").split(",") if e.strip()}
         unknown = sorted(names - set(elements))
         if unknown:
-            raise InputError(f"{name}={text}: unrecognized element {unknown[0]!r}; NCCL knows "
-                             f"{', '.join(elements)}")
+            raise InputError(f"{name}={cut(text)}: unrecognized element {quoted(unknown[0])}; "
+                             f"NCCL knows {', '.join(elements)}")
         for f in funcs:
             enabled[f] = set(elements) - names if negate else names
     return tuple((op, tuple(e for e in elements if e in enabled[f]))

@@ -1,16 +1,15 @@
 """One NCCL collective timed alone, as nccl-tests' ``*_perf`` binaries time it: each size on
 idle links, in nccl-tests' terms (time, algbw, busbw): ``CollectiveSpec`` -> ``collective()``
-(also ``api.collective``), and ``time_alone`` for one size. A ring or chain is one flow, timed
-in closed form (engine/lone_flow.py); an all-to-all, gather, scatter or sendrecv is a flow per
-pair, run together on the fabric (engine/flows_alone.py)."""
+(also ``api.collective``), and ``time_alone`` for one size, its flows on a fresh fabric
+(``run_alone``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from simulator.engine.lone_flow import busiest, lone_flow
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.machine.build import blame
 from simulator.nccl import alltoall
 from simulator.nccl.collectives import OPS as COLLECTIVE_OPS
@@ -18,6 +17,9 @@ from simulator.nccl.collectives import bus_factor as ring_bus_factor
 from simulator.nccl.communicator import Communicator, load_communicator
 from simulator.nccl.env import NO_ENV, NcclEnv
 from simulator.units import GB, US
+
+if TYPE_CHECKING:
+    from simulator.engine.program import Flow
 
 OPS = COLLECTIVE_OPS + alltoall.OPS  # every operation nccl-tests times that stepsim models
 
@@ -66,9 +68,9 @@ class Result:
 def collective(spec: CollectiveSpec) -> list[Result]:
     """Each size alone on idle links: time, algbw and busbw as nccl-tests prints them."""
     if spec.op not in OPS:
-        raise InputError(f"unknown collective {spec.op!r}; expected one of {', '.join(OPS)}")
+        raise InputError(f"unknown collective {quoted(spec.op)}; expected one of {', '.join(OPS)}")
     if spec.algo not in ("auto", "ring", "tree"):
-        raise InputError(f"algorithm {spec.algo!r}: expected ring, tree or auto")
+        raise InputError(f"algorithm {quoted(spec.algo)}: expected ring, tree or auto")
     comm = load_communicator(spec.topology, spec.gpus, env=spec.nccl)
     with blame(spec.topology, "topologies"):
         return [time_alone(comm, spec.op, n, algo=spec.algo) for n in spec.sizes]
@@ -76,22 +78,34 @@ def collective(spec: CollectiveSpec) -> list[Result]:
 
 def time_alone(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,
                algo: str = "auto", protocol: str | None = None) -> Result:
-    """Run one collective alone on idle links, as nccl-tests would time it: its one flow alone
-    on the fabric, in closed form (engine/lone_flow.py)."""
+    """Run one collective alone on a fresh fabric, as nccl-tests would time it."""
     p = comm.plan(op, nbytes, ranks, algo, protocol)
-    capacities = comm.capacities()
-    if len(p.flows) == 1:
-        f = p.flow
-        seconds, carried = lone_flow(capacities, f.usage, f.nbytes, f.max_rate, f.latency)
-    elif p.flows:
-        from simulator.engine.flows_alone import flows_alone  # loads SimPy
-
-        seconds, carried = flows_alone(capacities, p.flows)
-    else:  # one rank or nothing to move: the call alone
-        seconds, carried = comm.wire.call_latency_us * US if nbytes else 0.0, {}
     n = len(p.ranks)
+    if p.flows:
+        seconds, link, util = run_alone(comm.capacities(), p.flows)
+    else:  # one rank or nothing to move: the call alone
+        seconds, link, util = comm.wire.call_latency_us * US if nbytes else 0.0, None, 0.0
     algbw = nbytes / seconds / GB if seconds > 0 else 0.0
-    link, util = (busiest(capacities, carried, seconds) if carried and nbytes > 0
-                  else (None, 0.0))
+    if nbytes <= 0:
+        link, util = None, 0.0
     return Result(op, nbytes, n, seconds / US, algbw, algbw * bus_factor(op, n), p.algorithm,
                   p.protocol, p.transport, p.n_channels, link, util)
+
+
+def run_alone(capacities: Mapping[str, float], flows: Sequence[Flow]
+              ) -> tuple[float, str | None, float]:
+    """Flows started together on idle links, run to their end on a fresh fabric in SimPy: when
+    the last byte arrives, and the busiest link with its mean utilisation. A ring or chain is
+    one flow; an all-to-all, gather, scatter or sendrecv a flow per pair, sharing links max-min
+    fairly and taking what a pair that ends leaves (the fabric's own arithmetic, so a training
+    step and ``stepsim collective`` give one call the same time)."""
+    import simpy  # here: commands that only plan (memory, topo) never load the event loop
+
+    from simulator.engine.fabric import Fabric
+
+    env = simpy.Environment()
+    fabric = Fabric(env, capacities, record_history=False)
+    env.run(env.all_of([fabric.transfer(f.usage, f.nbytes, f.max_rate, f.latency)
+                        for f in flows]))
+    link, util = fabric.bottleneck()
+    return float(env.now), link, util

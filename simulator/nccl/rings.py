@@ -76,7 +76,7 @@ def nvlink_cycle(machine: Machine, ranks: tuple[int, ...]) -> tuple[int, ...] | 
     width: dict[tuple[int, int], float] = {}
     for a in ranks:
         for b in ranks:
-            data = machine.adjacency[nodes[a]].get(nodes[b])
+            data = machine.graph.succ[nodes[a]].get(nodes[b])
             if a != b and data is not None and data["kind"] == "nvlink":
                 width[(a, b)] = data["capacity"]
     if any(sum(1 for (a, _) in width if a == r) < 2 for r in ranks):
@@ -135,7 +135,7 @@ def search_ring(comm: Communicator, ranks: tuple[int, ...]) -> Ring:
     order = ring_order(machine, ranks)
     if len(order) == 1:
         return Ring(order, 1, LOC_BW * GB)
-    belief = {lid: bw / GB for lid, bw in machine.nccl_link_bandwidth.items()}
+    belief = {e["id"]: e["nccl_bandwidth"] / GB for _, _, e in machine.graph.edges(data=True)}
     load = channel_loads(comm, order)
 
     # the link with the least of NCCL's bandwidth per unit of channel speed limits the packing
@@ -185,8 +185,8 @@ def _max_path_bandwidth(comm: Communicator, order: tuple[int, ...]) -> float:
     stops once no source left can beat the best found (one source on symmetric machines)."""
     machine = comm.machine
     nodes = machine.gpu_nodes
-    reach = {r: max(machine.nccl_link_bandwidth[f"{nodes[r]}->{v}"] / GB
-                    for v in machine.adjacency[nodes[r]]) for r in order}
+    reach = {r: max(e["nccl_bandwidth"] / GB for e in machine.graph.succ[nodes[r]].values())
+             for r in order}
     best = 0.0
     for a in sorted(order, key=lambda r: -reach[r]):
         if reach[a] <= best:
@@ -199,8 +199,8 @@ def _gpu_total_bw(machine: Machine, rank: int) -> float:
     """search.cc getTotalBw: max(the GPU's PCIe link, the sum of its NVLinks), GB/s."""
     node = machine.gpu_nodes[rank]
     pcie, nvlink = 0.0, 0.0
-    for other, data in machine.adjacency[node].items():
-        bw = machine.nccl_link_bandwidth[f"{node}->{other}"] / GB
+    for data in machine.graph.succ[node].values():
+        bw = data["nccl_bandwidth"] / GB
         if data["kind"] == "nvlink":
             nvlink += bw
         elif data["kind"] == "pcie":

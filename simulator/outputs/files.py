@@ -3,17 +3,23 @@ none of them changed.
 
 What is inside: ``write_files({path: writer})``. Each writer renders its file at a temporary
 path beside the target (the temporary keeps the target's suffix, so ``.png`` and ``.gz``
-writers know their format); only when every file has rendered are they moved into place.
-A target that existed is set aside first and put back if a later move fails, so a failure
-part-way leaves the folder as it was. ``text_writer`` writes text, gzipped for ``*.gz``.
+writers know their format); only when every file has rendered are they moved into place, each
+by one ``os.replace`` of the complete temporary over the target: a reader sees the old file or
+the new one, never neither. When several files are written, a target that existed keeps a
+second name (a hard link, else a copy) until all are in place, and is put back over the new
+file by the same one-step rename if a later one fails, so a failure part-way leaves the folder
+as it was. ``text_writer`` writes text, gzipped for ``*.gz``.
 
 What a path may be, and what happens:
 - a regular file, or a path that does not exist yet in an existing folder: replaced by rename
-  (its permissions kept);
+  (its permissions kept; a new file gets the usual mode, 0666 less the umask);
 - a symlink: the file it points to is written, so the link stays a link;
 - this process's own stdout or stderr (``/dev/stdout``, ``/dev/fd/1``, or a file the shell
   redirected them to), a FIFO with a reader, a terminal, ``/dev/null``: streamed, never
-  replaced; nothing else of a run depends on a stream, so streams are written last;
+  replaced; nothing else of a run depends on a stream, so streams are written last, and a
+  stream whose reader leaves early (`--trace /dev/stdout | head`) fails nothing: the files
+  stay, and for stdout or stderr the ``BrokenPipeError`` goes on to the CLI, which ends
+  quietly;
 - a directory, a socket, a block device or any other character device, and ``-``: refused.
 Two outputs naming one file are refused. Every problem is one :class:`InputError` line
 ("cannot write PATH: reason"), never a traceback.
@@ -30,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.errors import InputError
+from simulator.errors import PATH_CHARS, InputError, cut
 
 Writer = Callable[[Path], object]  # renders one file at the path it is given (result unused)
 
@@ -54,9 +60,11 @@ class _Target:
     given: str  # as the user wrote it, for messages
     path: Path  # where the bytes go (a symlink's target)
     stream: bool  # written in place (stdout, FIFO, terminal, /dev/null), never renamed
+    left: bool = False  # a stream whose reader left before the end
     tmp: Path | None = None
-    backup: Path | None = None
+    backup: Path | None = None  # a second name of the file it replaced, while others move
     moved: bool = False
+    created: bool = False  # no file was there before
 
 
 def write_files(writers: Mapping[str | Path, Writer] | Sequence[tuple[str | Path, Writer]], *,
@@ -71,20 +79,28 @@ def write_files(writers: Mapping[str | Path, Writer] | Sequence[tuple[str | Path
     targets = [_classify(str(p)) for p, _ in pairs]
     _refuse_duplicates(targets)
     current = targets[0] if targets else None
+    left: BrokenPipeError | None = None
     try:
         for current, (_, write) in zip(targets, pairs, strict=True):
             current.tmp = _temporary(current)
             write(current.tmp)
+        undoable = len(targets) > 1  # a later file may fail: keep what each replaces
         for current in targets:
             if not current.stream:
-                _move_into_place(current)
+                _move_into_place(current, keep_old=undoable)
         for current in targets:
             if current.stream:
-                _stream(current)
+                try:
+                    _stream(current)
+                except BrokenPipeError as exc:  # its reader left: it had what it wanted
+                    current.left = True
+                    if _same_as_std_stream(current.path):  # ... the command's reader too
+                        left = exc
     except OSError as exc:
         _roll_back(targets)
         assert current is not None
-        raise InputError(f"cannot write {current.given}: {_reason(exc)}") from None
+        raise InputError(f"cannot write {cut(current.given, PATH_CHARS)}: "
+                         f"{_reason(exc)}") from None
     except BaseException:
         _roll_back(targets)
         raise
@@ -93,10 +109,12 @@ def write_files(writers: Mapping[str | Path, Writer] | Sequence[tuple[str | Path
             for leftover in (t.tmp, t.backup):
                 if leftover is not None:
                     leftover.unlink(missing_ok=True)
-    written = [t.given for t in targets]
+    written = [t.given for t in targets if not t.left]
     if announce:
         for name in written:
             print(f"wrote {name}", file=sys.stderr)
+    if left is not None:  # the files are in place; the CLI ends quietly (cli.py)
+        raise left
     return written
 
 
@@ -114,7 +132,7 @@ def write_atomically(path: str | Path, write: Writer, *, announce: bool = True) 
 def _classify(given: str) -> _Target:
     """Where ``given`` leads and how to write it; refuses what must not be written."""
     def refuse(why: str) -> InputError:
-        return InputError(f"cannot write {given}: {why}")
+        return InputError(f"cannot write {cut(given, PATH_CHARS)}: {why}")
 
     if given == "-":  # many tools' "stdout"; here it would silently be a file named "-"
         raise refuse("`-` is not a file name stepsim takes; give a path, or /dev/stdout to "
@@ -122,13 +140,13 @@ def _classify(given: str) -> _Target:
     path = Path(given)
     if _same_as_std_stream(path):
         return _Target(given, path, stream=True)
-    real = Path(os.path.realpath(path)) if path.is_symlink() else path  # write the link's file
     try:
+        real = Path(os.path.realpath(path)) if path.is_symlink() else path  # the link's file
         info = os.stat(real)
     except FileNotFoundError:
         folder = real.parent
         if not folder.is_dir():
-            raise refuse(f"no such folder {folder}") from None
+            raise refuse(f"no such folder {cut(folder, PATH_CHARS)}") from None
         return _Target(given, real, stream=False)
     except OSError as exc:
         raise refuse(_reason(exc)) from None
@@ -174,7 +192,8 @@ def _refuse_duplicates(targets: list[_Target]) -> None:
     for t in targets:
         key = os.path.realpath(t.path)
         if key in seen:
-            raise InputError(f"two outputs would write the same file: {seen[key]} and {t.given}")
+            raise InputError("two outputs would write the same file: "
+                             f"{cut(seen[key], PATH_CHARS)} and {cut(t.given, PATH_CHARS)}")
         seen[key] = t.given
 
 
@@ -189,22 +208,48 @@ def _temporary(t: _Target) -> Path:
     return Path(tmp)
 
 
-def _move_into_place(t: _Target) -> None:
+def _move_into_place(t: _Target, *, keep_old: bool) -> None:
+    """The rendered file over the target in one rename: the old file stays where it is until
+    then. ``keep_old``: the old file keeps a second name, for ``_roll_back``."""
     assert t.tmp is not None
-    if t.path.exists():
-        import tempfile
-
-        mode = stat.S_IMODE(os.stat(t.path).st_mode)  # keep the file's permissions
-        fd, backup = tempfile.mkstemp(prefix=f".{t.path.name}.", suffix=".old",
-                                      dir=t.path.parent)
-        os.close(fd)
-        t.backup = Path(backup)
-        os.replace(t.path, t.backup)
-    else:
+    try:
+        mode = stat.S_IMODE(os.stat(t.path).st_mode)  # keep the replaced file's permissions
+    except FileNotFoundError:
         mode = 0o666 & ~_umask()  # mkstemp makes 0600; give new files the usual mode
+        t.created = True
+    else:
+        if keep_old:
+            t.backup = _second_name(t.path)
     os.chmod(t.tmp, mode)
     os.replace(t.tmp, t.path)
     t.tmp, t.moved = None, True
+
+
+def _second_name(path: Path) -> Path:
+    """Another name in ``path``'s folder for the file at ``path``, which stays in place: a hard
+    link, or a copy where the file system has none."""
+    import secrets
+
+    for _ in range(100):
+        name = path.with_name(f".{path.name}.{secrets.token_hex(4)}.old")
+        try:
+            os.link(path, name)
+            return name
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links here (FAT, some network file systems)
+            break
+    import shutil
+    import tempfile
+
+    fd, copy = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent)
+    os.close(fd)
+    try:
+        shutil.copy2(path, copy)
+    except BaseException:
+        os.unlink(copy)
+        raise
+    return Path(copy)
 
 
 def _stream(t: _Target) -> None:
@@ -236,10 +281,10 @@ def _roll_back(targets: list[_Target]) -> None:
         if not t.moved:
             continue
         with contextlib.suppress(OSError):
-            if t.backup is not None:
+            if t.backup is not None:  # the old file back in one step, as it went
                 os.replace(t.backup, t.path)
                 t.backup = None
-            else:
+            elif t.created:
                 t.path.unlink()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 from simulator.strategies.options import STRATEGIES, Options, StrategyOptions
 
 __all__ = ["STRATEGIES", "Options", "StrategyOptions", "build", "pipeline_shape"]
@@ -50,7 +50,7 @@ def build(name: str, job: Job, machine: Machine, options: StrategyOptions | None
 def _inner(name: str) -> str:
     """The data-parallel scheme inside each pipeline stage."""
     if name not in STRATEGIES:
-        raise InputError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+        raise InputError(f"unknown strategy {quoted(name)}; choose from {', '.join(STRATEGIES)}")
     return {"tp": "ddp", "tp+ddp": "ddp", "tp+fsdp": "fsdp"}.get(name, name)
 
 
@@ -73,7 +73,8 @@ def pipeline_shape(name: str, job: Job, machine: Machine, options: StrategyOptio
 def _build_one(name: str, job: Job, machine: Machine, opts: StrategyOptions) -> Program:
     # each strategy's module is imported when it is asked for: a run builds only one
     if opts.grad_compression not in ("none", "bf16"):
-        raise InputError(f"gradient compression {opts.grad_compression!r}: choose none or bf16")
+        raise InputError(f"gradient compression {quoted(opts.grad_compression)}: choose none "
+                         "or bf16")
     if job.ep > 1:
         from simulator.strategies import expert
 
@@ -102,4 +103,4 @@ def _build_one(name: str, job: Job, machine: Machine, opts: StrategyOptions) -> 
         from simulator.strategies import tensor
 
         return tensor.build(job, machine, opts, data_parallel=name.partition("+")[2] or None)
-    raise InputError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    raise InputError(f"unknown strategy {quoted(name)}; choose from {', '.join(STRATEGIES)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "tp", "tp+ddp", "tp+fsdp")
 
@@ -63,7 +63,7 @@ ZERO_STRATEGIES = ("zero1", "zero2")
 
 def check_strategy(name: str) -> str:
     if name not in STRATEGIES:
-        raise InputError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+        raise InputError(f"unknown strategy {quoted(name)}; choose from {', '.join(STRATEGIES)}")
     return name
 
 

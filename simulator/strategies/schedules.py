@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from simulator.errors import InputError
+from simulator.errors import InputError, quoted
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 Message = tuple[str, int, int]  # ("act" | "grad", micro-batch, producing virtual stage)
@@ -62,7 +62,7 @@ def bubble_closed_form(p: int, m: int, v: int = 1) -> float:
 
 def check(schedule: str, p: int, m: int, v: int) -> None:
     if schedule not in SCHEDULES:
-        raise InputError(f"--schedule {schedule!r}: choose from {', '.join(SCHEDULES)}")
+        raise InputError(f"--schedule {quoted(schedule)}: choose from {', '.join(SCHEDULES)}")
     if v < 1 or (v > 1 and schedule != "interleaved"):
         raise InputError(f"--virtual-stages {v}: only the interleaved schedule runs several "
                          "model chunks per stage")
