@@ -1,14 +1,16 @@
 """Run stepsim on every published measurement in validation/measurements.yaml,
-validation/pcie-p2p.yaml, validation/frameworks.yaml and validation/offload.yaml.
+validation/pcie-p2p.yaml, validation/frameworks.yaml, validation/offload.yaml and
+validation/alltoall.yaml.
 
 Prints one row per point (id, op, gpus, bytes, measured, simulated, error %) and then the
 median and worst |error|. Sections: ``collectives`` (nccl-tests numbers), ``training`` (step
 throughput), ``frameworks`` (training runs as frameworks publish them), ``offload``
 (offloaded runs: FSDP CPU offload on a dual-4090 workstation and 8 A100s), ``gemm`` (one
-large GEMM per GPU) and ``boxes`` (no-P2P boxes of
-validation/box-spread.yaml, simulated from the machine a user would describe); each section is
-one function returning rows, listed in SECTIONS. Always exits 0: it reports, the tests hold
-the tolerances.
+large GEMM per GPU), ``boxes`` (no-P2P boxes of
+validation/box-spread.yaml, simulated from the machine a user would describe) and ``alltoall``
+(validation/alltoall.yaml: nccl-tests all-to-all, and every GPU pair writing at once); each
+section is one function returning rows, listed in SECTIONS. Always exits 0: it reports, the
+tests hold the tolerances.
 
 Each row names the mechanism it measures (``shm``, ``pcie_p2p``, ``nvlink`` collectives,
 ``compute:<GPU line>`` for one-GPU steps; simulator/machine/scales.py). ``--write-residuals`` writes
@@ -51,6 +53,7 @@ FRAMEWORKS = ROOT / "validation" / "frameworks.yaml"
 BOX_SPREAD = ROOT / "validation" / "box-spread.yaml"
 RESIDUALS = ROOT / "validation" / "residuals.json"
 PCIE_P2P = ROOT / "validation" / "pcie-p2p.yaml"  # more collectives, one op and size list each
+ALLTOALL = ROOT / "validation" / "alltoall.yaml"
 VALIDATION_TOPOLOGIES = ROOT / "validation" / "topologies"
 WORKLOADS = ROOT / "workloads"
 
@@ -432,6 +435,44 @@ def offload_rows(data: dict[str, Any]) -> list[Row]:
     return list(validate_offload.rows(validate_offload.load(), Row))
 
 
+def alltoall_rows(_data: dict[str, Any]) -> list[Row]:
+    """validation/alltoall.yaml: nccl-tests all-to-all tables, and a fabric check (every GPU
+    pair writing at once). Left out of the residual table (mechanism None): these points
+    have not been weighed into the per-transport ranges yet."""
+    from simulator.engine.program import Flow
+    from simulator.nccl.perf import run_alone
+
+    with open(ALLTOALL, encoding="utf-8") as f:
+        data = yaml.safe_load(f)
+    rows: list[Row] = []
+    for entry in data.get("nccl_tests", []):
+        machine = Machine.from_config(load_topology(_machine_file(entry["machine"])))
+        m = Communicator(machine.subset(entry["gpus"]))
+        for size, (t_us, busbw) in entry["rows"].items():
+            r = time_alone(m, entry["op"], int(size))
+            if busbw > 0.05:  # nccl-tests rounds to 0.01: below, compare the time
+                rows.append(Row(entry["id"], entry["op"], m.n_gpus, int(size), "busbw GB/s",
+                                busbw, r.busbw_gbps, None, machine.name))
+            else:
+                rows.append(Row(entry["id"], entry["op"], m.n_gpus, int(size), "time us", t_us,
+                                r.time_us, None, machine.name))
+    for entry in data.get("fabric", []):
+        machine = Machine.from_config(load_topology(_machine_file(entry["machine"])))
+        m = Communicator(machine)
+        size = int(entry["bytes_per_pair"])
+        pairs = [(a, b) for a in range(m.n_gpus) for b in range(m.n_gpus) if a != b]
+        seconds, _, _ = run_alone(m.capacities(), [Flow(m.route(a, b), size) for a, b in pairs])
+        rows.append(Row(entry["id"], "pair-writes", m.n_gpus, size, "GB/s",
+                        entry["aggregate_gbps"], len(pairs) * size / seconds / 1e9, None,
+                        machine.name))
+    return rows
+
+
+def _machine_file(name: str) -> str:
+    """A preset name, or a path relative to the repository."""
+    return str(ROOT / name) if "/" in name else name
+
+
 SECTIONS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "collectives": collective_rows,
     "training": training_rows,
@@ -439,6 +480,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "offload": offload_rows,
     "gemm": gemm_rows,
     "boxes": box_rows,
+    "alltoall": alltoall_rows,
 }
 
 
@@ -555,6 +597,8 @@ SECTION_WORDS = {
     "gemm": "one m = n = k = 8192 GEMM per GPU (validation/frameworks.yaml)",
     "boxes": "no-P2P boxes as a user would describe them, uncalibrated "
              "(validation/box-spread.yaml)",
+    "alltoall": "nccl-tests all-to-all, and every GPU pair of a box writing at once "
+                "(validation/alltoall.yaml); not yet in the residual table",
 }
 
 

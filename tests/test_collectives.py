@@ -298,7 +298,8 @@ def test_cli_json_one_size_is_an_object_a_range_a_list(capsys):
 
 
 @pytest.mark.parametrize("argv", [
-    ["--op", "alltoall", "--bytes", "1M"],
+    ["--op", "hypercube", "--bytes", "1M"],
+    ["--op", "alltoall", "--bytes", "1M", "--algo", "ring"],
     ["--op", "allreduce", "--bytes", "12Q"],
     ["--op", "allreduce", "-b", "1M", "-e", "1K"],
     ["--op", "allreduce", "--bytes", "1M", "--gpus", "9"],

@@ -200,3 +200,20 @@ def test_tensor_work_runs_at_the_datasheets_tensor_clock() -> None:
     fp32 = Kernel("gemm", 2.0 * 8192**3, 0.0, (8192, 8192, 8192), element_bytes=4)
     assert compute.kernel_time(fp32, h100) == pytest.approx(
         2.0 * 8192**3 / compute.gemm_rate(8192, 8192, 8192, h100, 4) + compute.LAUNCH_OVERHEAD)
+
+
+def test_a_layer_list_s_convolutions_run_in_tf32_where_the_card_has_it() -> None:
+    """resnet50.yaml marks its conv stages `convolution`: under fp32 their dense work runs at
+    the TF32 tensor rate on Ampere and later (8x the CUDA cores on an A100, the same on a
+    GeForce card, whose TF32 and FP32 spec rates are equal), on CUDA cores before."""
+    resnet = Job.from_config(load_workload("resnet50"))
+    dense = [k for op in resnet.forward_ops() for k in op.kernels if k.kind == "dense"]
+    assert [k.name for k in dense] == ["dense_tf32"] * 5 + ["dense"]  # fc is a Linear
+    layer3 = replace(dense[3], bytes=0.0)  # its compute alone
+    cuda = replace(layer3, name="dense")
+    a100, rtx5090, v100 = gpu("a100-sxm4-80gb"), gpu("rtx5090"), gpu("v100-sxm2")
+    assert compute.kernel_work_time(cuda, a100) / compute.kernel_work_time(layer3, a100) \
+        == pytest.approx(156 / 19.5, rel=0.1)
+    assert compute.kernel_work_time(layer3, rtx5090) == pytest.approx(
+        compute.kernel_work_time(cuda, rtx5090), rel=0.05)
+    assert compute.kernel_work_time(layer3, v100) == compute.kernel_work_time(cuda, v100)

@@ -19,7 +19,8 @@ def test_every_schema_key_is_documented():
     models = [schema.TopologyConfig, schema.GpuSpec, schema.NodeConfig, schema.LinkConfig,
               schema.CalibrationConfig, schema.FittedValue, schema.UnfittedValue,
               schema.ComputeCalibration, schema.WorkloadConfig,
-              schema.ModelConfig, schema.GenericLayer, schema.TrainingConfig, schema.LoraConfig]
+              schema.ModelConfig, schema.GenericLayer, schema.TrainingConfig, schema.LoraConfig,
+              schema.MoeConfig, schema.MlaConfig, schema.VisionConfig, schema.UNetConfig]
     missing = {f"{m.__name__}.{k}" for m in models for k in _keys(m) if k not in DOCUMENTED}
     assert not missing, f"keys missing from docs/inputs.md: {sorted(missing)}"
 
@@ -64,7 +65,8 @@ def test_every_bound_is_in_the_limits_table():
     section = DOC.split("## Limits", 1)[1]
     rows = {line.split("|")[1]: line for line in section.splitlines() if line.startswith("| `")}
     models = [schema.TopologyConfig, schema.NodeConfig, schema.LinkConfig, schema.ModelConfig,
-              schema.GenericLayer, schema.TrainingConfig, schema.LoraConfig, schema.WorkloadConfig]
+              schema.GenericLayer, schema.TrainingConfig, schema.LoraConfig, schema.WorkloadConfig,
+              schema.MoeConfig, schema.MlaConfig, schema.VisionConfig, schema.UNetConfig]
     wrong = []
     for model in models:
         for key, bound in _bounds(model).items():

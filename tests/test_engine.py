@@ -25,6 +25,11 @@ class FakePlan:
     protocol: str = "Simple"
     transport: str = "P2P"
     hbm_share: float = 0.0
+    pairs: tuple[Flow, ...] = ()  # an all-to-all's flows, one per pair
+
+    @property
+    def flows(self) -> tuple[Flow, ...]:
+        return self.pairs or (self.flow,)
 
 
 class FakeNetwork:
@@ -143,6 +148,24 @@ def test_every_group_of_a_collective_runs_at_once() -> None:
     t = engine.simulate(p, machine())
     assert t.spans[0].end == pytest.approx(1.0)  # two groups' flows on the one link
     assert t.spans[0].args["groups"] == 2
+
+
+class PairsNetwork(FakeNetwork):
+    """An all-to-all as a flow per pair: a pair that shares no link ends first."""
+
+    def collective(self, op: str, nbytes: int, ranks: tuple[int, ...]) -> FakePlan:
+        pairs = (Flow((("a", 1.0),), nbytes), Flow((("a", 1.0),), nbytes),
+                 Flow((("b", 1.0),), nbytes))
+        return FakePlan(pairs[0], 1, "p2p", pairs=pairs)
+
+
+def test_a_call_of_several_flows_ends_with_its_last() -> None:
+    p = Program(world=2)
+    p.add("ep", Comm("a2a", "alltoall", 50, ((0, 1),)))
+    t = engine.simulate(p, PairsNetwork({"a": 100.0, "b": 100.0}))
+    # two pairs share link a (50 B/s each for 1 s), the third has b to itself (0.5 s)
+    assert t.step_time == pytest.approx(1.0)
+    assert t.link_bytes == pytest.approx({"a": 100.0, "b": 50.0})
 
 
 def test_tasks_on_a_stream_run_in_issue_order() -> None:

@@ -145,7 +145,7 @@ def test_stepsim_facts_are_comments_after_the_footer(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["-d", "float17"], "unknown datatype"), (["-o", "xor"], "unknown reduction"),
-    (["--op", "alltoall_perf"], "unknown collective"), (["-t", "2x5090"], "exactly one -t"),
+    (["--op", "hypercube_perf"], "unknown collective"), (["-t", "2x5090"], "exactly one -t"),
 ])
 def test_bad_nccl_tests_flags_are_one_line(capsys, argv, message):
     base = ["collective", "-t", "8x5090-switch", "-b", "1M"]

@@ -21,7 +21,8 @@ from simulator.inputs.schema import TrainingConfig, WorkloadConfig
 MODELS = [schema.GpuSpec, schema.NodeConfig, schema.LinkConfig, schema.FittedValue,
           schema.UnfittedValue, schema.ComputeCalibration, schema.CalibrationConfig,
           schema.TopologyConfig, schema.ModelConfig, schema.GenericLayer, schema.LoraConfig,
-          schema.TrainingConfig, schema.WorkloadConfig]
+          schema.TrainingConfig, schema.WorkloadConfig, schema.MoeConfig, schema.MlaConfig,
+          schema.VisionConfig, schema.UNetConfig]
 
 
 def _leaves(tp: Any) -> set[Any]:

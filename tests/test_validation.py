@@ -239,3 +239,22 @@ def test_the_llamafactory_runs_that_ran_fit_their_gpus(size: str) -> None:
     spec = RunSpec(setup["topology"], setup["workload"], setup["strategy"],
                    **{k: setup[k] for k in validate_offload._SPEC_KEYS if k in setup})
     assert simulate(spec, baseline=False).memory["fits"]
+
+
+def test_alltoall_section_every_row_carries_a_source_and_stays_within_its_band() -> None:
+    """validation/alltoall.yaml: the SHM all-to-all plateau within 20 % (the model moves both
+    ranks' halves through the uplink at the all-reduce's SHM efficiency; the measured rate is
+    15 % above), and every GPU pair writing at once within 10 % of the published aggregate.
+    The latency floor (under 64 KiB) is left out: nccl-tests' one thread posting every task
+    of every GPU is not modelled (docs/accuracy.md)."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "validation" / "alltoall.yaml").read_text())
+    assert all(e.get("source") for section in data.values() for e in section)
+    rows = validate.alltoall_rows({})
+    assert len(rows) == sum(len(e["rows"]) for e in data["nccl_tests"]) + len(data["fabric"])
+    for r in rows:
+        if r.op == "pair-writes":
+            assert abs(r.error) < 0.10, r
+        elif r.bytes is not None and r.bytes >= 1 << 20:
+            assert abs(r.error) < 0.20, r

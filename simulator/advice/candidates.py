@@ -71,11 +71,13 @@ class Recipe:
     kernels: str | None = None  # None: the workload's; "compiled": torch.compile
     schedule: str = "1f1b"
     virtual_stages: int = 1  # model chunks per stage (the interleaved schedule)
+    ep: int = 1  # expert parallelism (strategies/expert.py), a mixture of experts only
 
     @property
     def family(self) -> str:
         """How the text groups what does not fit: DDP, ZeRO-1, FSDP, TP x FSDP, ..."""
         name = self.strategy if self.pp == 1 else f"pipeline x {self.strategy}"
+        name = name if self.ep == 1 else f"{name} with EP {self.ep}"
         return name if self.offload == "none" else f"{name} with {self.offload} offload"
 
 
@@ -99,10 +101,16 @@ def kernel_regimes(base: RunSpec) -> tuple[str | None, ...]:
     return (None, "compiled") if recipe.kernels == "eager" else (None,)
 
 
-def recipes(n_gpus: int, regimes: Iterable[str | None] = (None,)) -> list[Recipe]:
-    """Every strategy and recipe for a machine of ``n_gpus``, under each kernel regime."""
+def recipes(n_gpus: int, regimes: Iterable[str | None] = (None,), experts: int = 0
+            ) -> list[Recipe]:
+    """Every strategy and recipe for a machine of ``n_gpus``, under each kernel regime; with
+    ``experts`` (a mixture of experts), FSDP and ZeRO-3 beside every expert-parallel degree
+    that divides both the GPUs and the experts."""
     out = [Recipe("ddp"), Recipe("zero1"), Recipe("zero2"), Recipe("zero3"),
            Recipe("fsdp"), Recipe("fsdp", reshard_after_forward=False)]
+    for ep in range(2, n_gpus + 1):
+        if experts and n_gpus % ep == 0 and experts % ep == 0:
+            out += [Recipe("fsdp", ep=ep), Recipe("zero3", ep=ep)]
     # offload to host RAM, as DeepSpeed (offload_optimizer, offload_param) and FSDP2
     # (CPUOffloadPolicy: parameters, gradients and optimizer states together) allow it
     out += [Recipe("zero1", offload="optimizer"), Recipe("zero2", offload="optimizer"),
@@ -145,7 +153,7 @@ def _spec(base: RunSpec, recipe: Recipe, checkpointing: str, micro_batch: int) -
                    checkpointing=checkpointing, micro_batch=micro_batch, pp=recipe.pp,
                    grad_accum=recipe.grad_accum if recipe.pp > 1 else base.grad_accum,
                    offload=recipe.offload, kernels=recipe.kernels or base.kernels,
-                   schedule=recipe.schedule, virtual_stages=recipe.virtual_stages)
+                   schedule=recipe.schedule, virtual_stages=recipe.virtual_stages, ep=recipe.ep)
 
 
 _SPLITS: dict[RunSpec, dict[str, Any] | None] = {}
@@ -252,7 +260,9 @@ def enumerate_machine(base: RunSpec, mapper: Mapper | None = None) -> Choices:
     verdict. ``mapper`` (``map`` by default; a process pool's ``map``) takes the verdicts,
     which are independent of each other; the pruning that compares them runs here."""
     n_gpus = api.load_machine(base.topology, base.gpus).n_gpus
-    tasks = [(base, recipe, mode) for recipe in recipes(n_gpus, kernel_regimes(base))
+    arch = api.job_of(replace(base, ep=1)).arch
+    experts = arch.moe.experts if arch is not None and arch.moe is not None else 0
+    tasks = [(base, recipe, mode) for recipe in recipes(n_gpus, kernel_regimes(base), experts)
              for mode in CHECKPOINTING_MODES]  # none, selective, op, full: more recompute
     # those of one regime and mode side by side: a worker builds their jobs once
     order = sorted(tasks, key=lambda t: (t[1].kernels or "", t[2]))
@@ -267,7 +277,8 @@ def enumerate_machine(base: RunSpec, mapper: Mapper | None = None) -> Choices:
             if verdict is None:  # the recipe cannot run this job
                 break
             choices.verdicts.append(verdict)
-            plain = recipe.offload == "none" and recipe.pp == 1 and recipe.tp is None
+            plain = recipe.offload == "none" and recipe.pp == 1 and recipe.tp is None \
+                and recipe.ep == 1
             key = (recipe.strategy, mode, recipe.kernels)
             if plain and recipe.reshard_after_forward:
                 held[key] = verdict.largest
@@ -334,11 +345,11 @@ def recipe_of(spec: RunSpec) -> tuple[Recipe, str]:
     """A spec's recipe and checkpointing mode (what ``largest_micro_batch`` takes)."""
     return (Recipe(spec.strategy, spec.tp, spec.sequence_parallel, spec.reshard_after_forward,
                    spec.pp, spec.grad_accum if spec.pp > 1 else None, spec.offload,
-                   spec.kernels, spec.schedule, spec.virtual_stages),
+                   spec.kernels, spec.schedule, spec.virtual_stages, spec.ep),
             spec.checkpointing or "none")
 
 
 def kind(spec: RunSpec) -> tuple[Any, ...]:
     """What the answer tells apart: the machine, strategy, TP degree, pipeline and offload
     (the runner-up is the best of another kind, each machine has its own best)."""
-    return (spec.topology, spec.gpus), spec.strategy, spec.tp, spec.pp, spec.offload
+    return (spec.topology, spec.gpus), spec.strategy, spec.tp, spec.pp, spec.offload, spec.ep

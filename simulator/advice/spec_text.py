@@ -23,7 +23,8 @@ def options(spec: RunSpec) -> dict[str, Any]:
             "overlap_comm": spec.zero_overlap_comm,
             "sequence_parallel": spec.sequence_parallel,
             "reshard_after_forward": spec.reshard_after_forward, "gpus": spec.gpus,
-            "peft": spec.peft, "load_in_4bit": spec.load_in_4bit}
+            "peft": spec.peft, "load_in_4bit": spec.load_in_4bit,
+            **({"ep": spec.ep} if spec.ep > 1 else {})}
 
 
 def spec_of(o: dict[str, Any]) -> RunSpec:
@@ -37,7 +38,8 @@ def spec_of(o: dict[str, Any]) -> RunSpec:
                    zero_overlap_comm=o["overlap_comm"],
                    sequence_parallel=o["sequence_parallel"],
                    reshard_after_forward=o["reshard_after_forward"],
-                   peft=o.get("peft"), load_in_4bit=bool(o.get("load_in_4bit")))
+                   peft=o.get("peft"), load_in_4bit=bool(o.get("load_in_4bit")),
+                   ep=int(o.get("ep", 1)))
 
 
 def run_command(spec: RunSpec) -> str:
@@ -47,6 +49,8 @@ def run_command(spec: RunSpec) -> str:
         words += ["--gpus", str(spec.gpus)]
     if spec.tp is not None:
         words += ["--tp", str(spec.tp)]
+    if spec.ep > 1:
+        words += ["--ep", str(spec.ep)]
     if spec.pp > 1:
         words += ["--pp", str(spec.pp), "--schedule", spec.schedule]
     if spec.virtual_stages > 1:
@@ -80,7 +84,8 @@ def run_command(spec: RunSpec) -> str:
 
 def label(spec: RunSpec) -> str:
     """``fsdp, checkpointing full, micro-batch 4`` and the like."""
-    parts = [spec.strategy + (f" (TP {spec.tp})" if spec.tp else "")]
+    parts = [spec.strategy + (f" (TP {spec.tp})" if spec.tp else "")
+             + (f" (EP {spec.ep})" if spec.ep > 1 else "")]
     if spec.pp > 1:
         schedule = ("interleaved 1F1B, " + f"{spec.virtual_stages} chunks a stage, "
                     if spec.schedule == "interleaved" else spec.schedule.upper() + ", ")

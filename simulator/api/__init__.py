@@ -76,10 +76,9 @@ if TYPE_CHECKING:
     from simulator.machine.build import blame, load_machine
     from simulator.machine.topology import Machine
     from simulator.memory.report import MOMENTS, MemoryReport, alive
-    from simulator.nccl.collectives import OPS
     from simulator.nccl.communicator import Communicator, load_communicator, transport_effects
     from simulator.nccl.env import NO_ENV, NcclEnv
-    from simulator.nccl.perf import CollectiveSpec, Result, collective
+    from simulator.nccl.perf import OPS, CollectiveSpec, Result, collective
     from simulator.strategies.options import (
         STRATEGIES,
         check_recipe,
@@ -108,11 +107,10 @@ _HOME = {
     **dict.fromkeys(("blame", "load_machine"), "simulator.machine.build"),
     "Machine": "simulator.machine.topology",
     **dict.fromkeys(("MOMENTS", "MemoryReport", "alive"), "simulator.memory.report"),
-    "OPS": "simulator.nccl.collectives",
     **dict.fromkeys(("Communicator", "load_communicator", "transport_effects"),
                     "simulator.nccl.communicator"),
     **dict.fromkeys(("NO_ENV", "NcclEnv"), "simulator.nccl.env"),
-    **dict.fromkeys(("CollectiveSpec", "Result", "collective"), "simulator.nccl.perf"),
+    **dict.fromkeys(("OPS", "CollectiveSpec", "Result", "collective"), "simulator.nccl.perf"),
     **dict.fromkeys(("STRATEGIES", "check_recipe", "check_strategy", "unused_flags"),
                     "simulator.strategies.options"),
 }

@@ -160,7 +160,7 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
     are dropped, as on one GPU nothing is communicated.
     """
     spec = configured(spec)  # its batch and precision; nothing else of it runs on one GPU
-    return _single_gpu(replace(spec, strategy="ddp", gpus=1, tp=None, bucket_mb=None,
+    return _single_gpu(replace(spec, strategy="ddp", gpus=1, tp=None, ep=1, bucket_mb=None,
                                scales=RateScales(compute=spec.scales.compute),
                                overlap=True, grad_compression="none",
                                gradient_as_bucket_view=False, sequence_parallel=False,

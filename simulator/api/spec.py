@@ -36,6 +36,7 @@ class RunSpec:
     gpus: int | None = None
     bucket_mb: float | None = None
     tp: int | None = None
+    ep: int = 1  # expert parallelism: a mixture of experts' experts over this many ranks
     micro_batch: int | None = None
     grad_accum: int | None = None
     seq_len: int | None = None
@@ -90,7 +91,7 @@ class RunSpec:
 def load_job(workload: str, micro_batch: int | None, seq_len: int | None,
              grad_accum: int | None, checkpointing: str | None = None,
              training: tuple[tuple[str, Any], ...] = (), peft: str | None = None,
-             load_in_4bit: bool = False) -> Job:
+             load_in_4bit: bool = False, ep: int = 1) -> Job:
     """The job of a workload with command-line overrides: ``training`` holds (key, value)
     pairs of training keys (framework, kernels, ...), applied as if the workload gave them;
     ``peft`` an adapter_config.json whose LoRA replaces the workload's, on a 4-bit base
@@ -103,7 +104,7 @@ def load_job(workload: str, micro_batch: int | None, seq_len: int | None,
         cfg = cfg.with_training(**changes)
     with blame(workload, "workloads"):
         return Job.from_config(cfg, micro_batch=micro_batch, seq_len=seq_len,
-                               grad_accum=grad_accum)
+                               grad_accum=grad_accum, ep=ep)
 
 
 def with_adapters(cfg: WorkloadConfig, peft: str | None, load_in_4bit: bool) -> WorkloadConfig:
@@ -172,7 +173,7 @@ def job_of(spec: RunSpec) -> Job:
     training = tuple((k, _training_value(k, getattr(spec, k))) for k in TRAINING_OVERRIDES
                      if getattr(spec, k) is not None)
     job = load_job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum,
-                   spec.checkpointing, training, spec.peft, spec.load_in_4bit)
+                   spec.checkpointing, training, spec.peft, spec.load_in_4bit, spec.ep)
     if job.recipe.optimizer_in_bwd and job.grad_accum > 1:
         raise InputError(f"{OPTIMIZER_IN_BWD_ACCUM} (grad_accum {job.grad_accum})")
     tokens = job.micro_batch * job.grad_accum * job.seq_len

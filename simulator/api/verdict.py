@@ -68,6 +68,11 @@ def memory_reports(job: Job, machine: Machine, spec: RunSpec,
     one. Every rank of a stage holds the same share, so a mixed box's report is its smallest
     card's."""
     name = memory_scheme(spec.strategy)
+    if job.ep > 1:  # the same refusals as the run's (strategies/expert.py)
+        from simulator.strategies import expert
+
+        expert.check(spec.strategy, job, machine.n_gpus, tp=_tp_degree(spec, machine),
+                     pp=spec.pp)
     options = _memory_options(spec, machine)
     if pipeline is None:
         return [memory_model.estimate(job, machine.smallest_card(), name, **options)]
@@ -195,6 +200,10 @@ def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
     if pipeline is not None:
         summary["stage"] = reports.index(found)
         summary["stages"] = _stages_json(reports, pipeline)
+    if job.arch is not None and job.arch.moe is not None:  # a mixture of experts
+        summary["experts"] = {"routed": job.arch.moe.experts,
+                              "per_token": job.arch.moe.top_k,
+                              "active_parameters": job.n_active, "ep": job.ep}
     hints: list[str] = []
     full = replace(spec, checkpointing="full")
     can_checkpoint = job.checkpointing != "full" and job.arch is not None

@@ -40,8 +40,9 @@ def add_parser(subparsers: Any) -> None:
                         help="topology YAML or preset name (an integer is nccl-tests' "
                              "-t threads, ignored)")
     parser.add_argument("--op", required=True,
-                        help="allreduce | allgather | reducescatter | broadcast, or the "
-                             "nccl-tests binary (all_reduce_perf, ...)")
+                        help="allreduce | allgather | reducescatter | broadcast | reduce | "
+                             "alltoall | sendrecv | gather | scatter, or the nccl-tests "
+                             "binary (all_reduce_perf, alltoall_perf, ...)")
     parser.add_argument("-b", "--minbytes", default="8", help="smallest size (default 8)")
     parser.add_argument("-e", "--maxbytes", default=None, help="largest size (default: -b)")
     parser.add_argument("-f", "--stepfactor", type=int, default=None,
@@ -206,14 +207,17 @@ def _notes(topology: str, gpus: int | None, comm: api.Communicator, op: str, alg
                                                      gpus, algo))
         notes += env_notes(comm, plain, results, baseline)
     notes.append(f"{'size':>12}  {'algo':>5}  {'proto':>6}  {'nch':>3}  transport")
-    notes += [f"{r.bytes:>12}  {r.algorithm.capitalize():>5}  {r.protocol:>6}  "
+    names = {"ring": "Ring", "tree": "Tree", "p2p": "P2P"}
+    notes += [f"{r.bytes:>12}  {names.get(r.algorithm, r.algorithm):>5}  {r.protocol:>6}  "
               f"{r.n_channels:>3}  {r.transport}" for r in results]
     last = results[-1]
     plan = comm.plan(op, last.bytes, algo=algo)
-    moving = last.time_us * 1e-6 - plan.latency
-    if plan.bus_bytes and moving > 0 and plan.bus_bytes / moving >= plan.max_rate * 0.99:
+    if len(plan.flows) != 1:  # a flow per pair (all-to-all, gather, scatter, sendrecv)
+        notes += _pairs_note(machine, plan, last)
+    elif (moving := last.time_us * 1e-6 - plan.flow.latency) > 0 and plan.flow.nbytes and \
+            plan.flow.nbytes / moving >= plan.flow.max_rate * 0.99:
         notes.append(f"at {format_size(last.bytes)} the {plan.n_channels} channels bind, not a "
-                     f"link: {plan.max_rate / plan.n_channels / 1e9:.1f} GB/s each over PCIe "
+                     f"link: {plan.flow.max_rate / plan.n_channels / 1e9:.1f} GB/s each over PCIe "
                      "(NCCL_MIN_NCHANNELS raises their number)")
     elif last.bottleneck_link is not None:
         notes.append(f"bottleneck at {format_size(last.bytes)}: {last.bottleneck_link} "
@@ -224,3 +228,25 @@ def _notes(topology: str, gpus: int | None, comm: api.Communicator, op: str, alg
         if machine.calibration.forced:
             notes.append(f"calibration forced: {machine.calibration.forced}")
     return notes
+
+
+def _pairs_note(machine: api.Machine, plan: Any, last: api.Result) -> list[str]:
+    """What binds a call made of a flow per pair: a link they share, or their thread blocks."""
+    if not plan.flows or last.bottleneck_link is None:
+        return []
+    size = format_size(last.bytes)
+    link = last.bottleneck_link
+    crossing = sum(1 for f in plan.flows if any(lid == link for lid, _ in f.usage))
+    tasks = [t for t in plan.tasks if t.src != t.dst]
+    lines = [f"{len(tasks)} pair transfers at once, {plan.n_channels} channels per GPU, "
+             f"{min(t.channels for t in tasks)}-{max(t.channels for t in tasks)} per pair"]
+    if last.bottleneck_utilization >= 0.9:
+        lines.append(f"bottleneck at {size}: {link} ({last.bottleneck_utilization:.0%} "
+                     f"utilised, {crossing} of the {len(plan.flows)} pairs cross it): "
+                     f"{machine.describe(link)}")
+    else:
+        lines.append(f"at {size} no link fills (busiest {link}, "
+                     f"{last.bottleneck_utilization:.0%}): the thread blocks bind, each pair "
+                     "getting its task's share of the warps on its channels over PCIe "
+                     "(NCCL_MIN_P2P_NCHANNELS / NCCL_MAX_NCHANNELS change it)")
+    return lines

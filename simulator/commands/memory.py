@@ -36,6 +36,9 @@ def add_parser(subparsers: Any) -> None:
                         "them")
     parser.add_argument("--gpus", type=whole(1, MAX_GPUS), default=None,
                         help="use the first K GPUs (default: all GPUs of the machine)")
+    parser.add_argument("--ep", type=whole(1, MAX_GPUS), default=1,
+                        help="expert-parallel degree: a mixture of experts' experts over this "
+                        "many ranks (with fsdp or zero3)")
     parser.add_argument("--tp", type=whole(1, MAX_GPUS), default=None,
                         help="tensor-parallel degree (tp, tp+ddp, tp+fsdp; default as run: "
                         "all GPUs for tp, 2 for the others)")
@@ -79,7 +82,7 @@ def spec_of(args: argparse.Namespace) -> RunSpec:
         files["explicit"] |= {"micro_batch"}
     spec = api.configured(RunSpec(
         args.topology, args.workload, api.check_strategy(args.strategy or "ddp"), gpus=args.gpus,
-        tp=args.tp, micro_batch=micro_batch, seq_len=args.seq_len,
+        tp=args.tp, ep=args.ep, micro_batch=micro_batch, seq_len=args.seq_len,
         sequence_parallel=args.sequence_parallel, grad_accum=args.grad_accum,
         offload=args.offload or "none", pp=args.pp, schedule=args.schedule,
         virtual_stages=args.virtual_stages, **recipe_flags.training_fields(args), **files))
@@ -115,8 +118,11 @@ def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> s
             f"GPU(s) = tp {r.tp} x dp {r.dp}; micro-batch {r.micro_batch}, seq {r.seq_len}, "
             f"checkpointing {r.checkpointing}",
             f"recipe: {recipe_flags.training_words(out['recipe'])}",
-            f"parameters {r.parameters:,} ({r.trainable_parameters:,} trainable); model states "
-            f"alone {r.model_state_bytes / GiB:.1f} GiB per GPU"
+            f"parameters {r.parameters:,} ({r.trainable_parameters:,} trainable"
+            + (f"; {out['experts']['active_parameters']:,} active per token: "
+               f"{out['experts']['per_token']} of {out['experts']['routed']} experts"
+               if "experts" in out else "")
+            + f"); model states alone {r.model_state_bytes / GiB:.1f} GiB per GPU"
             + (" (more than the card holds)" if r.model_state_bytes > r.capacity_bytes else ""),
             "",
             f"{'per GPU':<12}{'GiB':>8}  what"]

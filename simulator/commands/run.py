@@ -47,6 +47,8 @@ def add_job_arguments(parser: argparse.ArgumentParser, *, many: bool = False) ->
     parser.add_argument("--gpus", help="use the first K GPUs of the machine")
     parser.add_argument("--bucket-mb", help="DDP bucket_cap_mb (MiB; default: PyTorch's 25)")
     parser.add_argument("--tp", help="tensor-parallel degree (tp, tp+ddp, tp+fsdp)")
+    parser.add_argument("--ep", help="expert-parallel degree: a mixture of experts' experts "
+                        "over this many ranks (with fsdp or zero3)")
     parser.add_argument("--micro-batch", metavar="B|max",
                         help="sequences per GPU per micro-step; max: the largest that fits")
     parser.add_argument("--grad-accum", help="micro-steps per optimizer step")
@@ -151,6 +153,7 @@ def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
         overlap=not args.no_overlap,
         compute_slowdown=fraction(args.compute_slowdown, "--compute-slowdown"),
         pp=positive_int(args.pp, "--pp", maximum=MAX_GPUS) or 1, schedule=args.schedule,
+        ep=positive_int(args.ep, "--ep", maximum=MAX_GPUS) or 1,
         virtual_stages=positive_int(args.virtual_stages, "--virtual-stages",
                                     maximum=MAX_GPUS) or 1,
         nccl=api.NcclEnv.from_environ(os.environ), **fields)

@@ -328,6 +328,8 @@ class _Run:
         group sets the pace of all (the program stands for every group and waits for the last
         anyway). How the groups join is worked out once per run and set of plans.
         """
+        if any(len(p.flows) != 1 for p in plans):  # a flow per pair (all-to-all): each its own
+            return self.env.all_of([self._start(f) for p in plans for f in p.flows])
         if len(plans) == 1:  # one group (data parallelism over every GPU): nothing to join
             return self.env.all_of([self._start(plans[0].flow)])
         return self.env.all_of([self._start(flow) for flow in self._joined(plans)])

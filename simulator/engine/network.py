@@ -6,10 +6,11 @@ answers these questions, and the engine only runs the flows it is given.
 - ``sms(rank)``: the streaming multiprocessors of a rank's GPU (NCCL kernels hold one per
   channel while they run, which slows compute beside them);
 - ``collective(op, nbytes, ranks)`` and ``sendrecv(src, dst, nbytes)``: a ``Planned`` call,
-  whose ``flow`` the fabric runs, whose ``n_channels`` SMs its kernel holds on each rank and
-  whose ``hbm_share`` of each rank's memory bandwidth its kernel takes while it runs (what
-  the transport and protocol cost compute beside them is the caller's physics, not the
-  engine's: nccl/interference.py).
+  whose ``flows`` the fabric runs (one for a ring; one per pair for an all-to-all, all started
+  together, the call over when the last ends), whose ``n_channels`` SMs its kernel holds on
+  each rank and whose ``hbm_share`` of each rank's memory bandwidth its kernel takes while it
+  runs (what the transport and protocol cost compute beside them is the caller's physics, not
+  the engine's: nccl/interference.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ class Planned(Protocol):
 
     @property
     def flow(self) -> Flow: ...  # the bytes on the links: usage, progress, rate cap, latency
+
+    @property
+    def flows(self) -> tuple[Flow, ...]: ...  # every flow of the call (a ring's is ``flow``)
 
     @property
     def n_channels(self) -> int: ...  # SMs its kernel holds on each rank

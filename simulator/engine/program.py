@@ -9,7 +9,8 @@ Work a task can carry:
 - `Compute`: a duration on an idle GPU, and the share of it spent in memory-bound kernels (the
   engine slows it while NCCL kernels run beside it);
 - `Comm`: an NCCL collective over ``groups`` (every group that runs it at the same moment,
-  e.g. the four TP pairs of an 8-GPU TP=2 job). Programs whose ranks take part each list it
+  e.g. the four TP pairs of an 8-GPU TP=2 job; an all-to-all's ``nbytes`` is what one rank
+  sends to all its group, itself included). Programs whose ranks take part each list it
   under the same ``key``; it starts when all of them have reached it;
 - `SendRecv`: one batch of NCCL point-to-point transfers (``batch_isend_irecv``); each
   `Transfer` is listed by the sending and by the receiving program under one key and moves
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ComputeKind = Literal["forward", "backward", "recompute", "optimizer", "other"]
-CommOp = Literal["allreduce", "allgather", "reducescatter", "broadcast"]
+CommOp = Literal["allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall"]
 MoveKind = Literal["d2h", "h2d", "cpu_optimizer", "nvme"]
 
 

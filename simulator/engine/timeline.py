@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-COLLECTIVE_KINDS = ("allreduce", "allgather", "reducescatter", "broadcast")
+COLLECTIVE_KINDS = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall")
 # what moves data: collectives, point-to-point batches, copies to and from host memory or NVMe
 COMM_KINDS = (*COLLECTIVE_KINDS, "p2p", "d2h", "h2d", "nvme")
 HOST_KINDS = ("cpu_optimizer",)  # work of the host CPU, not of the GPU

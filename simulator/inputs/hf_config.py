@@ -1,21 +1,16 @@
 """A Hugging Face ``config.json`` as a workload: ``-w hf:path/to/config.json`` (or its folder).
 
 What is inside: ``load(name)`` reads the config of a ``model_type`` the job model can lay out
-(llama, mistral, qwen2 and gemma as the Llama layout; gpt2; mpt) and returns the
-:class:`WorkloadConfig` a workload YAML would give, so the parameter count is transformers'
-own. A model's config holds no training keys: the flags set them (``--seq-len``,
-``--micro-batch``, ``--grad-accum``, the recipe flags, ``--peft``, ``--deepspeed``) over the
-defaults of a Hugging Face fine-tune below (full fine-tune otherwise).
+(the Llama-layout decoders of simulator/inputs/hf_decoders.py: llama, mistral, qwen2, gemma,
+qwen3, and the mixtures of experts mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3;
+gpt2; mpt) and returns the :class:`WorkloadConfig` a workload YAML would give, so the
+parameter count is transformers' own. A model's config holds no training keys: the flags set
+them (``--seq-len``, ``--micro-batch``, ``--grad-accum``, the recipe flags, ``--peft``,
+``--deepspeed``) over the defaults of a Hugging Face fine-tune below (full fine-tune
+otherwise).
 
-Parameter layout, from transformers (``models/<type>/modeling_<type>.py``):
-- llama: q/k/v/o_proj ``bias=config.attention_bias``, gate/up/down_proj ``bias=config.mlp_bias``,
-  ``head_dim = config.head_dim or hidden_size // num_attention_heads``, q_proj
-  ``num_attention_heads * head_dim`` wide; LlamaConfig ``tie_word_embeddings=False``.
-- mistral: the same with every bias False; MistralConfig ties nothing.
-- qwen2: q/k/v_proj ``bias=True``, o_proj and the MLP ``bias=False``; Qwen2Config ties nothing.
-- gemma: GemmaMLP's gate/up/down (GeGLU: SwiGLU's three projections, so the same shapes),
-  q/k/v/o ``bias=config.attention_bias``, explicit ``head_dim`` (256); GemmaConfig
-  ``tie_word_embeddings=True``.
+Parameter layout, from transformers (``models/<type>/modeling_<type>.py``); the Llama-layout
+types are described in hf_decoders.py:
 - gpt2: GPT2MLP ``inner_dim = n_inner or 4 * n_embd``, wpe of ``n_positions`` rows, biases
   everywhere, lm_head tied (GPT2Config ``tie_word_embeddings=True``).
 - mpt: the Hub's MPT configs run llm-foundry's code (their ``auto_map``): ffn of
@@ -23,10 +18,10 @@ Parameter layout, from transformers (``models/<type>/modeling_<type>.py``):
   ``no_bias``, ALiBi (``attn_config.alibi``) or else a learned wpe, k/v heads from
   ``attn_config.attn_type`` (multi-query: 1; grouped-query: ``kv_n_heads``), tied embeddings.
 
-A shape the job model cannot express (q heads x head_dim != hidden, as in Gemma 7B; an
-o_proj bias without MLP biases; mixture-of-experts types) is refused with its file, line and
-key. ``quantization_config`` of bitsandbytes 4-bit makes the job QLoRA. Keys the reader does
-not know are reported on stderr, one line each, and ignored.
+A shape the job model cannot express (an o_proj bias without MLP biases) is refused with its
+file, line and key; an unknown ``model_type`` with one line naming the known ones.
+``quantization_config`` of bitsandbytes 4-bit makes the job QLoRA. Keys the reader does not
+know are reported on stderr, one line each, and ignored.
 """
 
 from __future__ import annotations
@@ -36,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.errors import InputError, quoted
+from simulator.inputs import hf_decoders, hf_diffusers, hf_vision
 from simulator.inputs.jsonfile import JsonDoc, Loc, read
 
 if TYPE_CHECKING:  # pydantic and the models load with the first file validated, not before
@@ -49,9 +45,8 @@ PREFIX = "hf:"
 # (transformers/training_args.py).
 DEFAULT_SEQ_LEN = 1024
 DEFAULT_MICRO_BATCH = 8
-_EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
-LLAMA_LAYOUT = ("llama", "mistral", "qwen2", "gemma")
-MODEL_TYPES = (*LLAMA_LAYOUT, "gpt2", "mpt")
+LLAMA_LAYOUT = hf_decoders.TYPES
+MODEL_TYPES = (*LLAMA_LAYOUT, *hf_vision.TYPES, "gpt2", "mpt")
 
 # Keys every PretrainedConfig may carry that do not change a training step's shape or time.
 _COMMON = {"architectures", "_name_or_path", "model_type", "torch_dtype", "dtype",
@@ -62,15 +57,6 @@ _COMMON = {"architectures", "_name_or_path", "model_type", "torch_dtype", "dtype
            "return_dict", "torchscript", "is_decoder", "is_encoder_decoder", "tokenizer_class",
            "finetuning_task", "pruned_heads", "chunk_size_feed_forward", "num_labels",
            "max_length", "attn_implementation", "_attn_implementation_autoset"}
-# Read, but with no effect on the layout: norm epsilons, activations (the MLP's shape is the
-# same), rotary settings, and the sliding window (attention is timed over the whole
-# sequence: the same below the window, docs/inputs.md).
-_LLAMA_KNOWN = {"hidden_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "intermediate_size", "vocab_size", "head_dim",
-                "attention_bias", "mlp_bias", "attention_dropout", "max_position_embeddings",
-                "hidden_act", "hidden_activation", "rms_norm_eps", "rope_theta", "rope_scaling",
-                "rope_parameters", "pretraining_tp", "sliding_window", "use_sliding_window",
-                "max_window_layers", "use_mrope", "layer_types"}
 _GPT2_KNOWN = {"n_embd", "n_layer", "n_head", "n_inner", "n_positions", "n_ctx", "vocab_size",
                "attn_pdrop", "resid_pdrop", "embd_pdrop", "activation_function",
                "layer_norm_epsilon", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
@@ -108,20 +94,32 @@ def load(name: str) -> WorkloadConfig:
     """The workload of the Hugging Face config ``name`` (``hf:`` and a path)."""
     path = config_path(name)
     doc = read(path, "a Hugging Face config.json")
+    if hf_diffusers.is_diffusers(doc):  # a diffusers unet/config.json
+        return _diffusers(doc, path)
     model_type = doc.get(("model_type",), (str,), required=True)
     if model_type not in MODEL_TYPES:
         raise doc.error(("model_type",), f"{quoted(model_type)} is not one stepsim lays out; "
                         f"known: {', '.join(MODEL_TYPES)} (or write a workload YAML, "
                         "docs/inputs.md)")
-    for key in _EXPERTS:
-        if key in doc.data:
-            raise doc.error((key,), "a mixture of experts is not modelled (write a workload "
-                            "YAML of its dense equivalent, docs/inputs.md)")
     fields: Fields
     if model_type in LLAMA_LAYOUT:
-        fields, seq = _llama(doc, model_type), _context(doc, "max_position_embeddings")
+        fields = hf_decoders.fields(doc, model_type)
+        seq = _context(doc, "max_position_embeddings")
         dropout: Loc = ("attention_dropout",)
-        known = _LLAMA_KNOWN
+        known = hf_decoders.KNOWN
+    elif model_type in hf_vision.TYPES:  # the language model of text_config, and the images
+        base, text_type = hf_vision.text_base(doc, model_type)
+        fields = hf_decoders.fields(doc, text_type, base)
+        fields["vision"] = (hf_vision.vision(doc, model_type), ("vision_config",))
+        seq = _context(doc, "max_position_embeddings") if not base else min(
+            doc.positive_int((*base, "max_position_embeddings"), DEFAULT_SEQ_LEN)
+            or DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN)
+        dropout = (*base, "attention_dropout")
+        known = hf_vision.TOP_KNOWN | (hf_decoders.KNOWN if not base else set())
+        if base:
+            doc.warn_unknown(base, hf_decoders.KNOWN | _COMMON)
+        doc.warn_unknown(("vision_config",), hf_vision.VISION_KNOWN | _COMMON)
+        model_type = f"{model_type} ({text_type} language model)"
     elif model_type == "gpt2":
         fields, seq = _gpt2(doc), _context(doc, "n_positions", 1024)
         dropout = ("attn_pdrop",)
@@ -136,48 +134,26 @@ def load(name: str) -> WorkloadConfig:
     rate = doc.get(dropout, (float,), 0.1 if model_type == "gpt2" else 0.0)
     if not 0 <= rate < 1:
         raise doc.error(dropout, f"a dropout rate is in [0, 1), got {rate:g}")
+    if model_type == "gemma2" and doc.get(("attn_logit_softcapping",), (int, float), 50.0):
+        # transformers: "It is strongly recommended to train Gemma2 models with the `eager`
+        # attention implementation" (models/gemma2/modeling_gemma2.py): SDPA cannot cap scores
+        training_attention: str | None = "eager"
+    else:
+        training_attention = None
     if model_type == "mistral" and doc.get(("sliding_window",), (int,)) and \
             doc.get(("use_sliding_window",), (bool,), True):
         doc.warn(("sliding_window",), f"{doc.data['sliding_window']}-token window not modelled: "
                  "attention over the whole sequence is timed (the same up to the window)")
     training: dict[str, Any] = {"seq_len": seq, "micro_batch": DEFAULT_MICRO_BATCH,
                                 "finetune": "full", "dropout": rate}
+    if training_attention is not None:
+        training["attention"] = training_attention
     if _four_bit(doc):
         # PEFT prepare_model_for_kbit_training turns gradient checkpointing on by default
         training.update(finetune="qlora", activation_checkpointing="full")
     workload = _workload(doc, path, model_type, fields, training)
     doc.show_warnings()
     return workload
-
-
-def _llama(doc: JsonDoc, model_type: str) -> Fields:
-    hidden = _int(doc, "hidden_size")
-    heads = _int(doc, "num_attention_heads")
-    head_dim = doc.positive_int(("head_dim",))
-    if head_dim is not None and head_dim * heads != hidden:
-        raise doc.error(("head_dim",), f"{heads} heads x head_dim {head_dim} = "
-                        f"{heads * head_dim} differs from hidden_size {hidden}; stepsim's "
-                        "model needs q_proj as wide as the hidden state")
-    attention_bias = doc.get(("attention_bias",), (bool,), False)
-    mlp_bias = doc.get(("mlp_bias",), (bool,), False) if model_type == "llama" else False
-    if attention_bias != mlp_bias:  # stepsim's `bias` covers o_proj and the MLP together
-        raise doc.error(("attention_bias",), f"attention_bias {str(attention_bias).lower()} "
-                        f"with mlp_bias {str(mlp_bias).lower()}: stepsim gives o_proj and the "
-                        "MLP biases together (write a workload YAML with qkv_bias and bias)")
-    if model_type == "mistral":
-        attention_bias = False  # MistralAttention's projections are bias=False
-    return {"family": ("llama", ("model_type",)),
-            "layers": (_int(doc, "num_hidden_layers"), ("num_hidden_layers",)),
-            "hidden": (hidden, ("hidden_size",)), "heads": (heads, ("num_attention_heads",)),
-            "kv_heads": (doc.positive_int(("num_key_value_heads",), heads),
-                         ("num_key_value_heads",)),
-            "ffn_hidden": (_int(doc, "intermediate_size"), ("intermediate_size",)),
-            "vocab": (_int(doc, "vocab_size"), ("vocab_size",)),
-            "tie_embeddings": (doc.get(("tie_word_embeddings",), (bool,), _TIED[model_type]),
-                               ("tie_word_embeddings",)),
-            "bias": (attention_bias, ("attention_bias",)),
-            "qkv_bias": (True if model_type == "qwen2" else attention_bias,
-                         ("attention_bias",))}
 
 
 def _gpt2(doc: JsonDoc) -> Fields:
@@ -255,6 +231,29 @@ def _four_bit(doc: JsonDoc) -> bool:
         raise doc.error(q, f"{method} quantization is not modelled; stepsim's quantized "
                         "training is bitsandbytes NF4 (QLoRA, load_in_4bit)")
     return bool(doc.get((*q, "load_in_4bit"), (bool,), True))
+
+
+def _diffusers(doc: JsonDoc, path: Path) -> WorkloadConfig:
+    """A diffusers UNet config as a workload (hf_diffusers.py), checked as a YAML one is."""
+    from pydantic import ValidationError
+
+    from simulator.inputs.config import explain
+    from simulator.inputs.schema import WorkloadConfig
+
+    unet = hf_diffusers.unet(doc)
+    stem = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    data = {"name": stem or "unet", "description": "a diffusers UNet2DConditionModel",
+            "source": f"{path} (diffusers UNet2DConditionModel)", "unet": unet,
+            "training": {"seq_len": 1, "micro_batch": hf_diffusers.TRAIN_BATCH}}
+    try:
+        workload = WorkloadConfig.from_data(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise doc.error(("_class_name",), explain(error)) from None
+    for _, message in workload.reference_errors():
+        raise doc.error(("_class_name",), message)
+    doc.show_warnings()
+    return workload
 
 
 def _workload(doc: JsonDoc, path: Path, model_type: str, fields: Fields,

@@ -58,10 +58,10 @@ def apply(workload: WorkloadConfig, path: str, *, four_bit: bool = False) -> Wor
         raise doc.error(("peft_type",), f"{kind}: only LoRA adapters are modelled")
     doc.warn_unknown((), KNOWN)
     _warn_unmodelled(doc)
-    if workload.model is None:
-        raise doc.error(("peft_type",), f"LoRA needs a transformer; {workload.name} is a "
-                        "list of generic layers")
-    family = workload.model.family
+    if workload.model is None and workload.unet is None:
+        raise doc.error(("peft_type",), f"LoRA needs a transformer or a UNet; {workload.name} "
+                        "is a list of generic layers")
+    family = workload.model.family if workload.model is not None else "unet"
     rank = doc.positive_int(("r",), 8, at_most=MAX_WIDTH) or 8  # the workload schema's bounds
     alpha = doc.get(("lora_alpha",), (int, float), 8.0)
     if not 0 < alpha <= MAX_LORA_ALPHA:
@@ -90,6 +90,8 @@ def _targets(doc: JsonDoc, family: str, linear: tuple[str, ...]) -> list[str]:
     loc = ("target_modules",)
     given = doc.get(loc, (list, str))
     if given is None:
+        if family == "unet":  # diffusers' train_text_to_image_lora.py
+            return ["to_k", "to_q", "to_v", "to_out.0"]
         return list(DEFAULT_TARGETS.get(family, linear[:1]))
     if isinstance(given, str):
         if given.lower() == "all-linear":
@@ -101,6 +103,8 @@ def _targets(doc: JsonDoc, family: str, linear: tuple[str, ...]) -> list[str]:
         if not isinstance(name, str):
             raise doc.error((*loc, i), f"expected a module name, got {quoted(name)}")
         leaf = name.rsplit(".", 1)[-1]
+        if family == "unet":  # diffusers' targets end in a module of their own (to_out.0)
+            leaf = next((t for t in linear if name == t or name.endswith("." + t)), leaf)
         if leaf in linear:
             chosen.append(leaf)
         else:

@@ -37,6 +37,7 @@ MAX_NVLINKS = 64  # NVLinks between two ends; an H100 has 18 in all
 MAX_LAYERS = 4096  # 32x the deepest published transformer (Megatron-LM's 1T: 128 layers)
 MAX_WIDTH = 2**18  # hidden: 10x Megatron-LM 1T's 25,600; also heads and kv_heads
 MAX_FFN = 2**20  # 20x Llama 3.1 405B's 53,248
+MAX_EXPERTS = 4096  # 16x DeepSeek-V3's 256 routed experts
 MAX_VOCAB = 2**24  # 64x Gemma's 256,000
 MAX_TOKENS = 2**24  # seq_len, max_positions: 16x the longest training context (1M)
 MAX_BATCH = 2**16  # micro_batch, grad_accum
@@ -434,6 +435,58 @@ Family = Literal["llama", "gpt2", "mpt", "bert", "generic"]
 
 
 @dataclass(frozen=True, kw_only=True)
+class MoeConfig(Frozen):
+    """A mixture of experts in place of the MLP (simulator/job/moe.py)."""
+
+    experts: Annotated[int, Bounds(gt=1, le=MAX_EXPERTS), NUMBER]  # routed experts
+    experts_per_token: Annotated[int, Bounds(gt=0, le=MAX_EXPERTS), NUMBER]  # top-k
+    ffn_hidden: Annotated[int, Bounds(gt=0, le=MAX_FFN), NUMBER]  # each expert's MLP width
+    # the shared experts' MLP width (DeepSeek: n_shared_experts x ffn_hidden; Qwen2-MoE:
+    # shared_expert_intermediate_size); 0: none
+    shared_ffn_hidden: Annotated[int, Bounds(ge=0, le=MAX_FFN), NUMBER] = 0
+    shared_expert_gate: bool = False  # Qwen2-MoE: a sigmoid gate (Linear(hidden, 1)) on it
+    # blocks whose MLP stays dense, of ffn_hidden width (DeepSeek first_k_dense_replace,
+    # Qwen2-MoE mlp_only_layers)
+    dense_layers: Annotated[list[Annotated[int, Bounds(ge=0), NUMBER]],
+                            Bounds(max_length=MAX_LAYERS), NUMBER] = field(default_factory=list)
+    # module names as transformers 4.x registers them: mixtral (block_sparse_moe, w1/w3/w2),
+    # qwen (mlp.gate, mlp.experts.N.gate_proj/up_proj/down_proj, shared_expert), deepseek
+    # (mlp.experts, mlp.gate, shared_experts)
+    names: Literal["mixtral", "qwen", "deepseek"] = "qwen"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MlaConfig(Frozen):
+    """DeepSeek's multi-head latent attention (DeepseekV2Attention): low-rank q and kv."""
+
+    kv_lora_rank: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
+    qk_nope_head_dim: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
+    qk_rope_head_dim: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
+    v_head_dim: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
+    # None: q_proj straight from the hidden state (DeepSeek-V2-Lite)
+    q_lora_rank: Annotated[Annotated[int, Bounds(gt=0, le=MAX_WIDTH)] | None, NUMBER] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class VisionConfig(Frozen):
+    """A vision-language model's ViT image encoder and its projector (simulator/job/vision.py),
+    frozen, as LLaVA-style fine-tunes train the projector and the language model."""
+
+    layers: Annotated[int, Bounds(gt=0, le=MAX_LAYERS), NUMBER]
+    hidden: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
+    heads: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]
+    ffn_hidden: Annotated[int, Bounds(gt=0, le=MAX_FFN), NUMBER]
+    patch: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]  # patch side, pixels
+    image_size: Annotated[int, Bounds(gt=0, le=MAX_TOKENS), NUMBER]  # side, pixels
+    channels: Annotated[int, Bounds(gt=0, le=64), NUMBER] = 3
+    # clip (LLaVA: class token, pre-LayerNorm, the second-last layer's features, a two-layer
+    # projector) or qwen2_vl (3-D patches over 2 frames, 2x2 patch merger)
+    layout: Literal["clip", "qwen2_vl"] = "clip"
+    projector_hidden: Annotated[int, Bounds(ge=0, le=MAX_FFN), NUMBER] = 0  # 0: the LM's
+    images_per_sample: Annotated[int, Bounds(gt=0, le=MAX_BATCH), NUMBER] = 1
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelConfig(Frozen):
     """A transformer's shape; the keys left out take the family's defaults."""
 
@@ -454,6 +507,25 @@ class ModelConfig(Frozen):
     positions: Literal["learned", "rotary", "alibi"] | None = None  # default by family
     # learned position table size
     max_positions: Annotated[Annotated[int, Bounds(gt=0, le=MAX_TOKENS)] | None, NUMBER] = None
+    # each head's width when it is not hidden / heads (Gemma, Qwen3: q_proj heads x head_dim)
+    head_dim: Annotated[Annotated[int, Bounds(gt=0, le=MAX_WIDTH)] | None, NUMBER] = None
+    qk_norm: bool = False  # an RMSNorm of head_dim on q and k (Qwen3's q_norm, k_norm)
+    moe: MoeConfig | None = None  # a mixture of experts in place of the MLP
+    mla: MlaConfig | None = None  # multi-head latent attention in place of q/k/v
+    # Phi-3: one qkv_proj and one gate_up_proj (each a single wide linear) for q/k/v and the
+    # MLP's two input projections
+    fused_projections: bool = False
+    # Gemma 2 and 3: a norm after attention and one before and after the MLP as well
+    sandwich_norm: bool = False
+    # Gemma 2: cap * tanh(x / cap) on the attention scores and on the final logits
+    attention_softcap: Annotated[Annotated[float, Bounds(gt=0, le=1e6)] | None, NUMBER] = None
+    logit_softcap: Annotated[Annotated[float, Bounds(gt=0, le=1e6)] | None, NUMBER] = None
+    # local attention: blocks in local_layers attend to the last sliding_window tokens only
+    sliding_window: Annotated[Annotated[int, Bounds(gt=0, le=MAX_TOKENS)] | None, NUMBER] = None
+    local_layers: Annotated[list[Annotated[int, Bounds(ge=0), NUMBER]],
+                            Bounds(max_length=MAX_LAYERS), NUMBER] = field(default_factory=list)
+    # a vision-language model's image encoder, before the language model
+    vision: VisionConfig | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -473,6 +545,9 @@ class GenericLayer(Frozen):
     # forward HBM traffic of the layer's memory-bound work (normalisation, activation, residual
     # adds), one sample; timed as a bandwidth-bound kernel next to the layer's compute
     memory_bytes_per_sample: Annotated[float, Bounds(ge=0, le=MAX_PER_SAMPLE), NUMBER] = 0.0
+    # the dense work is convolutions: cuDNN runs them in TF32 under fp32 on Ampere and later
+    # (torch.backends.cudnn.allow_tf32 defaults True), where a Linear stays on CUDA cores
+    convolution: bool = False
 
 
 MAX_LORA_ALPHA = 1e6  # LoRA's alpha (scale alpha / rank): common values are 8-128
@@ -480,10 +555,18 @@ MAX_LORA_TARGETS = 64  # target modules: a transformer block has at most about t
 # Linear layers LoRA can target, per family (names as transformers' modules have them, the
 # names job/parameters.py gives the parameters).
 LORA_TARGETS = {
-    "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+    "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+              "qkv_proj", "gate_up_proj",  # Phi-3
+              # MLA (DeepSeek), a mixture of experts' routers, Mixtral's experts, Qwen2-MoE's
+              # shared-expert gate: nn.Linear modules PEFT's all-linear wraps too
+              "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "gate", "w1", "w2",
+              "w3", "shared_expert_gate"),
     "gpt2": ("c_attn", "c_proj", "c_fc"),
     "mpt": ("Wqkv", "out_proj", "up_proj", "down_proj"),
     "bert": ("query", "key", "value", "dense"),  # PEFT suffix match: "dense" is all three
+    # diffusers' LoRA training scripts target to_k, to_q, to_v, to_out.0 (matched as suffixes)
+    "unet": ("to_q", "to_k", "to_v", "to_out.0", "proj_in", "proj_out", "ff.net.0.proj",
+             "ff.net.2", "conv1", "conv2", "conv_shortcut", "time_emb_proj"),
 }
 
 
@@ -585,6 +668,14 @@ class TrainingConfig(Frozen):
     # output projection instead of leaving them in the root (its Llama 3 distributed configs)
     custom_sharded_layers: Annotated[list[Literal["tok_embeddings", "output"]],
                                      Bounds(max_length=2)] = field(default_factory=list)
+    # mixture of experts: the busiest expert's tokens over the mean (1: every expert gets
+    # top-k x tokens / experts, balanced routing, the default); ranks holding experts wait
+    # for the busiest (expert parallelism)
+    expert_imbalance: Annotated[float, Bounds(ge=1, le=MAX_EXPERTS), NUMBER] = 1.0
+    # how the experts' GEMMs run: loop (one GEMM per expert, as transformers' MoE blocks);
+    # grouped (one grouped GEMM for all experts, Megatron's TEGroupedMLP, torchtitan); None:
+    # the framework's
+    expert_gemms: Literal["loop", "grouped"] | None = None
     # the keys the file, a command-line flag or the constructor gave (a framework bundle sets
     # the others); not a key of the file, so not a field: each instance's own
     given: ClassVar[frozenset[str]] = frozenset()
@@ -613,9 +704,39 @@ class TrainingConfig(Frozen):
         return made
 
 
+UNetBlock = Literal["DownBlock2D", "CrossAttnDownBlock2D", "UpBlock2D", "CrossAttnUpBlock2D"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class UNetConfig(Frozen):
+    """A diffusion UNet as diffusers' UNet2DConditionModel builds it (job/diffusion.py)."""
+
+    block_out_channels: Annotated[list[Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]],
+                                  Bounds(min_length=1, max_length=16), NUMBER]
+    down_block_types: Annotated[list[UNetBlock], Bounds(min_length=1, max_length=16)]
+    up_block_types: Annotated[list[UNetBlock], Bounds(min_length=1, max_length=16)]
+    layers_per_block: Annotated[int, Bounds(gt=0, le=64), NUMBER] = 2
+    # heads of each block's attention (diffusers' attention_head_dim); one value: every block
+    heads: Annotated[list[Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER]],
+                     Bounds(min_length=1, max_length=16), NUMBER] = field(
+        default_factory=lambda: [8])
+    transformer_layers: Annotated[list[Annotated[int, Bounds(gt=0, le=MAX_LAYERS), NUMBER]],
+                                  Bounds(min_length=1, max_length=16), NUMBER] = field(
+        default_factory=lambda: [1])
+    cross_attention_dim: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER] = 768
+    in_channels: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER] = 4
+    out_channels: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER] = 4
+    norm_groups: Annotated[int, Bounds(gt=0, le=MAX_WIDTH), NUMBER] = 32
+    linear_projection: bool = False  # proj_in/proj_out as Linear (SDXL), else 1x1 convs
+    addition_embed_dim: Annotated[int, Bounds(ge=0, le=MAX_WIDTH), NUMBER] = 0  # SDXL 2816
+    image_size: Annotated[int, Bounds(ge=8, le=MAX_TOKENS), NUMBER] = 512  # pixels
+    text_tokens: Annotated[int, Bounds(gt=0, le=MAX_TOKENS), NUMBER] = 77
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkloadConfig(Frozen):
-    """A job: a transformer (`model`) or generic layers (`layers`), and its training."""
+    """A job: a transformer (`model`), generic layers (`layers`) or a diffusion UNet (`unet`),
+    and its training."""
 
     name: str
     description: str = ""
@@ -623,6 +744,7 @@ class WorkloadConfig(Frozen):
     model: ModelConfig | None = None
     # the generic (non-transformer) form
     layers: Annotated[list[GenericLayer], Bounds(min_length=1, max_length=MAX_LAYERS)] | None = None
+    unet: UNetConfig | None = None
     training: TrainingConfig
 
     def with_training(self, **changes: Any) -> WorkloadConfig:
@@ -645,9 +767,19 @@ class WorkloadConfig(Frozen):
                            f"tokens per GPU per step; at most {MAX_STEP_TOKENS:,}"))
         if t.optimizer_in_bwd and t.grad_accum > 1:
             errors.append((("training", "optimizer_in_bwd"), OPTIMIZER_IN_BWD_ACCUM))
-        if self.training.finetune != "full" and self.model is None:
+        errors += self._model_errors()
+        if self.training.finetune != "full" and self.model is None and self.unet is None:
             errors.append((("training", "finetune"),
-                           f"{self.training.finetune} needs a transformer `model`, not `layers`"))
+                           f"{self.training.finetune} needs a transformer `model` or a `unet`, "
+                           "not `layers`"))
+        if self.unet is not None and len(self.unet.down_block_types) != len(
+                self.unet.block_out_channels):
+            errors.append((("unet", "down_block_types"), "one block type per entry of "
+                           "block_out_channels"))
+        if self.unet is not None and len(self.unet.up_block_types) != len(
+                self.unet.block_out_channels):
+            errors.append((("unet", "up_block_types"), "one block type per entry of "
+                           "block_out_channels"))
         for i, layer in enumerate(self.layers or []):
             numels = layer.tensor_numels
             if numels is not None and (len(numels) != layer.tensors or sum(numels) != layer.params):
@@ -668,8 +800,36 @@ class WorkloadConfig(Frozen):
                                f"kv_heads {m.kv_heads} must divide heads {m.heads}"))
         return errors
 
+    def _model_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """A mixture of experts' and MLA's keys against the model's other keys."""
+        m = self.model
+        if m is None:
+            return []
+        errors: list[tuple[tuple[str | int, ...], str]] = []
+        if m.moe is not None:
+            if m.moe.experts_per_token > m.moe.experts:
+                errors.append((("model", "moe", "experts_per_token"),
+                               f"{m.moe.experts_per_token} experts per token of "
+                               f"{m.moe.experts}"))
+            for i, layer in enumerate(m.moe.dense_layers):
+                if layer >= m.layers:
+                    errors.append((("model", "moe", "dense_layers", i),
+                                   f"block {layer} of a {m.layers}-layer model"))
+            if m.family != "llama":
+                errors.append((("model", "moe"), "experts are modelled in the llama layout"))
+        if m.mla is not None and m.family != "llama":
+            errors.append((("model", "mla"), "MLA is modelled in the llama layout"))
+        for i, layer in enumerate(m.local_layers):
+            if layer >= m.layers:
+                errors.append((("model", "local_layers", i),
+                               f"block {layer} of a {m.layers}-layer model"))
+        if m.local_layers and m.sliding_window is None:
+            errors.append((("model", "local_layers"), "local layers need a sliding_window"))
+        return errors
+
 
 def _one_model(workload: WorkloadConfig) -> WorkloadConfig:
-    if (workload.model is None) == (workload.layers is None):
-        raise ValueError("give exactly one of `model` (a transformer) or `layers` (generic)")
+    if sum(x is not None for x in (workload.model, workload.layers, workload.unet)) != 1:
+        raise ValueError("give exactly one of `model` (a transformer), `layers` (generic) or "
+                         "`unet` (a diffusion UNet)")
     return workload

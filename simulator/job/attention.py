@@ -25,12 +25,18 @@ from simulator.job.kernels import FP32, Kernel, gemm, memory
 
 
 def flash(b: int, s: int, h: int, kv_in: int, e: int, *, causal: bool,
-          backward: bool, version: int | str = 2) -> Kernel:
+          backward: bool, version: int | str = 2, window: int | None = None) -> Kernel:
     """``kv_in``: the K/V width the kernel reads (kv_dim, or hidden when repeated);
     ``version`` 1 (FlashAttention-1, SDPA's kernel before PyTorch 2.2), 2, 3
     (FlashAttention-3, Shah et al. 2024) or "triton" (flash-attn's flash_attn_triton.py, the
-    same algorithm in Triton): compute.py times them apart."""
-    flops = 4.0 * b * s * s * h / (2 if causal else 1)
+    same algorithm in Triton): compute.py times them apart.
+    ``window``: local (sliding-window) causal attention, each query over its last ``window``
+    keys, whose tiles outside the band FlashAttention skips (flash-attn 2.3 ``window_size``):
+    w s - w^2 / 2 query-key pairs instead of s^2 / 2 once the sequence passes the window."""
+    pairs = s * s / (2 if causal else 1)
+    if window is not None and causal and s > window:
+        pairs = window * s - window * window / 2
+    flops = 4.0 * b * pairs * h
     tokens = b * s
     names: dict[int | str, str] = {1: "flash1_attention", 2: "flash_attention",
                                    3: "flash3_attention", "triton": "triton_flash_attention"}

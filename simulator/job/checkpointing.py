@@ -24,7 +24,7 @@ from collections.abc import Hashable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from simulator.job import attention
+from simulator.job import attention, moe
 from simulator.job.kernels import FP32, Kernel
 from simulator.memo import Memo
 
@@ -43,7 +43,7 @@ def job_shape(job: Job) -> Hashable:
     """Everything the per-token figures read of a job but its micro-batch: its modules and
     parameters follow from the architecture and the training block (Job.from_config), whose
     repr stands for it (its lists keep it from hashing), and the sequence length."""
-    return (job.arch, repr(job.training), job.recipe, job.seq_len)
+    return (job.arch, repr(job.training), job.recipe, job.seq_len, job.ep)
 
 
 def op_policy_saves(kernels: Sequence[Kernel]) -> list[bool]:
@@ -98,26 +98,31 @@ def _saved_tensors(job: Job, flash: bool) -> dict[str, tuple[float, bool]]:
     bld = builder(job)
     A, e = job.arch, job.activation_bytes
     assert A is not None
+    rep = bld.representative  # block 0, or a mixture of experts' first MoE block
     out: dict[str, tuple[float, bool]] = {}
-    for op in bld.block_ops:
-        saved = bld.memory_bound(0, op).saved_per_token
+    for op in bld.ops_of(rep):
+        saved = bld.memory_bound(rep, op).saved_per_token
         if saved:
             out[f"{op} (kernel regime)"] = (saved, op == "mlp_act")
     if flash:
         out["attention q, k, v, output, log-sum-exp"] = (
-            attention.flash_saved_per_token(A.hidden, bld.kv_in, A.heads, e), True)
+            attention.flash_saved_per_token(A.attn_dim, bld.kv_in, A.heads, e), True)
     else:
         out["attention q, k, v, output, softmax"] = (
-            attention.eager_saved_per_token(A.hidden, A.kv_dim, A.heads, job.seq_len, e,
+            attention.eager_saved_per_token(A.attn_dim, A.kv_dim, A.heads, job.seq_len, e,
                                             job.eager_chain), True)
     for op, width, name in (("qkv", A.hidden, "attention input (norm output)"),
                             ("mlp_in", A.hidden, "MLP input (norm output)"),
                             ("mlp_out", A.ffn_hidden, "down-projection input")):
-        mods = bld.by_op.get((0, op), [])
+        mods = bld.by_op.get((rep, op), [])
         if mods and _needs_input(job, mods):
             out[name] = (width * e, op == "mlp_out")
+    if A.is_moe(rep):
+        out.update(moe.saved_per_token(bld))
     rank = job.lora_rank
-    lora = sum(1 for m in job.modules if m.block == 0 and m.lora)
+    routed = A.moe.top_k / A.moe.experts if A.moe is not None else 1.0
+    lora = sum(routed if ".experts." in m.path else 1.0
+               for m in job.modules if m.block == rep and m.lora)
     if lora:
         out["LoRA A outputs"] = (lora * rank * e, False)
     if lora and job.lora_dropout > 0:  # each adapter's own dropped copy of its input, and mask
@@ -147,13 +152,14 @@ def _op_saved_per_token(job: Job) -> float:
     bld = builder(job)
     A, e = job.arch, job.activation_bytes
     assert A is not None
-    kernels = [k for op in bld.block_ops for k in bld.forward(0, op)]
-    total = A.hidden * e
+    rep = bld.representative
+    kernels = [k for op in bld.ops_of(rep) for k in bld.forward(rep, op)]
+    total = float(A.hidden * e)
     for k, saved in zip(kernels, op_policy_saves(kernels), strict=True):
         if saved and k.kind == "attention_fwd":
-            total += A.hidden * e + FP32 * A.heads
-        elif saved and k.shape is not None:
-            total += k.shape[1] * e  # the GEMM's output, per token (m = tokens)
+            total += A.attn_dim * e + FP32 * A.heads
+        elif saved and k.shape is not None:  # the GEMM's output (an expert's: its rows)
+            total += k.shape[1] * e * k.shape[0] / bld.T
     return total
 
 

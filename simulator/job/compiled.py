@@ -41,10 +41,10 @@ def rotary(s: BlockShape, style: str) -> MemoryBound:
     grouped-query attention the rotated K is written once per query head in the same kernel
     (see attention_layout)."""
     e = s.e
-    k_out = s.n_h if s.repeats_kv else s.n_kv
-    fwd = [Kernel("memory", 6 * (s.n_h + s.n_kv), (2 * s.n_h + s.n_kv + k_out) * e,
+    k_out = s.n_q if s.repeats_kv else s.n_kv
+    fwd = [Kernel("memory", 6 * (s.n_q + s.n_kv), (2 * s.n_q + s.n_kv + k_out) * e,
                   name="rotary_qk")]
-    bwd = [Kernel("memory", 6 * (s.n_h + s.n_kv), (2 * s.n_h + k_out + s.n_kv) * e,
+    bwd = [Kernel("memory", 6 * (s.n_q + s.n_kv), (2 * s.n_q + k_out + s.n_kv) * e,
                   name="rotary_qk_backward")]
     return MemoryBound.of(fwd, bwd)
 
@@ -56,8 +56,8 @@ def attention_layout(s: BlockShape, *, qkv_fused: bool) -> MemoryBound:
     if not s.repeats_kv:
         return NONE
     e = s.e
-    return MemoryBound.of([Kernel("memory", 0.0, (s.n_kv + s.n_h) * e, name="repeat_kv.v")],
-                    [Kernel("memory", s.n_h, (s.n_h + s.n_kv) * e,
+    return MemoryBound.of([Kernel("memory", 0.0, (s.n_kv + s.n_q) * e, name="repeat_kv.v")],
+                    [Kernel("memory", s.n_q, (s.n_q + s.n_kv) * e,
                             name="repeat_kv.v.sum_backward")])
 
 

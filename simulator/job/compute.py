@@ -59,6 +59,7 @@ FLASH_FWD_EFFICIENCY, FLASH_BWD_EFFICIENCY = FLASH_EFFICIENCY[("ampere", 2)]
 # Triton" on A100; the geometric middle, 1.8, on every architecture (the kernel predates
 # Triton's Hopper instructions, so it runs the same mma.sync path FA2 does there).
 TRITON_FLASH_SLOWDOWN = 1.8
+TF32_PER_16BIT = 0.5  # TF32 tensor rate over the 16-bit (FP32-accumulate) one, every arch
 
 
 def flash_efficiency(gpu: GPU, version: int = 2, backward: bool = False,
@@ -195,7 +196,17 @@ def kernel_work_time(k: Kernel, gpu: GPU) -> float:
     re-runs and a calibration's fraction leave unchanged."""
     tensor = 1.0 if k.element_bytes == 4 else sustained_share(gpu)
     dense_rate = fp32_rate(gpu) if k.element_bytes == 4 else matmul_rate(gpu)
-    if k.kind == "gemm" and k.shape is not None:
+    # cuDNN runs fp32 convolutions in TF32 on Ampere and later (PyTorch's default
+    # torch.backends.cudnn.allow_tf32 = True): the tensor cores at half their 16-bit rate
+    # (spec sheets: A100 156 / 312, H100 SXM 494.7 / 989.4, RTX 3090 35.6 / 71,
+    # RTX 4090 82.6 / 165.2, RTX 5090 104.8 / 209.5 TFLOPS dense). A GeForce card's TF32 rate
+    # equals its FP32 CUDA-core rate; a data-centre card's is 8x (A100) or 7.4x (H100) it.
+    tf32 = k.name.endswith("_tf32") and gpu.compute_capability >= 80
+    if tf32 and k.kind == "gemm" and k.shape is not None:
+        rate = gemm_rate(*k.shape, gpu, 2) * sustained_share(gpu) * TF32_PER_16BIT
+    elif tf32 and k.kind == "dense":
+        rate = matmul_rate(gpu) * sustained_share(gpu) * TF32_PER_16BIT
+    elif k.kind == "gemm" and k.shape is not None:
         rate = gemm_rate(*k.shape, gpu, k.element_bytes) * tensor
     elif k.kind in ("attention_fwd", "attention_bwd"):
         rate = gpu.matmul_flops * power.clock_share(gpu) * tensor * flash_efficiency(

@@ -129,7 +129,7 @@ def _rotary_one(n: float, e: int, style: RotaryStyle, tag: str) -> tuple[list[Ke
 def rotary(s: BlockShape, style: RotaryStyle) -> MemoryBound:
     """Rotary embedding of q and k. Nothing large is saved: cos, sin or freqs_cis carry no
     gradient, so autograd keeps only them."""
-    fq, bq = _rotary_one(s.n_h, s.e, style, "rope_q")
+    fq, bq = _rotary_one(s.n_q, s.e, style, "rope_q")
     fk, bk = _rotary_one(s.n_kv, s.e, style, "rope_k")
     return MemoryBound.of(fq + fk, bq + bk)
 
@@ -146,8 +146,8 @@ def attention_layout(s: BlockShape, *, qkv_fused: bool) -> MemoryBound:
         bwd.append(pointwise("cat_qkv_grad", width, reads=e, writes=e))
     if s.repeats_kv:  # expand + reshape materialises K and V per query head
         for t in ("k", "v"):
-            fwd.append(Kernel("memory", 0.0, (s.n_kv + s.n_h) * e, name=f"repeat_kv.{t}"))
-            bwd.append(Kernel("memory", s.n_h, (s.n_h + s.n_kv) * e,
+            fwd.append(Kernel("memory", 0.0, (s.n_kv + s.n_q) * e, name=f"repeat_kv.{t}"))
+            bwd.append(Kernel("memory", s.n_q, (s.n_q + s.n_kv) * e,
                               name=f"repeat_kv.{t}.sum_backward"))
     return MemoryBound.of(fwd, bwd)
 

@@ -33,9 +33,9 @@ def norm(s: BlockShape, kind: str, *, residual: bool = False) -> MemoryBound:
 
 def rotary(s: BlockShape, style: str) -> MemoryBound:
     e = s.e
-    return MemoryBound.of([pointwise("fused_rope.q", s.n_h, reads=e, writes=e),
+    return MemoryBound.of([pointwise("fused_rope.q", s.n_q, reads=e, writes=e),
                      pointwise("fused_rope.k", s.n_kv, reads=e, writes=e)],
-                    [pointwise("fused_rope_backward.q", s.n_h, reads=e, writes=e),
+                    [pointwise("fused_rope_backward.q", s.n_q, reads=e, writes=e),
                      pointwise("fused_rope_backward.k", s.n_kv, reads=e, writes=e)])
 
 

@@ -98,10 +98,15 @@ class BlockShape:
     ffn: int
     heads: int
     e: int  # bytes per activation element: 2 under bf16/fp16, 4 under fp32
+    q_dim: int = 0  # query width (heads x head_dim) when it differs from hidden
 
     @property
     def n_h(self) -> float:
         return float(self.tokens * self.hidden)
+
+    @property
+    def n_q(self) -> float:
+        return float(self.tokens * (self.q_dim or self.hidden))
 
     @property
     def n_kv(self) -> float:
@@ -114,4 +119,4 @@ class BlockShape:
     @property
     def repeats_kv(self) -> bool:
         """Grouped-query attention: fewer key/value heads than query heads."""
-        return self.kv_dim < self.hidden
+        return self.kv_dim < (self.q_dim or self.hidden)

@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from simulator.job import checkpointing, optimizer
-from simulator.job.kernels import Kernel, memory
-from simulator.job.transformer_ops import BLOCK_OPS, Builder
+from simulator.job.kernels import FP32, Kernel, memory
+from simulator.job.transformer_ops import EVERY_BLOCK_OP, Builder
 
 if TYPE_CHECKING:
     from simulator.inputs.schema import GenericLayer
@@ -62,10 +62,14 @@ class Op:
 
 
 def _label(block: int, op: str) -> str:
-    return f"layers.{block}.{op}" if op in BLOCK_OPS else op
+    return f"layers.{block}.{op}" if op in EVERY_BLOCK_OP else op
 
 
 def build(job: Job, phase: Phase, *, autocast: bool = False) -> list[Op]:
+    if job.unet is not None:  # a diffusion UNet's blocks, kernel by kernel (diffusion.py)
+        from simulator.job import diffusion
+
+        return diffusion.ops(job, phase)
     if job.arch is None:
         return _build_generic(job, phase)
     if phase == "optimizer":
@@ -84,16 +88,18 @@ def build(job: Job, phase: Phase, *, autocast: bool = False) -> list[Op]:
         return hit[1].relabelled(name, block, kind, grads)
     if phase == "forward":
         return [of(_label(b, op), b, "forward", bld.forward(b, op)) for b, op in seq]
-    cache: dict[int, list[tuple[str, list[Kernel]]]] = {}
+    cache: dict[tuple[int, bool, int | None], list[tuple[str, list[Kernel]]]] = {}
 
     def recompute(b: int) -> list[tuple[str, list[Kernel]]]:
-        """The block's recomputed ops (alike for every block but the first)."""
+        """The block's recomputed ops (alike for every block but the first, and for every
+        block of the same kind in a mixture of experts)."""
         if job.checkpointing == "none":
             return []
-        if min(b, 1) not in cache:
-            block = [(rop, bld.forward(b, rop)) for rop in bld.block_ops]
-            cache[min(b, 1)] = checkpointing.recompute(job.checkpointing, block)
-        return cache[min(b, 1)]
+        key = (min(b, 1), bld.arch.is_moe(b), bld.arch.window(b))
+        if key not in cache:
+            block = [(rop, bld.forward(b, rop)) for rop in bld.ops_of(b)]
+            cache[key] = checkpointing.recompute(job.checkpointing, block)
+        return cache[key]
 
     out: list[Op] = []
     current: int | None = None
@@ -166,14 +172,19 @@ def model_flops_per_micro_batch(job: Job) -> float:
     A = job.arch
     weight_factor = 6.0 if job.finetune == "full" else 4.0
     total = 0.0
+    routed = A.moe.top_k / A.moe.experts if A.moe is not None else 1.0
     for mod in job.modules:
         if mod.kind in ("linear", "conv1d"):
-            total += weight_factor * T * mod.in_features * mod.out_features
+            share = routed if ".experts." in mod.path else 1.0  # an expert sees k/E of tokens
+            total += share * weight_factor * T * mod.in_features * mod.out_features
             if mod.lora:
-                total += 6.0 * T * job.lora_rank * (mod.in_features + mod.out_features)
+                total += share * 6.0 * T * job.lora_rank * (mod.in_features + mod.out_features)
     if A.tied and not A.encoder:
         total += weight_factor * T * A.hidden * A.vocab
-    total += 12.0 * job.micro_batch * job.seq_len ** 2 * A.hidden * A.layers
+    for b in range(A.layers):  # a local block's attention over its window only
+        s, w = job.seq_len, A.window(b)
+        pairs = s * s if w is None or s <= w else 2 * w * s - w * w
+        total += 12.0 * job.micro_batch * pairs * A.attn_dim
     return total
 
 
@@ -243,8 +254,10 @@ def _build_generic(job: Job, phase: Phase) -> list[Op]:
 def _generic_fwd(layer: GenericLayer, a: int, mb: int) -> list[Kernel]:
     # the dense part reads its weights and writes the activations it keeps for backward; the
     # memory-bound part (norms, activations, residual adds) streams its given bytes
+    tf32 = layer.convolution and a == FP32  # compute.py: TF32 where the card has it
     dense = Kernel("dense", layer.forward_flops_per_sample * mb,
-                   layer.params * a + layer.activation_bytes_per_sample * mb, None, a)
+                   layer.params * a + layer.activation_bytes_per_sample * mb, None, a,
+                   name="dense_tf32" if tf32 else "dense")
     if not layer.memory_bytes_per_sample:
         return [dense]
     return [dense, memory(layer.memory_bytes_per_sample * mb)]

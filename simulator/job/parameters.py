@@ -34,6 +34,8 @@ from typing import Literal
 
 from simulator.errors import InputError, quoted
 from simulator.inputs.schema import GenericLayer, ModelConfig
+from simulator.job.moe import MoeShape
+from simulator.job.vision import VisionShape
 
 ModuleKind = Literal["linear", "conv1d", "norm", "embedding", "generic"]
 PEFT_PREFIX = "base_model.model."
@@ -93,6 +95,21 @@ QA_LABELS = 2  # BertForQuestionAnswering num_labels: start and end logits per t
 
 
 @dataclass(frozen=True)
+class MlaShape:
+    """Multi-head latent attention's widths (DeepseekV2Attention)."""
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
 class Arch:
     """A transformer's resolved shape (family defaults applied)."""
 
@@ -110,6 +127,17 @@ class Arch:
     positions: str
     max_positions: int
     tied: bool
+    head_size: int = 0  # each head's width (0: hidden / heads)
+    qk_norm: bool = False  # Qwen3's q_norm and k_norm (RMSNorm of head_dim)
+    moe: MoeShape | None = None  # experts in place of the MLP (job/moe.py)
+    mla: MlaShape | None = None  # DeepSeek's latent attention in place of q/k/v
+    fused_projections: bool = False  # Phi-3's qkv_proj and gate_up_proj
+    sandwich_norm: bool = False  # Gemma 2/3: norms after attention and around the MLP
+    attention_softcap: float | None = None  # Gemma 2: cap * tanh(scores / cap)
+    logit_softcap: float | None = None  # Gemma 2: cap * tanh(logits / cap)
+    sliding_window: int | None = None  # local attention's window, tokens
+    local_layers: tuple[int, ...] = ()  # the blocks that attend locally
+    vision: VisionShape | None = None  # a vision-language model's image encoder (job/vision.py)
 
     @property
     def encoder(self) -> bool:
@@ -118,11 +146,38 @@ class Arch:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """q_proj's width: heads x head_dim (MLA: heads x the q/k head width)."""
+        if self.mla is not None:
+            return self.heads * self.mla.qk_head_dim
+        return self.heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
+        if self.mla is not None:  # kv_b_proj gives every head its own k and v
+            return self.heads * self.mla.qk_head_dim
         return self.kv_heads * self.head_dim
+
+    @property
+    def attn_dim(self) -> int:
+        """The width the attention core works on per token: heads x head_dim; under MLA the
+        mean of the q/k and v head widths (its two matmuls, QK^T over qk_head_dim and PV over
+        v_head_dim, cost as two of that width)."""
+        if self.mla is not None:
+            return self.heads * (self.mla.qk_head_dim + self.mla.v_head_dim) // 2
+        return self.q_dim
+
+    def window(self, block: int) -> int | None:
+        """The attention window of a block (None: the whole sequence)."""
+        return self.sliding_window if block in self.local_layers else None
+
+    def is_moe(self, block: int) -> bool:
+        """Whether a block's MLP is a mixture of experts."""
+        return self.moe is not None and 0 <= block < self.layers and \
+            block not in self.moe.dense_layers
 
     @staticmethod
     def from_model(m: ModelConfig) -> Arch:
@@ -143,6 +198,15 @@ class Arch:
             bias=bias, qkv_bias=bias if m.qkv_bias is None else m.qkv_bias,
             positions=positions, max_positions=m.max_positions or 1024,
             tied=bool(d["tie"]) if m.tie_embeddings is None else m.tie_embeddings,
+            head_size=m.head_dim or 0, qk_norm=m.qk_norm,
+            moe=None if m.moe is None else MoeShape.of(m.moe),
+            mla=None if m.mla is None else MlaShape(m.mla.q_lora_rank, m.mla.kv_lora_rank,
+                                                   m.mla.qk_nope_head_dim,
+                                                   m.mla.qk_rope_head_dim, m.mla.v_head_dim),
+            fused_projections=m.fused_projections, sandwich_norm=m.sandwich_norm,
+            attention_softcap=m.attention_softcap, logit_softcap=m.logit_softcap,
+            sliding_window=m.sliding_window, local_layers=tuple(sorted(set(m.local_layers))),
+            vision=None if m.vision is None else VisionShape.of(m.vision),
         )
 
 
@@ -159,18 +223,27 @@ def transformer_modules(a: Arch) -> list[Module]:
         mods.append(Module(path, kind, i, o, bias, block))
 
     if a.family == "llama":
+        if a.vision is not None:  # LlavaForConditionalGeneration: vision_tower, projector
+            mods += a.vision.modules(h)
         add("model.embed_tokens", "embedding", a.vocab, h, False, -1)
         for b in range(L):
             p = f"model.layers.{b}"
-            add(f"{p}.self_attn.q_proj", "linear", h, h, a.qkv_bias, b)
-            add(f"{p}.self_attn.k_proj", "linear", h, a.kv_dim, a.qkv_bias, b)
-            add(f"{p}.self_attn.v_proj", "linear", h, a.kv_dim, a.qkv_bias, b)
-            add(f"{p}.self_attn.o_proj", "linear", h, h, a.bias, b)
-            add(f"{p}.mlp.gate_proj", "linear", h, f, a.bias, b)
-            add(f"{p}.mlp.up_proj", "linear", h, f, a.bias, b)
-            add(f"{p}.mlp.down_proj", "linear", f, h, a.bias, b)
+            mods += _attention(a, f"{p}.self_attn", b)
+            if a.is_moe(b):
+                assert a.moe is not None
+                mods += a.moe.modules(p, h, a.bias, b)
+            elif a.fused_projections:  # Phi3MLP: gate_up_proj, down_proj
+                add(f"{p}.mlp.gate_up_proj", "linear", h, 2 * f, a.bias, b)
+                add(f"{p}.mlp.down_proj", "linear", f, h, a.bias, b)
+            else:
+                add(f"{p}.mlp.gate_proj", "linear", h, f, a.bias, b)
+                add(f"{p}.mlp.up_proj", "linear", h, f, a.bias, b)
+                add(f"{p}.mlp.down_proj", "linear", f, h, a.bias, b)
             add(f"{p}.input_layernorm", "norm", h, h, norm_bias, b)
             add(f"{p}.post_attention_layernorm", "norm", h, h, norm_bias, b)
+            if a.sandwich_norm:  # Gemma2DecoderLayer
+                add(f"{p}.pre_feedforward_layernorm", "norm", h, h, norm_bias, b)
+                add(f"{p}.post_feedforward_layernorm", "norm", h, h, norm_bias, b)
         add("model.norm", "norm", h, h, norm_bias, L)
     elif a.family == "gpt2":
         add("transformer.wte", "embedding", a.vocab, h, False, -1)
@@ -200,6 +273,39 @@ def transformer_modules(a: Arch) -> list[Module]:
     if not a.tied:
         add("lm_head", "linear", h, a.vocab, False, L)
     return mods
+
+
+def _attention(a: Arch, p: str, b: int) -> list[Module]:
+    """A Llama-layout block's attention: q/k/v/o (LlamaAttention; Qwen3Attention adds q_norm
+    and k_norm after o_proj), or DeepseekV2Attention's latent projections (q_proj, or
+    q_a_proj, q_a_layernorm, q_b_proj; kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj;
+    o_proj)."""
+    h, m = a.hidden, a.mla
+    if a.fused_projections:  # Phi3Attention: one qkv_proj, then o_proj
+        return [Module(f"{p}.qkv_proj", "linear", h, a.q_dim + 2 * a.kv_dim, a.qkv_bias, b),
+                Module(f"{p}.o_proj", "linear", a.q_dim, h, a.bias, b)]
+    if m is None:
+        mods = [Module(f"{p}.q_proj", "linear", h, a.q_dim, a.qkv_bias, b),
+                Module(f"{p}.k_proj", "linear", h, a.kv_dim, a.qkv_bias, b),
+                Module(f"{p}.v_proj", "linear", h, a.kv_dim, a.qkv_bias, b),
+                Module(f"{p}.o_proj", "linear", a.q_dim, h, a.bias, b)]
+        if a.qk_norm:
+            mods += [Module(f"{p}.q_norm", "norm", a.head_dim, a.head_dim, False, b),
+                     Module(f"{p}.k_norm", "norm", a.head_dim, a.head_dim, False, b)]
+        return mods
+    if m.q_lora_rank is None:
+        mods = [Module(f"{p}.q_proj", "linear", h, a.q_dim, False, b)]
+    else:
+        mods = [Module(f"{p}.q_a_proj", "linear", h, m.q_lora_rank, a.bias, b),
+                Module(f"{p}.q_a_layernorm", "norm", m.q_lora_rank, m.q_lora_rank, False, b),
+                Module(f"{p}.q_b_proj", "linear", m.q_lora_rank, a.q_dim, False, b)]
+    return mods + [
+        Module(f"{p}.kv_a_proj_with_mqa", "linear", h, m.kv_lora_rank + m.qk_rope_head_dim,
+               a.bias, b),
+        Module(f"{p}.kv_a_layernorm", "norm", m.kv_lora_rank, m.kv_lora_rank, False, b),
+        Module(f"{p}.kv_b_proj", "linear", m.kv_lora_rank,
+               a.heads * (m.qk_nope_head_dim + m.v_head_dim), False, b),
+        Module(f"{p}.o_proj", "linear", a.heads * m.v_head_dim, h, a.bias, b)]
 
 
 def bert_modules(a: Arch) -> list[Module]:

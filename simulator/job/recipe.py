@@ -75,6 +75,12 @@ _BUNDLES: dict[str, dict[str, Any]] = {
                  "clip_grad": True},
 }
 DEFAULT_FRAMEWORK = "hf"
+# How each framework runs a mixture of experts' GEMMs (job/moe.py): transformers loops over the
+# experts (MixtralSparseMoeBlock.forward, Qwen2MoeSparseMoeBlock.forward); Megatron-Core's
+# TEGroupedMLP / GroupedMLP, torchtitan's GroupedExperts (torch._grouped_mm), torchtune's
+# GroupedExperts and llm-foundry's MegaBlocks dMoE run one grouped GEMM.
+EXPERT_GEMMS = {"hf": "loop", "torchtune": "grouped", "torchtitan": "grouped",
+                "llm-foundry": "grouped", "megatron": "grouped"}
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,8 @@ class Recipe:
     amp: str | None = None  # apex amp opt_level (training key): None (torch.autocast), o1, o2
     ddp: str = "torch"  # the DDP wrapper (training key): torch or apex
     from_bundle: tuple[str, ...] = ()  # the keys the bundle set (the rest were given)
+    # a mixture of experts' GEMMs (training.expert_gemms, else EXPERT_GEMMS of the framework)
+    expert_gemms: str = "loop"
 
     @property
     def loss_compiled(self) -> bool:
@@ -148,7 +156,8 @@ def resolve(training: TrainingConfig, stack: Stack = TODAY) -> Recipe:
         details["clip_grad"] = False
     return Recipe(framework=framework, **values, **details,
                   optimizer_in_bwd=training.optimizer_in_bwd, amp=training.amp,
-                  ddp=training.ddp, from_bundle=tuple(k for k in KEYS if k not in given))
+                  ddp=training.ddp, from_bundle=tuple(k for k in KEYS if k not in given),
+                  expert_gemms=training.expert_gemms or EXPERT_GEMMS[framework])
 
 
 def bundle_attention(framework: str, stack: Stack) -> str:

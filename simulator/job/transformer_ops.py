@@ -33,7 +33,7 @@ from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from simulator.job import attention, eager, loss
+from simulator.job import attention, eager, loss, moe, vision
 from simulator.job.kernels import NONE, BlockShape, Kernel, MemoryBound, gemm, memory, pointwise
 from simulator.job.parameters import QA_LABELS
 
@@ -53,9 +53,17 @@ _ROLE = {
     "post_attention_layernorm": "mlp_norm", "ln_2": "mlp_norm", "norm_2": "mlp_norm",
     "gate_proj": "mlp_in", "up_proj": "mlp_in", "c_fc": "mlp_in",
     "down_proj": "mlp_out",
+    # Qwen3's q_norm / k_norm and MLA's projections and norms run inside the q/k/v op
+    "q_norm": "qkv", "k_norm": "qkv", "q_a_proj": "qkv", "q_a_layernorm": "qkv",
+    "q_b_proj": "qkv", "kv_a_proj_with_mqa": "qkv", "kv_a_layernorm": "qkv", "kv_b_proj": "qkv",
+    "qkv_proj": "qkv", "gate_up_proj": "mlp_in",  # Phi-3's fused projections
+    # Gemma 2/3 (sandwich): the MLP's input norm, and the norm of its output
+    "pre_feedforward_layernorm": "mlp_norm", "post_feedforward_layernorm": "mlp_out",
 }
 BLOCK_OPS = ("attn_norm", "qkv", "attention", "attn_out", "mlp_norm", "mlp_in", "mlp_act",
              "mlp_out")
+MOE_BLOCK_OPS = BLOCK_OPS[:5] + moe.MOE_OPS  # a mixture of experts in place of the MLP
+EVERY_BLOCK_OP = frozenset(BLOCK_OPS + moe.MOE_OPS)
 # BERT is post-LN: each sub-layer's LayerNorm follows its residual add (modeling_bert.py
 # BertSelfOutput / BertOutput: LayerNorm(dropout(dense(x)) + input)).
 _POST_LN_BLOCK_OPS = ("qkv", "attention", "attn_out", "attn_norm", "mlp_in", "mlp_act",
@@ -66,10 +74,12 @@ _BERT_ROLE = (("attention.self.", "qkv"), ("attention.output.dense", "attn_out")
               ("attention.output.LayerNorm", "attn_norm"), ("intermediate.dense", "mlp_in"),
               ("output.dense", "mlp_out"), ("output.LayerNorm", "mlp_norm"))
 # GPT-2's MLP activation is transformers' NewGELUActivation, written op by op
-_GELU = {"gpt2": "python"}
+GELU = {"gpt2": "python"}
 
 
-def _role(mod: Module, n_layers: int) -> str:
+def _role(mod: Module, n_layers: int, sandwich: bool = False) -> str:
+    if vision.is_vision(mod):
+        return "vision"
     if mod.kind == "embedding":
         return "embedding"
     if mod.path == "lm_head":
@@ -84,7 +94,9 @@ def _role(mod: Module, n_layers: int) -> str:
         return next(role for part, role in _BERT_ROLE if part in mod.path)
     if mod.leaf == "c_proj":
         return "attn_out" if ".attn." in mod.path else "mlp_out"
-    return _ROLE[mod.leaf]
+    if sandwich and mod.leaf == "post_attention_layernorm":  # Gemma 2: on attention's output
+        return "attn_out"
+    return moe.role(mod) or _ROLE[mod.leaf]
 
 
 def regime(kernels: str) -> ModuleType:
@@ -105,7 +117,8 @@ class Builder:
         self.a = job.activation_bytes
         self.T = job.tokens_per_micro_batch
         A = self.arch
-        self.shape = BlockShape(self.T, A.hidden, A.kv_dim, A.ffn_hidden, A.heads, self.a)
+        self.shape = BlockShape(self.T, A.hidden, A.kv_dim, A.ffn_hidden, A.heads, self.a,
+                                A.q_dim)
         self.kernels = job.recipe.kernels
         self.regime = regime(self.kernels)
         # module -> indices of its params (params follow modules in order)
@@ -121,7 +134,7 @@ class Builder:
             self.mod_params[mod.path] = idx
         self.by_op: dict[tuple[int, str], list[Module]] = {}
         for mod in job.modules:
-            key = (mod.block, _role(mod, A.layers))
+            key = (mod.block, _role(mod, A.layers, A.sandwich_norm))
             self.by_op.setdefault(key, []).append(mod)
         if A.tied and not A.encoder:  # the head GEMM uses the embedding's weight
             self.by_op.setdefault((A.layers, "lm_head"), [])
@@ -129,13 +142,26 @@ class Builder:
         self.loss = loss.cross_entropy(job.recipe.cross_entropy,
                                        self.T * (QA_LABELS if A.encoder else A.vocab), self.a,
                                        compiled=job.recipe.loss_compiled)
-        self._memory_bound: dict[tuple[int, str], MemoryBound] = {}
-        self._kernels: dict[tuple[str, int, str], list[Kernel]] = {}
+        self._memory_bound: dict[tuple[int, tuple[bool, bool], str], MemoryBound] = {}
+        self._kernels: dict[tuple[str, int, tuple[bool, bool], str], list[Kernel]] = {}
 
     # --- the regime's memory-bound work -----------------------------------------------------
-    def _key(self, block: int, op: str) -> tuple[int, str]:
-        """Blocks are alike but for the first one (no residual stream before it): cache key."""
-        return (min(block, 1) if 0 <= block < self.arch.layers else block, op)
+    def _key(self, block: int, op: str) -> tuple[int, tuple[bool, bool], str]:
+        """Blocks are alike but for the first one (no residual stream before it) and, in a
+        mixture of experts, the dense ones: cache key."""
+        inside = 0 <= block < self.arch.layers
+        kind = (self.arch.is_moe(block), self.arch.window(block) is not None)
+        return (min(block, 1) if inside else block, kind, op)
+
+    def ops_of(self, block: int) -> tuple[str, ...]:
+        """A block's ops in forward order."""
+        return MOE_BLOCK_OPS if self.arch.is_moe(block) else self.block_ops
+
+    @property
+    def representative(self) -> int:
+        """The block whose per-token figures stand for every block: the first MoE block in a
+        mixture of experts (its dense blocks, if any, are few), else block 0."""
+        return next((b for b in range(self.arch.layers) if self.arch.is_moe(b)), 0)
 
     def memory_bound(self, block: int, op: str) -> MemoryBound:
         """The memory-bound work of one block op under the job's kernel regime."""
@@ -165,13 +191,21 @@ class Builder:
             return r.norm(s, A.norm) + drop  # type: ignore[no-any-return]
         if op == "qkv":
             rope = r.rotary(s, self.job.recipe.rotary) if A.positions == "rotary" else NONE
-            fused_qkv = A.family in ("gpt2", "mpt")
-            return rope + r.attention_layout(s, qkv_fused=fused_qkv)  # type: ignore[no-any-return]
+            fused_qkv = A.family in ("gpt2", "mpt") or A.fused_projections
+            norms = NONE
+            for mod in self.by_op.get((block, op), []):  # q_norm, k_norm; MLA's latent norms
+                if mod.kind == "norm":
+                    rows = s.tokens * {"q_norm": A.heads, "k_norm": A.kv_heads}.get(mod.leaf, 1)
+                    norms += r.norm(BlockShape(rows, mod.in_features, 0, 0, 1, s.e), A.norm)
+            return rope + norms + r.attention_layout(s, qkv_fused=fused_qkv)  # type: ignore[no-any-return]
         if op in ("attn_out", "mlp_out"):
             into = k == "fused" or (k == "compiled" and (op == "attn_out" or post_ln))
-            return r.residual(s, dropout=dropout, into_norm=into)  # type: ignore[no-any-return]
+            out = r.residual(s, dropout=dropout, into_norm=into)
+            if A.sandwich_norm:  # Gemma 2/3: the branch is normalised before the residual add
+                out = r.norm(s, A.norm) + out
+            return out  # type: ignore[no-any-return]
         if op == "mlp_act":
-            return r.activation(s, A.mlp, gelu=_GELU.get(A.family, "native"))  # type: ignore[no-any-return]
+            return r.activation(s, A.mlp, gelu=GELU.get(A.family, "native"))  # type: ignore[no-any-return]
         return NONE
 
     def _accumulate(self, n: float, consumers: int) -> list[Kernel]:
@@ -183,9 +217,22 @@ class Builder:
         return [pointwise("accumulate_input_grad", n, reads=2 * self.a, writes=self.a)
                 for _ in range(consumers - 1)]
 
+    def accumulate(self, n: float, consumers: int) -> list[Kernel]:
+        return self._accumulate(n, consumers)
+
     # --- linear layers ----------------------------------------------------------------------
-    def _linear_fwd(self, mod: Module) -> list[Kernel]:
-        T, a, i, o = self.T, self.a, mod.in_features, mod.out_features
+    def linears_fwd(self, mods: list[Module], rows: int | None = None) -> list[Kernel]:
+        """The forward kernels of linear layers over ``rows`` tokens (default the micro-batch)."""
+        return [k for mod in mods if mod.kind in ("linear", "conv1d")
+                for k in self._linear_fwd(mod, rows)]
+
+    def linears_bwd(self, mods: list[Module], rows: int | None = None) -> list[Kernel]:
+        """Their backward, last layer first."""
+        return [k for mod in reversed(mods) if mod.kind in ("linear", "conv1d")
+                for k in self._linear_bwd(mod, rows)]
+
+    def _linear_fwd(self, mod: Module, rows: int | None = None) -> list[Kernel]:
+        T, a, i, o = rows or self.T, self.a, mod.in_features, mod.out_features
         out: list[Kernel] = []
         if self._quantized(mod):
             out.append(memory(i * o * (NF4_BYTES + 2), name="dequantize_nf4"))
@@ -199,8 +246,8 @@ class Builder:
             out += [gemm(T, r, i, a), gemm(T, o, r, a), memory(5 * T * o * a, name="lora_add")]
         return out
 
-    def _linear_bwd(self, mod: Module) -> list[Kernel]:
-        T, a, i, o = self.T, self.a, mod.in_features, mod.out_features
+    def _linear_bwd(self, mod: Module, rows: int | None = None) -> list[Kernel]:
+        T, a, i, o = rows or self.T, self.a, mod.in_features, mod.out_features
         out: list[Kernel] = []
         if self._quantized(mod):
             out.append(memory(i * o * (NF4_BYTES + 2), name="dequantize_nf4"))
@@ -265,10 +312,14 @@ class Builder:
 
     def _forward(self, block: int, op: str) -> list[Kernel]:
         A, T, a, j = self.arch, self.T, self.a, self.job
+        if op in moe.MOE_OPS:
+            return moe.forward(self, block, op)
         mods = self.by_op.get((block, op), [])
+        if op == "vision":
+            return vision.forward(self, mods)
         glue = self.memory_bound(block, op).forward
         if op == "attention":
-            return self._attention(backward=False)
+            return self._attention(block, backward=False)
         if op == "embedding":  # gather rows of each table (read + write), add position rows
             n_tables = len(mods)
             gather = memory((2 * n_tables + 3 * (n_tables - 1)) * T * A.hidden * a,
@@ -280,18 +331,43 @@ class Builder:
         if op == "loss":
             return list(self.loss.forward)
         if op == "lm_head":
-            return self._head_fwd(mods)
+            return self._head_fwd(mods) + self._softcap(backward=False)
         return self._linears_fwd(mods) + list(glue)
 
-    def _attention(self, *, backward: bool) -> list[Kernel]:
-        """The attention core's kernels: eager matmul-softmax-matmul or one FlashAttention."""
+    def _softcap(self, *, backward: bool) -> list[Kernel]:
+        """Gemma 2's final-logit soft-capping, as Gemma2ForCausalLM writes it: ``logits /
+        cap``, ``tanh``, ``* cap`` over the 16-bit logits; backward: the two scalings and
+        tanh's backward (1 - y^2)."""
+        if self.arch.logit_softcap is None or self.arch.encoder:
+            return []
+        n, a = self.T * self.arch.vocab, self.a
+        if backward:
+            return [pointwise("softcap_mul_backward", n, reads=a, writes=a),
+                    pointwise("tanh_backward", n, reads=2 * a, writes=a, flops_per_element=3),
+                    pointwise("softcap_div_backward", n, reads=a, writes=a)]
+        return [pointwise("softcap_div", n, reads=a, writes=a),
+                pointwise("tanh", n, reads=a, writes=a, flops_per_element=4),
+                pointwise("softcap_mul", n, reads=a, writes=a)]
+
+    def _attention(self, block: int, *, backward: bool) -> list[Kernel]:
+        """The attention core's kernels: eager matmul-softmax-matmul or one FlashAttention
+        (a local block's over its window); Gemma 2's score soft-capping in eager is three
+        passes over the scores each way (Gemma2Attention: ``/ cap``, ``tanh``, ``* cap``)."""
         A, j = self.arch, self.job
         b, s = j.micro_batch, j.seq_len
+        window = A.window(block)
         if j.attention_kernel == "eager":
-            return attention.eager(b, s, A.heads, A.head_dim, self.a, chain=j.eager_chain,
-                                   backward=backward, matmul_copies=self.kernels != "fused")
-        return [attention.flash(b, s, A.hidden, self.kv_in, self.a, causal=not A.encoder,
-                                backward=backward, version=self.flash_version)]
+            kernels = attention.eager(b, s, A.heads, A.attn_dim // A.heads, self.a,
+                                      chain=j.eager_chain, backward=backward,
+                                      matmul_copies=self.kernels != "fused")
+            if A.attention_softcap is not None:
+                scores = b * A.heads * s * s
+                kernels += [pointwise(f"softcap.{x}", scores, reads=2 * self.a if backward and
+                                      x == "tanh" else self.a, writes=self.a)
+                            for x in ("div", "tanh", "mul")]
+            return kernels
+        return [attention.flash(b, s, A.attn_dim, self.kv_in, self.a, causal=not A.encoder,
+                                backward=backward, version=self.flash_version, window=window)]
 
     @property
     def flash_version(self) -> int | str:
@@ -302,20 +378,27 @@ class Builder:
     def kv_in(self) -> int:
         """The K/V width the attention kernel is given (repeated per query head or not)."""
         A = self.arch
-        return A.hidden if self.shape.repeats_kv and self.kernels != "fused" else A.kv_dim
+        if A.mla is not None:  # kv_b_proj gives every head its own k and v
+            return A.attn_dim
+        return A.q_dim if self.shape.repeats_kv and self.kernels != "fused" else A.kv_dim
 
     def _backward(self, block: int, op: str) -> list[Kernel]:
         A, T, a, j = self.arch, self.T, self.a, self.job
+        if op in moe.MOE_OPS:
+            return moe.backward(self, block, op)
         mods = self.by_op.get((block, op), [])
+        if op == "vision":
+            return vision.backward(self, mods)
         glue = list(self.memory_bound(block, op).backward)
         if op == "attention":
-            return self._attention(backward=True)
+            return self._attention(block, backward=True)
         if op == "loss":
             return list(self.loss.backward)
         full = j.finetune == "full"
         if op == "lm_head":
             c = self.loss.chunks
-            dx = [gemm(T // c, A.hidden, A.vocab, a) for _ in range(c)]
+            dx = self._softcap(backward=True) + [gemm(T // c, A.hidden, A.vocab, a)
+                                                  for _ in range(c)]
             if not full:
                 return dx
             g = j.grad_bytes
@@ -337,9 +420,11 @@ class Builder:
             g = j.grad_bytes
             return drop + [memory(tables * g + len(mods) * T * A.hidden * (a + g),
                                   name="embedding_dense_backward")]
-        if mods and all(m.kind in ("linear", "conv1d") for m in mods):
-            kernels = [k for mod in reversed(mods) for k in self._linear_bwd(mod)]
-            kernels += self._accumulate(T * mods[0].in_features, len(mods))
+        linears = [m for m in mods if m.kind in ("linear", "conv1d")]
+        if linears:
+            kernels = [k for mod in reversed(linears) for k in self._linear_bwd(mod)]
+            kernels += self._accumulate(T * linears[0].in_features,
+                                        sum(m.in_features == A.hidden for m in linears))
             if op in ("attn_out", "mlp_out"):  # the residual's backward runs first
                 return glue + kernels
             return kernels + glue  # qkv: the repeat/rotary backward ran before the GEMMs
@@ -356,7 +441,9 @@ class Builder:
             tail = [(L, "qa_head"), (L, "loss")]
         else:
             head, tail = [(-1, "embedding")], [(L, "final_norm"), (L, "lm_head"), (L, "loss")]
-        return head + [(b, op) for b in range(L) for op in self.block_ops] + tail
+            if self.arch.vision is not None:  # the images through the encoder first
+                head = [(-1, "vision"), *head]
+        return head + [(b, op) for b in range(L) for op in self.ops_of(b)] + tail
 
 
 def builder(job: Job) -> Builder:

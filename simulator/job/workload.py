@@ -12,7 +12,7 @@ simulator/job/ops.py; their time on a GPU in simulator/job/compute.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from simulator.catalog import software
@@ -26,6 +26,7 @@ from simulator.inputs.schema import (
     WorkloadConfig,
 )
 from simulator.job.attention import EagerChain, eager_chain
+from simulator.job.diffusion import UNetShape
 from simulator.job.parameters import (
     Arch,
     Module,
@@ -36,6 +37,7 @@ from simulator.job.parameters import (
 )
 from simulator.job.recipe import Recipe
 from simulator.job.recipe import resolve as resolve_recipe
+from simulator.job.vision import is_vision
 
 if TYPE_CHECKING:
     from simulator.job.ops import Op, Phase
@@ -56,6 +58,8 @@ class Job:
     params: list[ParamTensor] = field(hash=False, compare=False)
     recipe: Recipe = field(default_factory=lambda: resolve_recipe(TrainingConfig(seq_len=1)))
     software: Stack = TODAY  # the software stack (catalog/software.py)
+    ep: int = 1  # expert parallelism: the ranks a mixture of experts' experts are spread over
+    unet: UNetShape | None = None  # a diffusion UNet (job/diffusion.py): its blocks are layers
     # built on first use: every strategy, the memory model and the size check read them
     _ops: dict[tuple[str, bool], tuple[Op, ...]] = field(default_factory=dict, init=False,
                                                          repr=False,
@@ -65,43 +69,67 @@ class Job:
 
     @staticmethod
     def from_config(cfg: WorkloadConfig, *, micro_batch: int | None = None,
-                    seq_len: int | None = None, grad_accum: int | None = None) -> Job:
+                    seq_len: int | None = None, grad_accum: int | None = None,
+                    ep: int = 1) -> Job:
+        """``ep`` > 1: one rank's share under expert parallelism, its own experts of each MoE
+        block (experts / ep of them, standing for whichever the rank holds) beside the rest of
+        the model."""
         t = cfg.training
         for key, value in (("micro_batch", micro_batch), ("seq_len", seq_len),
                            ("grad_accum", grad_accum)):
             if value is not None and value < 1:
                 raise InputError(f"must be at least 1, got {value}", key=f"training.{key}")
-        if t.finetune != "full" and cfg.model is None:
+        if t.finetune != "full" and cfg.model is None and cfg.unet is None:
             raise InputError(f"{t.finetune} needs a transformer `model`", key="training.finetune")
         arch: Arch | None = None
+        unet = UNetShape.of(cfg.unet) if cfg.unet is not None else None
         if cfg.model is not None:
             arch = Arch.from_model(cfg.model)
             mods = transformer_modules(arch)
+        elif unet is not None:
+            mods = unet.modules()
         else:
             mods = generic_modules(list(cfg.layers or []))
+        if ep > 1:
+            mods = _local_experts(arch, mods, ep)
         lora_rank = 0
         if t.finetune != "full":
-            assert arch is not None
-            lora = t.lora or _default_lora()
+            family = arch.family if arch is not None else "unet"
+            lora = t.lora or _default_lora(family)
             lora_rank = lora.rank
-            known = LORA_TARGETS[arch.family]
+            known = LORA_TARGETS[family]
             unknown = [x for x in lora.targets if x not in known]
             if unknown or not lora.targets:
-                raise InputError(f"LoRA targets {quoted(unknown)} match no {arch.family} linear "
+                raise InputError(f"LoRA targets {quoted(unknown)} match no {family} linear "
                                  f"layer; choose from {', '.join(known)}",
                                  key="training.lora.targets")
             targets = set(lora.targets)
+
+            def wrapped(m: Module) -> bool:
+                if unet is not None:  # PEFT matches a target as the path's suffix
+                    return m.kind == "linear" and any(m.path.endswith("." + x) for x in targets)
+                # adapters on the language model (LLaVA's recipes leave the vision tower out)
+                return m.leaf in targets and m.path != "lm_head" and not is_vision(m)
+
             mods = [Module(m.path, m.kind, m.in_features, m.out_features, m.bias, m.block,
-                           lora=m.leaf in targets and m.path != "lm_head") for m in mods]
+                           lora=wrapped(m)) for m in mods]
         params = [p for m in mods for p in module_params(
             m, peft=t.finetune != "full", finetune=t.finetune, lora_rank=lora_rank)]
         stack = software.resolve(t.software)
         recipe = resolve_recipe(t, stack)
         software.attention_kernel(recipe.attention, stack)  # a stack that lacks it: refused
-        return Job(name=cfg.name, arch=arch, generic_layers=tuple(cfg.layers or ()), training=t,
-                   micro_batch=micro_batch or t.micro_batch, seq_len=seq_len or t.seq_len,
-                   grad_accum=grad_accum or t.grad_accum, modules=tuple(mods), params=params,
-                   recipe=recipe, software=stack)
+        # a vision-language model's image encoder stays frozen (its projector trains)
+        params = [replace(p, trainable=False) if p.trainable and _frozen_vision(p.name) else p
+                  for p in params]
+        job = Job(name=cfg.name, arch=arch, generic_layers=tuple(cfg.layers or ()), training=t,
+                  micro_batch=micro_batch or t.micro_batch, seq_len=seq_len or t.seq_len,
+                  grad_accum=grad_accum or t.grad_accum, modules=tuple(mods), params=params,
+                  recipe=recipe, software=stack, ep=ep, unet=unet)
+        if unet is not None:  # its blocks as the layers memory and the strategies read
+            from simulator.job import diffusion
+
+            job = replace(job, generic_layers=diffusion.generic_layers(job))
+        return job
 
     # --- sizes ------------------------------------------------------------------------------
     @property
@@ -126,6 +154,17 @@ class Job:
     @property
     def n_params(self) -> int:
         return sum(p.numel for p in self.params)
+
+    @property
+    def n_active(self) -> int:
+        """Parameters one token's forward uses: all but the experts it is not routed to (a
+        mixture of experts' active count, as model cards give it; n_params otherwise)."""
+        a = self.arch
+        if a is None or a.moe is None:
+            return self.n_params
+        held = sum(p.numel for p in self.params if ".experts." in p.name)
+        whole = self.n_params + held * (self.ep - 1)  # every rank's experts (ep > 1)
+        return whole - held * self.ep * (a.moe.experts - a.moe.top_k) // a.moe.experts
 
     @property
     def n_trainable(self) -> int:
@@ -308,5 +347,25 @@ class Job:
                                               * self.grad_accum)
 
 
-def _default_lora() -> LoraConfig:
+def _frozen_vision(name: str) -> bool:
+    name = name.removeprefix("base_model.model.")
+    return name.startswith(("vision_tower.", "visual.")) and ".merger." not in name \
+        and "lora_" not in name
+
+
+def _local_experts(arch: Arch | None, mods: list[Module], ep: int) -> list[Module]:
+    """The modules one rank holds under expert parallelism: every expert's are kept only for
+    the first experts / ep (all ranks' shares are alike)."""
+    if arch is None or arch.moe is None:
+        raise InputError(f"--ep {ep}: expert parallelism needs a mixture of experts (model.moe)")
+    if arch.moe.experts % ep:
+        raise InputError(f"--ep {ep} must divide the {arch.moe.experts} experts")
+    local = arch.moe.experts // ep
+    return [m for m in mods if ".experts." not in m.path
+            or int(m.path.split(".experts.", 1)[1].split(".", 1)[0]) < local]
+
+
+def _default_lora(family: str = "llama") -> LoraConfig:
+    if family == "unet":  # diffusers' train_text_to_image_lora.py targets
+        return LoraConfig(targets=["to_k", "to_q", "to_v", "to_out.0"])
     return LoraConfig()

@@ -163,26 +163,28 @@ def _make_state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
     unit: dict[int, float] = {}  # unsharded compute-dtype bytes per block (FSDP units)
     unit_grads: dict[int, float] = {}
     autocast = 0.0
+    edp = max(1, dp // job.ep)  # expert parallelism: a rank's experts shard over fewer ranks
     for p in job.params:
         if stage is not None and p.block not in stage.blocks:
             continue
         n = p.numel / tp if len(p.shape) > 1 else p.numel
+        d = edp if job.ep > 1 and ".experts." in p.name else dp  # the ranks sharing it
         if p.trainable:
-            w += r.weight * n / (dp if r.shard_weights else 1)
-            g += r.grad * n / (dp if r.shard_grads else 1)
-            largest = max(largest, n / (dp if r.shard_grads else 1))
+            w += r.weight * n / (d if r.shard_weights else 1)
+            g += r.grad * n / (d if r.shard_grads else 1)
+            largest = max(largest, n / (d if r.shard_grads else 1))
             on_device, in_managed = optim.paged_state_split(job.optimizer, int(n), r.optimizer)
-            o += on_device / (dp if r.shard_optimizer else 1)
-            paged += in_managed / (dp if r.shard_optimizer else 1)
+            o += on_device / (d if r.shard_optimizer else 1)
+            paged += in_managed / (d if r.shard_optimizer else 1)
             unit[p.block] = unit.get(p.block, 0.0) + n * job.activation_bytes
             unit_grads[p.block] = unit_grads.get(p.block, 0.0) + n
             if len(p.shape) > 1 and p.block >= 0:  # matmul weights autocast caches
                 autocast += n * 2
         elif p.quantized:
-            quant += n * NF4_BITS_PER_PARAM / 8 / (dp if r.shard_weights else 1)
+            quant += n * NF4_BITS_PER_PARAM / 8 / (d if r.shard_weights else 1)
             unit[p.block] = unit.get(p.block, 0.0) + n * NF4_BITS_PER_PARAM / 8
         else:
-            frozen += n * frozen_bytes / (dp if r.shard_weights else 1)
+            frozen += n * frozen_bytes / (d if r.shard_weights else 1)
             unit[p.block] = unit.get(p.block, 0.0) + n * frozen_bytes
     shard = f" / {dp} ranks" if dp > 1 else ""
     tp_note = f", split over {tp} TP ranks" if tp > 1 else ""
@@ -378,6 +380,16 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                            reshard_after_forward=reshard_after_forward,
                            zero_overlap_comm=zero_overlap_comm, fetched=offload == "params",
                            reduce_bucket_size=reduce_bucket_size)
+    if job.ep > 1 and job.arch is not None and job.arch.moe is not None:
+        # the all-to-all's send and receive buffers of one MoE block's routed rows (Megatron's
+        # dispatcher keeps the permuted input and the received rows while the block runs)
+        from simulator.job.moe import rank_load
+
+        rows = b * job.seq_len * job.arch.moe.top_k * rank_load(
+            job.arch.moe, job.ep, job.training.expert_imbalance)
+        lines.append(Line("other", f"expert parallelism over {job.ep} ranks: all-to-all send "
+                          "and receive buffers of one MoE block's routed rows",
+                          2 * rows * job.hidden * job.activation_bytes, "backward"))
     if offload != "none":  # host.py: what moves to host RAM
         lines = host_memory.offload_lines(lines, job, strategy, offload, dp, tp)
     for moment in MOMENTS:

@@ -36,7 +36,8 @@ from simulator.units import GB, US
 if TYPE_CHECKING:
     from simulator.nccl.communicator import Communicator
 
-OPS = ("allreduce", "allgather", "reducescatter", "broadcast")
+OPS = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
+ROOTED = ("broadcast", "reduce")  # a pipelined chain from (to) the root, the first rank given
 
 # the wire's physics (efficiencies, overheads, latencies, caps) lives in wire.py
 WIRE_OVERHEAD, NVLINK_EFFICIENCY = wire.WIRE_OVERHEAD, wire.NVLINK_EFFICIENCY
@@ -67,6 +68,10 @@ class Plan:
     def flow(self) -> Flow:
         """The call on the fabric: one flow whose progress is the bytes each rank sends."""
         return Flow(self.usage, self.bus_bytes, self.max_rate, self.latency)
+
+    @property
+    def flows(self) -> tuple[Flow, ...]:
+        return (self.flow,)
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -116,9 +121,11 @@ def _make_plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...],
     machine = comm.machine
     ring = comm.ring(ranks)
     order = ring.order
-    if op == "broadcast":  # the chain starts at the root (the first rank given)
+    if op in ROOTED:  # broadcast's chain starts at the root (the first rank given)
         root = order.index(ranks[0])
         order = order[root:] + order[:root]
+        if op == "reduce":  # reduce's ends there: the ring's order after the root, then it
+            order = order[1:] + order[:1]
     nvlink = all(machine.path_type(a, b) == "NVL" for a, b in _cycle(order))
     env = comm.env
     graph = nt.Graph(n, ring.n_channels, ring.channel_bandwidth / GB, nvlink,
@@ -147,7 +154,7 @@ def _make_plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...],
         steps = 2 * (n - 1)
         bus_bytes = float(nbytes)
     else:
-        if op == "broadcast":  # a pipelined chain from the root: n-1 hops, no closing hop
+        if op in ROOTED:  # a pipelined chain from (to) the root: n-1 hops, no closing hop
             hops, steps = list(zip(order, order[1:], strict=False)), n - 1
         else:
             hops, steps = _cycle(order), nt.ring_steps(op, n)

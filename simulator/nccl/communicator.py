@@ -26,6 +26,7 @@ from simulator.nccl.wire import HOST_MEMORY_PASSES, WireParams
 
 if TYPE_CHECKING:
     from simulator.machine.topology import Machine
+    from simulator.nccl.alltoall import PatternPlan
     from simulator.nccl.collectives import Plan
     from simulator.nccl.rings import Ring
 
@@ -203,11 +204,17 @@ class Communicator:
         return self.env.channels(comm_channels(self.ring().n_channels))
 
     def plan(self, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,
-             algo: str = "auto", protocol: str | None = None) -> Plan:
-        """NCCL's decisions for one call and its flow (collectives.py), kept: steps repeat
-        the same sizes."""
-        from simulator.nccl import collectives
+             algo: str = "auto", protocol: str | None = None) -> Plan | PatternPlan:
+        """NCCL's decisions for one call and its flows, kept: steps repeat the same sizes.
+        Collectives (collectives.py) are one flow; all-to-all, gather, scatter and sendrecv
+        (alltoall.py) one per pair."""
+        from simulator.nccl import alltoall, collectives
 
+        if op in alltoall.OPS:
+            if algo not in ("auto", "p2p") or protocol is not None:
+                raise InputError(f"{op} runs as NCCL's point-to-point tasks: no algorithm or "
+                                 "protocol to choose (NCCL_P2P_LL_THRESHOLD sets LL)")
+            return alltoall.plan(self, op, nbytes, ranks)
         return collectives.plan(self, op, nbytes, ranks, algo, protocol)
 
     # --- what the engine runs on (engine/network.py) ----------------------------------
@@ -218,7 +225,7 @@ class Communicator:
     def sms(self, rank: int) -> int:
         return self.machine.gpu_of(rank).sms
 
-    def collective(self, op: str, nbytes: int, ranks: tuple[int, ...]) -> Plan:
+    def collective(self, op: str, nbytes: int, ranks: tuple[int, ...]) -> Plan | PatternPlan:
         return self.plan(op, nbytes, ranks)
 
     def sendrecv(self, src: int, dst: int, nbytes: int) -> Plan:

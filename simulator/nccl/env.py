@@ -17,6 +17,12 @@
 - ``NCCL_NTHREADS``: threads per channel of the Simple and LL kernels (tuning.cc getNthreads: a
   positive value not a multiple of 32 or above the protocol's maximum reads as the maximum, one
   below 64 as 64; 0 or less leaves NCCL's default).
+- Point-to-point integer parameters (``NCCL_PARAM``, strtoll; nccl/alltoall.py applies them):
+  ``NCCL_P2P_NET_CHUNKSIZE`` / ``NCCL_P2P_PCI_CHUNKSIZE`` / ``NCCL_P2P_NVL_CHUNKSIZE`` (init.cc
+  L818-820), ``NCCL_BUFFSIZE`` (init.cc L813: the P2P chunk is at most an eighth of it),
+  ``NCCL_NCHANNELS_PER_NET_PEER`` (paths.cc ncclTopoGetNchannels), ``NCCL_MIN_P2P_NCHANNELS`` /
+  ``NCCL_MAX_P2P_NCHANNELS`` (paths.cc L946-947), ``NCCL_P2P_LL_THRESHOLD`` (enqueue.cc L859),
+  ``NCCL_P2P_READ_ENABLE`` (p2p.cc L327).
 
 Only the environment is read (not /etc/nccl.conf or ~/.nccl.conf).
 """
@@ -29,13 +35,18 @@ from dataclasses import dataclass, field
 
 from simulator.errors import InputError, cut, quoted
 
+# integer parameters of the point-to-point path, read as NCCL_PARAM reads them
+P2P_PARAMETERS = ("NCCL_P2P_NET_CHUNKSIZE", "NCCL_P2P_PCI_CHUNKSIZE", "NCCL_P2P_NVL_CHUNKSIZE",
+                  "NCCL_BUFFSIZE", "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_MIN_P2P_NCHANNELS",
+                  "NCCL_MAX_P2P_NCHANNELS", "NCCL_P2P_LL_THRESHOLD", "NCCL_P2P_READ_ENABLE")
 VARIABLES = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_ALGO",
-             "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NTHREADS")
+             "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NTHREADS",
+             *P2P_PARAMETERS)
 # topo.cc topoPathTypeStr up to PATH_SYS; paths.cc levelsOldToNew
 PATH_NAMES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
 OLD_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
 # init.cc ncclFuncStr, ncclAlgoStr, ncclProtoStr
-FUNCTIONS = {"broadcast": "broadcast", "reduce": None, "allgather": "allgather",
+FUNCTIONS = {"broadcast": "broadcast", "reduce": "reduce", "allgather": "allgather",
              "reducescatter": "reducescatter", "allreduce": "allreduce"}
 ALGORITHMS = ("tree", "ring", "collnetdirect", "collnetchain", "nvls", "nvlstree", "pat")
 MODELLED_ALGORITHMS = ("ring", "tree")
@@ -68,6 +79,7 @@ class NcclEnv:
     min_channels: int | None = None
     max_channels: int | None = None
     nthreads: int | None = None  # NCCL_NTHREADS when positive
+    p2p: tuple[tuple[str, int], ...] = ()  # P2P_PARAMETERS given, as integers
     ignored: tuple[str, ...] = field(default=(), compare=False)  # values NCCL would ignore
 
     @classmethod
@@ -82,10 +94,13 @@ class NcclEnv:
         low = _channels(values, "NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS", environ)
         high = _channels(values, "NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS", environ)
         threads = strtoll(values["NCCL_NTHREADS"]) if "NCCL_NTHREADS" in values else None
+        p2p = tuple((name, strtoll(values[name])) for name in P2P_PARAMETERS
+                    if values.get(name, "").strip())
         return cls(given, level, shm, algos, protos,
                    None if low is None else min(max(low, 0), MAX_CHANNELS) or None,
                    None if high is None else min(max(high, 1), MAX_CHANNELS),
-                   threads if threads is not None and threads > 0 else None, tuple(ignored))
+                   threads if threads is not None and threads > 0 else None, p2p,
+                   tuple(ignored))
 
     @property
     def active(self) -> bool:
@@ -122,6 +137,10 @@ class NcclEnv:
         if nt % WARP_SIZE or nt > maximum:
             return maximum
         return max(nt, MIN_THREADS)
+
+    def param(self, name: str, default: int) -> int:
+        """A point-to-point integer parameter (P2P_PARAMETERS), else NCCL's default."""
+        return dict(self.p2p).get(name, default)
 
     def line(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.settings)

@@ -1,18 +1,32 @@
 """One NCCL collective timed alone, as nccl-tests' ``*_perf`` binaries time it: each size on
 idle links, in nccl-tests' terms (time, algbw, busbw): ``CollectiveSpec`` -> ``collective()``
-(also ``api.collective``), and ``time_alone`` for one size."""
+(also ``api.collective``), and ``time_alone`` for one size, its flows on a fresh fabric
+(``run_alone``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.errors import InputError, quoted
 from simulator.machine.build import blame
-from simulator.nccl.collectives import OPS, bus_factor
+from simulator.nccl import alltoall
+from simulator.nccl.collectives import OPS as COLLECTIVE_OPS
+from simulator.nccl.collectives import bus_factor as ring_bus_factor
 from simulator.nccl.communicator import Communicator, load_communicator
 from simulator.nccl.env import NO_ENV, NcclEnv
 from simulator.units import GB, US
+
+if TYPE_CHECKING:
+    from simulator.engine.program import Flow
+
+OPS = COLLECTIVE_OPS + alltoall.OPS  # every operation nccl-tests times that stepsim models
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests busbw / algbw for any operation (doc/PERFORMANCE.md, src/*.cu GetBw)."""
+    return alltoall.bus_factor(op, n) if op in alltoall.OPS else ring_bus_factor(op, n)
 
 
 @dataclass(frozen=True)
@@ -20,7 +34,7 @@ class CollectiveSpec:
     """One NCCL collective over a list of sizes (bytes), as nccl-tests runs it."""
 
     topology: str
-    op: str  # allreduce, allgather, reducescatter, broadcast
+    op: str  # one of OPS
     sizes: tuple[int, ...]
     gpus: int | None = None
     algo: str = "auto"  # ring, tree or auto (NCCL's choice)
@@ -65,18 +79,33 @@ def collective(spec: CollectiveSpec) -> list[Result]:
 def time_alone(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,
                algo: str = "auto", protocol: str | None = None) -> Result:
     """Run one collective alone on a fresh fabric, as nccl-tests would time it."""
+    p = comm.plan(op, nbytes, ranks, algo, protocol)
+    n = len(p.ranks)
+    if p.flows:
+        seconds, link, util = run_alone(comm.capacities(), p.flows)
+    else:  # one rank or nothing to move: the call alone
+        seconds, link, util = comm.wire.call_latency_us * US if nbytes else 0.0, None, 0.0
+    algbw = nbytes / seconds / GB if seconds > 0 else 0.0
+    if nbytes <= 0:
+        link, util = None, 0.0
+    return Result(op, nbytes, n, seconds / US, algbw, algbw * bus_factor(op, n), p.algorithm,
+                  p.protocol, p.transport, p.n_channels, link, util)
+
+
+def run_alone(capacities: Mapping[str, float], flows: Sequence[Flow]
+              ) -> tuple[float, str | None, float]:
+    """Flows started together on idle links, run to their end on a fresh fabric in SimPy: when
+    the last byte arrives, and the busiest link with its mean utilisation. A ring or chain is
+    one flow; an all-to-all, gather, scatter or sendrecv a flow per pair, sharing links max-min
+    fairly and taking what a pair that ends leaves (the fabric's own arithmetic, so a training
+    step and ``stepsim collective`` give one call the same time)."""
     import simpy  # here: commands that only plan (memory, topo) never load the event loop
 
     from simulator.engine.fabric import Fabric
 
-    p = comm.plan(op, nbytes, ranks, algo, protocol)
     env = simpy.Environment()
-    fabric = Fabric(env, comm.capacities(), record_history=False)
-    flow = p.flow
-    env.run(fabric.transfer(flow.usage, flow.nbytes, flow.max_rate, flow.latency))
-    seconds = env.now
-    n = len(p.ranks)
-    algbw = nbytes / seconds / GB if seconds > 0 else 0.0
-    link, util = fabric.bottleneck() if p.usage and nbytes > 0 else (None, 0.0)
-    return Result(op, nbytes, n, seconds / US, algbw, algbw * bus_factor(op, n), p.algorithm,
-                  p.protocol, p.transport, p.n_channels, link, util)
+    fabric = Fabric(env, capacities, record_history=False)
+    env.run(env.all_of([fabric.transfer(f.usage, f.nbytes, f.max_rate, f.latency)
+                        for f in flows]))
+    link, util = fabric.bottleneck()
+    return float(env.now), link, util

@@ -101,7 +101,7 @@ def latency_us(graph: Graph, op: str, algorithm: str, protocol: str) -> float:
     n = graph.n_ranks
     if algorithm == "tree":
         return base + 2 * (n - 1) * hw
-    if op == "broadcast":
+    if op in ("broadcast", "reduce"):
         return base + hw  # all channels are alike on one node
     return base + ring_steps(op, n) * hw
 

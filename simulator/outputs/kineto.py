@@ -37,7 +37,8 @@ LINKS_PID = CPU_PID - 1  # the machine's link counters (rank 0's file)
 
 # NCCL's names: src/device/generate.py (collective, reduction op, whether typed)
 _NCCL = {"allreduce": ("AllReduce", True), "reducescatter": ("ReduceScatter", True),
-         "allgather": ("AllGather", False), "broadcast": ("Broadcast", False)}
+         "allgather": ("AllGather", False), "broadcast": ("Broadcast", False),
+         "reduce": ("Reduce", True)}
 _ELEMENT_BYTES = {"f32": 4, "bf16": 2, "f16": 2}
 _COPIES = {"d2h": "Memcpy DtoH (Device -> Pinned)", "h2d": "Memcpy HtoD (Pinned -> Device)",
            "nvme": "Memcpy DtoH (Device -> Pinned)"}
@@ -57,7 +58,7 @@ def rank_paths(path: str | Path, world: int) -> list[str]:
 def nccl_kernel(kind: str, algorithm: str, dtype: str) -> str:
     """The kernel NCCL launches for a collective (its specialised LL kernel dispatches the
     protocol actually chosen: generate.py ``best_kernel``)."""
-    if kind == "p2p":
+    if kind in ("p2p", "alltoall"):  # ncclAlltoAll runs as send/recv tasks (enqueue.cc)
         return "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
     coll, typed = _NCCL[kind]
     algo = "TREE" if algorithm == "tree" and typed else "RING"
@@ -200,7 +201,8 @@ def _events(spans: list[Span], rank: int, streams: Mapping[str, int],
 _TORCH_DTYPE = {"f32": "Float", "bf16": "BFloat16", "f16": "Half"}  # as c10 names them
 # ProcessGroupNCCL's names for the calls (RECORD_PARAM_COMMS in ProcessGroupNCCL.cpp)
 _C10D_NAME = {"allreduce": "allreduce", "allgather": "_allgather_base",
-              "reducescatter": "_reduce_scatter_base", "broadcast": "broadcast", "p2p": "send"}
+              "reducescatter": "_reduce_scatter_base", "broadcast": "broadcast", "p2p": "send",
+              "reduce": "reduce", "alltoall": "all_to_all_single"}
 
 
 def _link_counters(timeline: Timeline) -> list[dict[str, Any]]:

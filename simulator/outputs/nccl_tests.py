@@ -6,7 +6,8 @@ GPU, the out-of-place / in-place banner, rows of ``%12li  %12li  %8s  %6s  %6s``
 ``  %7s  %6.2f  %6.2f  %5g`` (time as %7.0f from 10 ms, %7.1f from 100 us, else %7.2f), and the
 ``# Out of bounds values`` / ``# Avg bus bandwidth`` footer. Sizes follow nccl-tests' own rules
 (the count of elements of the datatype; all-gather and reduce-scatter split the count over the
-ranks in multiples of 4 elements, src/all_gather.cu). stepsim's own facts come after the
+ranks in multiples of 4 elements, src/all_gather.cu; alltoall, gather and scatter give each peer
+count/n, src/alltoall.cu, and print that per-peer count). stepsim's own facts come after the
 footer, each on a ``# stepsim:`` comment line, so parsers of nccl-tests logs read it unchanged.
 """
 
@@ -20,7 +21,12 @@ DATATYPES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64
              "half": 2, "float": 4, "double": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1}
 REDOPS = ("sum", "prod", "max", "min", "avg", "mulsum")  # test_opnames
 BINARIES = {"all_reduce_perf": "allreduce", "all_gather_perf": "allgather",
-            "reduce_scatter_perf": "reducescatter", "broadcast_perf": "broadcast"}
+            "reduce_scatter_perf": "reducescatter", "broadcast_perf": "broadcast",
+            "reduce_perf": "reduce", "alltoall_perf": "alltoall", "sendrecv_perf": "sendrecv",
+            "gather_perf": "gather", "scatter_perf": "scatter"}
+REDUCING = ("allreduce", "reducescatter", "reduce", "sendrecv")  # show -o's reduction
+ROOTED = ("broadcast", "reduce", "gather", "scatter")  # root 0 (nccl-tests' -r default)
+SPLIT = ("alltoall", "gather", "scatter")  # count/n per peer, the count column per peer
 ALIGN = 4  # all_gather.cu, reduce_scatter.cu
 
 
@@ -57,6 +63,9 @@ def sizes(op: str, requested: int, n_ranks: int, element_bytes: int) -> tuple[in
     if op in ("allgather", "reducescatter"):
         base = count // (ALIGN * n_ranks) * ALIGN
         return base * n_ranks * element_bytes, base
+    if op in SPLIT:  # alltoall.cu, gather.cu, scatter.cu: count/nranks per peer
+        base = count // n_ranks
+        return base * n_ranks * element_bytes, base
     return count * element_bytes, count
 
 
@@ -87,8 +96,8 @@ def render(header: Header, op: str, datatype: str, redop: str, rows: Sequence[Ro
               f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  "
               f"{'(GB/s)':>6}  {'(GB/s)':>6}  {'':>5}  {'(us)':>7}  {'(GB/s)':>6}  "
               f"{'(GB/s)':>6}  {'':>5}"]
-    shown_op = redop if op in ("allreduce", "reducescatter") else "none"
-    root = 0 if op == "broadcast" else -1
+    shown_op = redop if op in REDUCING else "none"
+    root = 0 if op in ROOTED else -1
     wrong = f"{0:5g}" if check else f"{'N/A':>5}"
     for r in rows:
         half = f"  {_time(r.time_us)}  {r.algbw_gbps:6.2f}  {r.busbw_gbps:6.2f}  {wrong}"

@@ -27,6 +27,10 @@ def build(name: str, job: Job, machine: Machine, options: StrategyOptions | None
     """The programs of one training step of ``job`` on ``machine`` with strategy ``name``:
     one per group of identical ranks (per kind of card on a mixed box)."""
     opts = options or StrategyOptions()
+    if job.ep > 1:  # expert parallelism beside FSDP / ZeRO-3 (expert.py)
+        from simulator.strategies import expert
+
+        expert.check(name, job, machine.n_gpus, tp=opts.tp or 1, pp=opts.pp)
     if opts.pp > 1:
         from simulator.strategies import pipeline
 
@@ -71,6 +75,10 @@ def _build_one(name: str, job: Job, machine: Machine, opts: StrategyOptions) -> 
     if opts.grad_compression not in ("none", "bf16"):
         raise InputError(f"gradient compression {quoted(opts.grad_compression)}: choose none "
                          "or bf16")
+    if job.ep > 1:
+        from simulator.strategies import expert
+
+        return expert.build(name, job, machine, opts)
     if name == "ddp":
         from simulator.strategies import ddp
 

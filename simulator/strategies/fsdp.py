@@ -91,19 +91,39 @@ def _sizes(job: Job, blocks: list[int]) -> tuple[int, int]:
     return _SIZES.get((job,), tuple(blocks), make)
 
 
+def _expert_part(job: Job, blocks: list[int], trainable_bytes: float) -> tuple[float, int, int]:
+    """(stored bytes, parameters, trainable parameters) of the blocks' experts."""
+    stored = 0.0
+    numel = trainable = 0
+    for i in (i for b in blocks for i in job.block_params(b)):
+        p = job.params[i]
+        if ".experts." not in p.name:
+            continue
+        stored += p.numel * (trainable_bytes if p.trainable else NF4_BITS_PER_PARAM / 8
+                             if p.quantized else job.activation_bytes)
+        numel += p.numel
+        trainable += p.numel if p.trainable else 0
+    return stored, numel, trainable
+
+
 def build(job: Job, machine: Machine, options: StrategyOptions, *,
           groups: tuple[tuple[int, ...], ...] | None = None, program: Program | None = None,
           forward: list[Op] | None = None, backward: list[Op] | None = None,
           shard_numel: float = 1.0, optimizer_scale: float = 1.0,
           emit: Emit | None = None, reduce_bytes: int = REDUCE_BYTES,
-          framework: str = "fsdp") -> Program:
+          framework: str = "fsdp",
+          expert_groups: tuple[tuple[int, ...], ...] | None = None) -> Program:
     """One FSDP2 step. ``groups`` are the sharding groups (default: all GPUs, one group);
     tensor parallelism passes its DP groups, sharded ops, and ``shard_numel`` = 1/t.
     ZeRO-3 has the same per-unit pattern and passes its own ``reduce_bytes`` and
-    ``framework="deepspeed"`` (how it offloads: strategies/offload.py)."""
+    ``framework="deepspeed"`` (how it offloads: strategies/offload.py). Expert parallelism
+    (strategies/expert.py) passes ``expert_groups``: the ranks holding the same experts, over
+    which a block's experts are sharded, gathered and reduced (torchtitan shards the experts
+    over the data-parallel mesh without the EP dimension); the rest over ``groups``."""
     gpu = machine.gpu
     groups = groups or (tuple(range(machine.n_gpus)),)
     dp = len(groups[0])
+    edp = len(expert_groups[0]) if expert_groups else dp
     prog = program or Program(world=machine.n_gpus)
     prog.meta.setdefault("strategy", "fsdp")
     prog.meta.setdefault("dp", dp)
@@ -141,11 +161,20 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
                              name.replace("allgather", "h2d"), host_bytes / dp, False, deps),)
             if dp == 1:
                 return deps[0]
-        copy_in = numel / dp * ((shard_bytes + param_bytes) + 2 * param_bytes)
-        cin = prog.add("allgather", memory_pass(f"{name}.copy_in", copy_in, gpu), deps)
         wire = _stored_bytes(job, blocks, param_bytes) * shard_numel  # NF4 travels packed
-        return prog.add("allgather", Comm(name, "allgather", int(wire), groups,
-                                          {"unit": name.rsplit(".", 1)[-1]}), (cin,))
+        e_wire, e_numel, _ = _expert_part(job, blocks, param_bytes) if expert_groups else (
+            0.0, 0, 0)
+        local = (numel - e_numel) / dp + e_numel / edp
+        copy_in = local * ((shard_bytes + param_bytes) + 2 * param_bytes)
+        done = prog.add("allgather", memory_pass(f"{name}.copy_in", copy_in, gpu), deps)
+        unit = {"unit": name.rsplit(".", 1)[-1]}
+        if wire - e_wire > 0:
+            done = prog.add("allgather", Comm(name, "allgather", int(wire - e_wire), groups,
+                                              unit), (done,))
+        if e_wire and edp > 1 and expert_groups:  # the experts, among the ranks holding them
+            done = prog.add("allgather", Comm(f"{name}.experts", "allgather", int(e_wire),
+                                              expert_groups, unit), (done,))
+        return done
 
     def copy_out(name: str, blocks: list[int], deps: tuple[int, ...]) -> int:
         """foreach_all_gather_copy_out on the compute stream: split_with_sizes_copy of the
@@ -161,19 +190,27 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         numel = _sizes(job, blocks)[1] * shard_numel
         if numel == 0:
             return None
+        experts = _expert_part(job, blocks, reduce_bytes)[2] if expert_groups else 0
         if dp > 1:
             # foreach_reduce's copy-in: the unsharded gradients chunk-concatenated (and cast
             # to reduce_dtype) into the reduce-scatter input (torch._chunk_cat)
-            cin = prog.add("reducescatter", memory_pass(f"{name}.copy_in", numel * (
+            done = prog.add("reducescatter", memory_pass(f"{name}.copy_in", numel * (
                 param_bytes + reduce_bytes), gpu), deps)
-            deps = (prog.add("reducescatter", Comm(
-                name, "reducescatter", int(numel * reduce_bytes), groups,
-                {"unit": name.rsplit(".", 1)[-1]}), (cin,)),)
+            unit = {"unit": name.rsplit(".", 1)[-1]}
+            if numel - experts > 0:
+                done = prog.add("reducescatter", Comm(
+                    name, "reducescatter", int((numel - experts) * reduce_bytes), groups,
+                    unit), (done,))
+            if experts and edp > 1 and expert_groups:
+                done = prog.add("reducescatter", Comm(
+                    f"{name}.experts", "reducescatter", int(experts * reduce_bytes),
+                    expert_groups, unit), (done,))
+            deps = (done,)
         if off is None:
             return deps[0]
         return off.copy(prog, "reducescatter" if dp > 1 else "d2h",
                         name.replace("reducescatter", "d2h"),
-                        numel / dp * host_grad_bytes, True, deps)
+                        ((numel - experts) / dp + experts / edp) * host_grad_bytes, True, deps)
 
     counts = {"allgather": 0, "reducescatter": 0}
     accum = options.grad_accum or job.grad_accum
@@ -248,7 +285,12 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
             last = off.copy(prog, "compute", "h2d.params", shard * param_bytes, False, (last,))
         prog.meta["offload"] = off.report(micro, accum)
     for op in job.optimizer_ops() if off is None else []:
-        last = prog.add("compute", as_compute(op, gpu, scale=scale),
+        share = scale
+        if expert_groups:  # a block's experts are sharded over the fewer ranks holding them
+            total, trainable = _sizes(job, [op.block])[1], _expert_part(job, [op.block], 1)[2]
+            if total:
+                share = optimizer_scale * ((total - trainable) / dp + trainable / edp) / total
+        last = prog.add("compute", as_compute(op, gpu, scale=share),
                         (last,) if last is not None else ())
     prog.meta["units"] = len(unit_list)
     prog.meta["collectives"] = {op: n * accum for op, n in counts.items()}
