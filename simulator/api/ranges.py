@@ -147,6 +147,7 @@ CALIBRATES = {
     "p2p_ll_sync_us": "pcie_p2p", "p2p_simple_sync_us": "pcie_p2p",
     "simple_channel_cap_gbps": "pcie_p2p", "ll_channel_cap_gbps": "pcie_p2p",
     "nvlink_simple_efficiency": "nvlink",
+    "net_efficiency": "net", "net_ib_sync_us": "net", "socket_stream_gbps": "net",
 }
 
 
