@@ -5,8 +5,9 @@ host-memory resource), each link's physical capacity and latency from the link c
 Assumptions: a PCIe link without ``gen`` runs at its GPU end's generation (else a NIC end's,
 else the machine's card), x16 unless ``lanes`` says otherwise (a NIC's own width); an NVLink's
 count and generation, unless given, are those of the GPU at its first end; a socket link
-without a model is its CPU's, else the default of its kind. A ``bandwidth_gb_per_s`` given in the file replaces the physical capacity only:
-NCCL still believes what it detects from the generation and lanes.
+without a model is its CPU's, else the default of its kind. A ``bandwidth_gb_per_s`` given in
+the file replaces the physical capacity only: NCCL still believes what it detects from the
+generation and lanes (a network link: the NIC's speed).
 """
 
 from __future__ import annotations
