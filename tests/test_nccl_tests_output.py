@@ -123,9 +123,17 @@ def test_ignored_flags_are_said_once(capsys):
                      "-G", "0")
     said = [line for line in out.splitlines() if "ignored nccl-tests flags" in line]
     assert len(said) == 1
-    for flag in ("-g 8", "-n 50", "-w 10", "-N 1", "-z 0", "-G 0", "-t 1"):
+    for flag in ("-n 50", "-w 10", "-N 1", "-z 0", "-G 0", "-t 1"):
         assert flag in said[0]
+    assert "-g 8" not in said[0]  # -g picks the GPUs, as nccl-tests' -g does
     assert "warmup iters: 10 iters: 50" in out
+
+
+def test_g_picks_the_gpus_of_each_process(capsys):
+    """-g G runs G GPUs (nGpus G), as nccl-tests does; --gpus says the same, and the two must
+    agree."""
+    out = collective(capsys, "-t", "8x5090-switch", "--op", "allreduce", "-b", "1M", "-g", "4")
+    assert "nGpus 4 " in out and "#  Rank  3" in out and "#  Rank  4" not in out
 
 
 def test_stepsim_facts_are_comments_after_the_footer(capsys):

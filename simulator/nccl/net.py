@@ -278,7 +278,9 @@ class NetTransport:
         nic = self.nearest(rank)
         card = nic_of(m.nodes[nic])
         send, recv = self.gdr(rank, nic, read=True), self.gdr(rank, nic, read=False)
-        speed = f"{card.line_gbps:g} Gb/s {card.card.name}"
+        count = len(self.usable(m.box_of(rank)))
+        speed = f"{count} x " if count > 1 else ""
+        speed += f"{card.line_gbps:g} Gb/s {card.card.name}"
         text = f"NET/{self.name} ({self.why}) over {speed} per box"
         if send.used and recv.used:
             text += f"; GPUDirect RDMA both ways ({send.why})"
