@@ -251,7 +251,7 @@ def enumerate_machine(base: RunSpec, mapper: Mapper | None = None) -> Choices:
     """The specs worth simulating first on ``base.topology``, and every recipe's memory
     verdict. ``mapper`` (``map`` by default; a process pool's ``map``) takes the verdicts,
     which are independent of each other; the pruning that compares them runs here."""
-    n_gpus = api.load_machine(base.topology, base.gpus).n_gpus
+    n_gpus = api.load_machine(base.topology, base.gpus, nnodes=base.nnodes).n_gpus
     tasks = [(base, recipe, mode) for recipe in recipes(n_gpus, kernel_regimes(base))
              for mode in CHECKPOINTING_MODES]  # none, selective, op, full: more recompute
     # those of one regime and mode side by side: a worker builds their jobs once
@@ -320,7 +320,7 @@ def variants(spec: RunSpec, above: int, base_accum: int, lighter: Iterable[RunSp
         if (light.micro_batch or 1) < largest and (
                 v := _at_batch(light, light.micro_batch or 1, sequences)) is not None:
             yield v
-    n_gpus = api.load_machine(spec.topology, spec.gpus).n_gpus
+    n_gpus = api.load_machine(spec.topology, spec.gpus, nnodes=spec.nnodes).n_gpus
     dp = n_gpus // (api.tp_degree(spec.strategy, spec.tp, n_gpus, spec.pp) * spec.pp)
     if spec.strategy in ("ddp", "tp+ddp") and dp > 1:  # also each pipeline stage's DDP
         yield from (replace(spec, bucket_mb=mb) for mb in DDP_BUCKETS_MB)

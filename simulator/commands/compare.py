@@ -1,8 +1,8 @@
 """`stepsim compare`: several machines, workloads or strategies side by side in one table.
 
-Every combination of the repeated ``-t``, ``-w`` and ``-s`` options is simulated with the same
-flags; the table has a column per combination and a row per metric (`--json`: a list of the
-`run --json` objects; `--csv`: a row per combination).
+Every combination of the repeated ``-t``, ``-w``, ``-s`` and ``--nnodes`` options is simulated
+with the same flags; the table has a column per combination and a row per metric (`--json`: a
+list of the `run --json` objects; `--csv`: a row per combination).
 """
 
 from __future__ import annotations
@@ -34,24 +34,30 @@ def add_parser(subparsers: Any) -> None:
 
 def _label(report: dict[str, Any], varying: set[str]) -> str:
     parts = [str(report[k]) for k in ("topology", "workload", "strategy") if k in varying]
+    if "nnodes" in varying:
+        boxes = report["parallelism"].get("nnodes", 1)
+        parts.append(f"{boxes} box{'es' if boxes > 1 else ''}")
     return " / ".join(parts) or report["topology"]
 
 
 def run(args: argparse.Namespace) -> int:
     script_output.check(args)
-    combos = list(itertools.product(args.topology, args.workload, args.strategy or ["ddp"]))
+    boxes = args.nnodes or [None]
+    combos = list(itertools.product(args.topology, args.workload, args.strategy or ["ddp"],
+                                    boxes))
     strategies = tuple(args.strategy or ["ddp"])
-    specs = [spec_from_args(args, t, w, s, others=strategies) for t, w, s in combos]
+    specs = [spec_from_args(args, t, w, s, others=strategies, nnodes=n) for t, w, s, n in combos]
     machines = len(args.topology)
     reports: list[dict[str, Any]] = []
     with terminal.progress(f"simulating {len(specs)} runs") as update:
-        for spec, (t, _, _) in zip(specs, combos, strict=True):
+        for spec, (t, _, _, _) in zip(specs, combos, strict=True):
             reports.append(api.simulate(spec, prices=price_flags.prices(
                 args, args.topology.index(t), machines), ranges=not args.no_ranges).report)
             update(len(reports), len(specs))
     varying = {name for name, values in (("topology", args.topology),
                                          ("workload", args.workload),
-                                         ("strategy", args.strategy or ["ddp"]))
+                                         ("strategy", args.strategy or ["ddp"]),
+                                         ("nnodes", boxes))
                if len(set(values)) > 1}
     if args.png:
         from simulator.outputs import plots  # matplotlib only when a picture is asked for

@@ -18,7 +18,7 @@ from simulator.api import RunSpec
 from simulator.commands import recipe_flags
 from simulator.commands.parsing import NO_FIT_EXIT, no_fit_status, whole
 from simulator.errors import InputError
-from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
+from simulator.inputs.schema import MAX_BATCH, MAX_BOXES, MAX_GPUS, MAX_TOKENS
 from simulator.outputs import jsondoc
 from simulator.units import GiB, positive_int
 
@@ -36,6 +36,9 @@ def add_parser(subparsers: Any) -> None:
                         "them")
     parser.add_argument("--gpus", type=whole(1, MAX_GPUS), default=None,
                         help="use the first K GPUs (default: all GPUs of the machine)")
+    parser.add_argument("--nnodes", type=whole(1, MAX_BOXES), default=None,
+                        help="boxes like the topology's (default its nnodes); --gpus counts "
+                        "each box's")
     parser.add_argument("--tp", type=whole(1, MAX_GPUS), default=None,
                         help="tensor-parallel degree (tp, tp+ddp, tp+fsdp; default as run: "
                         "all GPUs for tp, 2 for the others)")
@@ -79,7 +82,7 @@ def spec_of(args: argparse.Namespace) -> RunSpec:
         files["explicit"] |= {"micro_batch"}
     spec = api.configured(RunSpec(
         args.topology, args.workload, api.check_strategy(args.strategy or "ddp"), gpus=args.gpus,
-        tp=args.tp, micro_batch=micro_batch, seq_len=args.seq_len,
+        nnodes=args.nnodes, tp=args.tp, micro_batch=micro_batch, seq_len=args.seq_len,
         sequence_parallel=args.sequence_parallel, grad_accum=args.grad_accum,
         offload=args.offload or "none", pp=args.pp, schedule=args.schedule,
         virtual_stages=args.virtual_stages, **recipe_flags.training_fields(args), **files))
@@ -87,10 +90,11 @@ def spec_of(args: argparse.Namespace) -> RunSpec:
     for message in dict(api.unused_flags(strategy, tp=args.tp, bucket_mb=None,
                                      overlap=True)).values():
         raise InputError(message)
-    api.check_recipe(strategy, tp=api.tp_degree(strategy, args.tp, api.load_machine(
-        args.topology, args.gpus).n_gpus), overlap=True, grad_compression="none",
-        gradient_as_bucket_view=False, sequence_parallel=args.sequence_parallel,
-        reshard_after_forward=True, zero_overlap_comm=None)
+    world = api.load_machine(args.topology, args.gpus, nnodes=args.nnodes).n_gpus
+    api.check_recipe(strategy, tp=api.tp_degree(strategy, args.tp, world), overlap=True,
+                     grad_compression="none", gradient_as_bucket_view=False,
+                     sequence_parallel=args.sequence_parallel, reshard_after_forward=True,
+                     zero_overlap_comm=None)
     return spec
 
 

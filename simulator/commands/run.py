@@ -22,7 +22,7 @@ from simulator.commands import figures as fig
 from simulator.commands import price_flags, recipe_flags, terminal
 from simulator.commands.parsing import NO_FIT_EXIT, no_fit_status
 from simulator.errors import InputError, quoted
-from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
+from simulator.inputs.schema import MAX_BATCH, MAX_BOXES, MAX_GPUS, MAX_TOKENS
 from simulator.outputs import jsondoc
 from simulator.outputs.files import Writer, check_outputs, text_writer, write_files
 from simulator.units import GiB, fraction, positive_float, positive_int
@@ -42,7 +42,15 @@ def add_job_arguments(parser: argparse.ArgumentParser, *, many: bool = False) ->
     parser.add_argument("-s", "--strategy", action=action,
                         help=f"one of {', '.join(api.STRATEGIES)} (default ddp)"
                         + (" (repeatable)" if many else ""))
-    parser.add_argument("--gpus", help="use the first K GPUs of the machine")
+    parser.add_argument("--gpus", help="use the first K GPUs of the machine (of each box with "
+                        "--nnodes)")
+    parser.add_argument("--nnodes", action=action,
+                        help="boxes like the topology's, joined by its network (torchrun's "
+                        "--nnodes; default the topology's nnodes)" + (" (repeatable)" if many
+                                                                      else ""))
+    parser.add_argument("--allow-tp-across-nodes", action="store_true",
+                        help="let a tensor-parallel group span boxes (never worth it; refused "
+                        "without this)")
     parser.add_argument("--bucket-mb", help="DDP bucket_cap_mb (MiB; default: PyTorch's 25)")
     parser.add_argument("--tp", help="tensor-parallel degree (tp, tp+ddp, tp+fsdp)")
     parser.add_argument("--micro-batch", help="sequences per GPU per micro-step")
@@ -96,6 +104,7 @@ def add_parser(subparsers: Any) -> None:
 # RunSpec field -> parser of its flag's value, within the limits of docs/inputs.md
 NUMBER_FLAGS: dict[str, Callable[[str | None, str], Any]] = {
     "gpus": partial(positive_int, maximum=MAX_GPUS),
+    "nnodes": partial(positive_int, maximum=MAX_BOXES),
     "bucket_mb": partial(positive_float, minimum=MIN_BUCKET_MB, maximum=MAX_BUCKET_MB),
     "tp": partial(positive_int, maximum=MAX_GPUS),
     "micro_batch": partial(positive_int, maximum=MAX_BATCH),
@@ -114,13 +123,19 @@ _UNSET: dict[str, tuple[str, Any]] = {"--tp": ("tp", None), "--bucket-mb": ("buc
 
 
 def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
-                   strategy: str | None, *, others: tuple[str, ...] = ()) -> RunSpec:
+                   strategy: str | None, *, others: tuple[str, ...] = (),
+                   nnodes: str | None = None) -> RunSpec:
     """The RunSpec of the flags, refusing a flag the strategy has no use for. ``others``: the
-    other strategies of a `compare`; a flag one of them uses is left out here, not refused."""
+    other strategies of a `compare`; a flag one of them uses is left out here, not refused.
+    ``nnodes``: this run's box count where the flag was given several (`compare`)."""
+    given = {field: getattr(args, field) for field in NUMBER_FLAGS}
+    if isinstance(given["nnodes"], list):
+        given["nnodes"] = nnodes
     spec = RunSpec(
         topology=topology, workload=workload, strategy=api.check_strategy(strategy or "ddp"),
-        **{field: parse(getattr(args, field), flag_name(field))
+        **{field: parse(given[field], flag_name(field))
            for field, parse in NUMBER_FLAGS.items()},
+        allow_tp_across_nodes=args.allow_tp_across_nodes,
         overlap=not args.no_overlap,
         compute_slowdown=fraction(args.compute_slowdown, "--compute-slowdown"),
         pp=positive_int(args.pp, "--pp", maximum=MAX_GPUS) or 1, schedule=args.schedule,
@@ -140,6 +155,12 @@ def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
         field, value = _UNSET[flag]
         unset[field] = value
     return replace(spec, **unset)
+
+
+def network_summary(net: dict[str, Any]) -> str:
+    """Several boxes: how many, and how NCCL crosses between them."""
+    how = "GPUDirect RDMA" if net["gpudirect_rdma"] else "staged through host memory"
+    return f"{net['nnodes']} x {net['gpus_per_box']} GPUs, NET/{net['plugin']}, {how}"
 
 
 def memory_verdict(mem: dict[str, Any]) -> str:
@@ -214,6 +235,7 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         *([("paged optimizer", paged_summary(r["memory"], r.get("paging")))]
           if r["memory"].get("paged_optimizer") else []),
         *([("pipeline", pipeline_summary(r["pipeline"]))] if r.get("pipeline") else []),
+        *([("boxes", network_summary(r["network"]))] if r.get("network") else []),
         ("bottleneck link", "none" if bn["link"] is None else
          f"{bn['link']} ({bn.get('description') or bn['link']}): "
          f"{bn['utilization']:.0%} of the step, "
@@ -388,7 +410,8 @@ def run(args: argparse.Namespace) -> int:
                          "(kineto writes every rank's file already)")
     spec = spec_from_args(args, args.topology, args.workload, args.strategy)
     traces = trace_paths(args.trace, args.trace_format,
-                         api.load_machine(spec.topology, spec.gpus).n_gpus) if args.trace else []
+                         api.load_machine(spec.topology, spec.gpus,
+                                          nnodes=spec.nnodes).n_gpus) if args.trace else []
     check_outputs([*traces, args.gantt, args.memory_png])  # before minutes of work
     what = "the step" if args.no_ranges else "the step and its range"
     with terminal.progress(f"simulating {what}"):  # shows only past two seconds

@@ -39,7 +39,8 @@ def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "sweep", help="one job over list-valued options (e.g. --bucket-mb 1,5,25,100,400)",
         description="Simulate one job at every combination of list-valued options: "
-        "--bucket-mb, --gpus, --tp, --micro-batch, --grad-accum, --seq-len take comma lists.")
+        "--bucket-mb, --gpus, --nnodes, --tp, --micro-batch, --grad-accum, --seq-len take comma "
+        "lists.")
     add_job_arguments(parser)
     parser.add_argument("--png", metavar="FILE.png", help="chart of the sweep")
     script_output.add_arguments(parser, row="point")
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         args.topology, args.workload, api.check_strategy(args.strategy or "ddp"),
         overlap=not args.no_overlap, compute_slowdown=slowdown,
         nccl=api.NcclEnv.from_environ(os.environ),
+        allow_tp_across_nodes=args.allow_tp_across_nodes,
         **recipe_flags.fields_from_args(args)))  # the same at every point
     specs = [replace(base, **{LIST_OPTIONS[k][0]: v for k, v in combo.items()})
              for combo in combos]

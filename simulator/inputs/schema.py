@@ -394,6 +394,10 @@ class TopologyConfig(Frozen):
                     errors.append((("nodes", i, key), f"{key} is a key of nic nodes, not of a "
                                    f"{node.kind}"))
         boxes = self.nnodes if nnodes is None else nnodes
+        for i, node in enumerate(self.nodes):  # a NIC on the network needs its speed
+            if boxes > 1 and node.kind == "nic" and node.model is None and node.gbps is None:
+                errors.append((("nodes", i), f"{boxes} boxes: nic {quoted(node.id)} needs "
+                               "its `model` (simulator/catalog/nics.py) or its `gbps`"))
         if boxes > 1 and not any(n.kind == "nic" for n in self.nodes):
             errors.append((("nodes",), f"{boxes} boxes need a NIC in each: add a node `{{id: "
                            "nic0, kind: nic, model: connectx-6-dx}` and a link `{a: cpu0, b: "
@@ -428,9 +432,7 @@ class TopologyConfig(Frozen):
             if node.kind == "nic" and card is not None and (node.ports or 1) > card.ports:
                 errors.append((("nodes", i, "ports"), f"ports {node.ports}: a {card.name} has "
                                f"{card.ports}"))
-            if node.kind == "nic" and node.model is None and node.gbps is None:
-                errors.append((("nodes", i), "a nic needs its `model` (the NIC catalog: "
-                               f"{', '.join(sorted(nic_catalog.NICS))}) or its `gbps`"))
+
         pairs: set[frozenset[str]] = set()
         for i, link in enumerate(self.links):
             pair = frozenset((link.a, link.b))

@@ -40,7 +40,7 @@ def _machine(topology: str, gpus: int | None, scales: RateScales,
     if nnodes is not None:
         if nnodes < 1:
             raise InputError(f"--nnodes {nnodes}: must be at least 1")
-        built = _machine(topology, None, NEUTRAL)
+        built = _machine(topology, None, NEUTRAL, None)
         if nnodes == built.nnodes:
             return built
         box = built.box or built.config

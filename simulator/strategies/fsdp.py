@@ -96,11 +96,14 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
           forward: list[Op] | None = None, backward: list[Op] | None = None,
           shard_numel: float = 1.0, optimizer_scale: float = 1.0,
           emit: Emit | None = None, reduce_bytes: int = REDUCE_BYTES,
-          framework: str = "fsdp") -> Program:
+          framework: str = "fsdp",
+          replicas: tuple[tuple[int, ...], ...] | None = None) -> Program:
     """One FSDP2 step. ``groups`` are the sharding groups (default: all GPUs, one group);
     tensor parallelism passes its DP groups, sharded ops, and ``shard_numel`` = 1/t.
     ZeRO-3 has the same per-unit pattern and passes its own ``reduce_bytes`` and
-    ``framework="deepspeed"`` (how it offloads: strategies/offload.py)."""
+    ``framework="deepspeed"`` (how it offloads: strategies/offload.py). ``replicas`` (HSDP,
+    hsdp.py): after each reduce-scatter, its shard is all-reduced over these groups on a
+    stream of its own."""
     gpu = machine.gpu
     groups = groups or (tuple(range(machine.n_gpus)),)
     dp = len(groups[0])
@@ -169,6 +172,15 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
             deps = (prog.add("reducescatter", Comm(
                 name, "reducescatter", int(numel * reduce_bytes), groups,
                 {"unit": name.rsplit(".", 1)[-1]}), (cin,)),)
+        if replicas is not None and len(replicas[0]) > 1:
+            # HSDP (_fsdp_collectives.py foreach_reduce, "if all_reduce_group is not None"):
+            # all_reduce_stream waits for the reduce-scatter, then all-reduces its output, the
+            # rank's shard, over the replicate group; the next unit's reduce-scatter does not
+            # wait for it
+            all_reduces.append(prog.add("allreduce", Comm(
+                name.replace("reducescatter", "allreduce"), "allreduce",
+                int(numel / dp * reduce_bytes), replicas,
+                {"unit": name.rsplit(".", 1)[-1]}), deps))
         if off is None:
             return deps[0]
         return off.copy(prog, "reducescatter" if dp > 1 else "d2h",
@@ -176,6 +188,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
                         numel / dp * host_grad_bytes, True, deps)
 
     counts = {"allgather": 0, "reducescatter": 0}
+    all_reduces: list[int] = []  # HSDP's all-reduce of each reduced shard across replicas
     accum = options.grad_accum or job.grad_accum
     last: int | None = prog.tasks[-1].id if prog.tasks else None
     first = len(prog.tasks)
@@ -236,7 +249,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         if rs is not None:
             rs_units.append(rs)
     if rs_units:
-        last = prog.add("compute", as_compute_wait(prefix), (rs_units[-1],))
+        last = prog.add("compute", as_compute_wait(prefix), (rs_units[-1], *all_reduces[-1:]))
     if accum > 1:
         last = repeat_unit(prog, first, accum - 1)
     scale = optimizer_scale / dp
@@ -251,6 +264,8 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         last = prog.add("compute", as_compute(op, gpu, scale=scale),
                         (last,) if last is not None else ())
     prog.meta["units"] = len(unit_list)
+    if all_reduces:
+        counts["allreduce"] = len(all_reduces)
     prog.meta["collectives"] = {op: n * accum for op, n in counts.items()}
     return prog
 
