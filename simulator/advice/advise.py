@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any
 
 from simulator import api
-from simulator.advice import bound, explain, fallback, spec_text
+from simulator.advice import bound, boxes, explain, fallback, spec_text
 from simulator.advice import candidates as cand
 from simulator.api import RunSpec
 from simulator.errors import InputError, quoted
@@ -38,10 +38,21 @@ Point = tuple[RunSpec, Prices, bool]  # the spec, its prices, whether to check m
 
 @dataclass(frozen=True)
 class PricedMachine:
-    """One -t of the question: the topology and the prices that apply to it."""
+    """One -t of the question: the topology and the prices that apply to it; ``nnodes``
+    boxes of it (None: the topology's own count)."""
 
     topology: str
     prices: Prices
+    nnodes: int | None = None
+
+    @property
+    def key(self) -> tuple[str, int | None]:
+        return self.topology, self.nnodes
+
+
+def where(spec: RunSpec) -> tuple[str, int | None]:
+    """The machine a spec runs on: its topology and box count (PricedMachine.key)."""
+    return spec.topology, spec.nnodes
 
 
 def _simulate(point: Point) -> tuple[str, dict[str, Any] | None]:
@@ -155,7 +166,7 @@ def check_objective(objective: str, machines: Sequence[PricedMachine]) -> None:
         raise InputError("--objective time-to-train needs --train-tokens (e.g. 2B)")
     if objective == "cost":
         for m in machines:
-            machine = api.load_machine(m.topology)
+            machine = api.load_machine(m.topology, nnodes=m.nnodes)
             if m.prices.usd_per_gpu_hour is None and machine.config.price_usd_per_hour is None:
                 raise InputError(f"--objective cost needs a price for {machine.name}: give "
                                  "--price-per-gpu-hour (once, or once per -t)")
@@ -168,17 +179,18 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
     ``peft``, ``load_in_4bit``: the job's adapters from a PEFT adapter_config.json (QLoRA on
     a 4-bit base), as `run --peft` takes them; every candidate trains them."""
 
-    def base(topology: str) -> RunSpec:
-        return RunSpec(topology, workload, peft=peft, load_in_4bit=load_in_4bit)
+    def base(m: PricedMachine) -> RunSpec:
+        return RunSpec(m.topology, workload, peft=peft, load_in_4bit=load_in_4bit,
+                       nnodes=m.nnodes)
 
     check_objective(objective, machines)
     started = time.perf_counter()
     workers = jobs if jobs is not None else os.cpu_count() or 1
     counter, tally = _Counter(progress), explain.Tally()
-    choices: dict[str, cand.Choices] = {}
+    choices: dict[tuple[str, int | None], cand.Choices] = {}
     ranked: list[tuple[RunSpec, dict[str, Any]]] = []
     leading: dict[Any, float] = {}  # tokens/s of the best ranked run of each kind and machine
-    prices = {m.topology: m.prices for m in machines}
+    prices = {m.key: m.prices for m in machines}
     with _pool(workers) as pool:
         def mapper(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
             return _map(pool, workers, fn, items, counter)
@@ -188,7 +200,7 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
             """Simulate the specs whose bound reaches their ``threshold`` (tokens/s): branch
             and bound, a spec whose compute alone is slower than a run already simulated
             cannot beat it; how many the bound left out."""
-            todo = [(s, prices[s.topology], check_memory) for s in specs
+            todo = [(s, prices[where(s)], check_memory) for s in specs
                     if bounds[s] >= threshold(s)]
             for spec, report in _simulate_all(pool, workers, todo, counter, tally):
                 ranked.append((spec, report))
@@ -197,7 +209,7 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
             return len(specs) - len(todo)
 
         for m in machines:  # memory verdicts first: no simulation
-            choices[m.topology] = cand.enumerate_machine(base(m.topology), mapper)
+            choices[m.key] = cand.enumerate_machine(base(m), mapper)
         first = [spec for c in choices.values() for spec in c.first]
         tally.choices = sum(len(c.verdicts) for c in choices.values())
         tally.first = len(first)
@@ -214,8 +226,8 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
         wave(list(heads.values()), False, lambda spec: 0.0)
 
         def could_change_the_answer(spec: RunSpec) -> float:
-            tops = sorted(((v, k) for k, v in leading.items() if k[0] == spec.topology),
-                          reverse=True)
+            tops = sorted(((v, k) for k, v in leading.items()
+                           if k[0] == spec.topology and k[-1] == spec.nnodes), reverse=True)
             (v1, k1), *rest = tops or [(0.0, None)]
             return v1 if cand.kind(spec) == k1 else (rest[0][0] if rest else 0.0)
 
@@ -223,13 +235,13 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
                              lambda spec: leading.get(cand.kind(spec), 0.0))
         tally.first_simulated = tally.simulated
         # the variants, checked for memory before simulating
-        accum = api.job_of(base(machines[0].topology)).grad_accum
+        accum = api.job_of(base(machines[0])).grad_accum
         recipes: dict[cand.Recipe, list[RunSpec]] = {}
         for spec in first:
             recipes.setdefault(cand.recipe_of(spec)[0], []).append(spec)
 
         def variants(spec: RunSpec) -> list[RunSpec]:
-            c = choices[spec.topology]
+            c = choices[where(spec)]
             # a recipe's other first-round specs fit smaller micro-batches: lighter modes
             lighter = [s for s in recipes[cand.recipe_of(spec)[0]] if s != spec]
             return [*cand.variants(spec, c.above[spec], accum, lighter),
@@ -251,15 +263,15 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
     answer: dict[str, Any] = {"candidates": reports, "best": None, "nothing_fits": not reports,
                               "what_would_fit": [], "explanation": []}
     lines = answer["explanation"]
-    names = ", ".join(api.load_machine(m.topology).name for m in machines)
+    names = ", ".join(api.load_machine(m.topology, nnodes=m.nnodes).name for m in machines)
     verdicts = {t: c.verdicts for t, c in choices.items()}
     lines += explain.search_lines(workload, names, tally, objective, workers, elapsed, len(reports))
     if not reports:
         for m in machines:
-            lines.extend(explain.not_fitting_lines(verdicts[m.topology]))
+            lines.extend(explain.not_fitting_lines(verdicts[m.key]))
         answer["what_would_fit"] = fallback.what_would_fit(machines[0].topology, workload,
                                                             peft, load_in_4bit)
-        finetune = api.job_of(base(machines[0].topology)).finetune
+        finetune = api.job_of(base(machines[0])).finetune
         lines.append(f"nothing fits: no {finetune} fine-tuning configuration of {workload} "
                      f"fits on {names}; what would:")
         lines.extend(f"  {w['change']}: {w['detail']}" for w in answer["what_would_fit"])
@@ -269,20 +281,22 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
     lines.append(explain.winner_line(best, objective))
     lines.append("why: " + explain.why(best))
     for m in machines:
-        lines.extend(explain.not_fitting_lines(verdicts[m.topology],
+        lines.extend(explain.not_fitting_lines(verdicts[m.key],
                                                prefix=explain.prefix(machines, m)))
     if len(ranged) > 1:
         lines.append(explain.runner_up_line(best, ranged[1], objective))
     if len(machines) > 1:
         lines.extend(explain.machine_lines(reports, machines, objective))
+    lines.extend(boxes.lines(reports, machines))  # several box counts: a second box?
     lines.append(best["range_basis"]["summary"])
     return answer
 
 
-def _ranged(report: dict[str, Any], prices: dict[str, Prices]) -> dict[str, Any]:
+def _ranged(report: dict[str, Any], prices: dict[tuple[str, int | None], Prices]
+            ) -> dict[str, Any]:
     """The candidate again, with its ranges (and its DDP buckets)."""
     spec = spec_text.spec_of(report["options"])
-    ranged = api.simulate(spec, baseline=False, prices=prices[spec.topology],
+    ranged = api.simulate(spec, baseline=False, prices=prices[where(spec)],
                           ranges=True).report
     ranged["options"] = report["options"]
     ranged["label"] = report["label"]

@@ -341,4 +341,4 @@ def recipe_of(spec: RunSpec) -> tuple[Recipe, str]:
 def kind(spec: RunSpec) -> tuple[Any, ...]:
     """What the answer tells apart: the machine, strategy, TP degree, pipeline and offload
     (the runner-up is the best of another kind, each machine has its own best)."""
-    return spec.topology, spec.strategy, spec.tp, spec.pp, spec.offload
+    return spec.topology, spec.strategy, spec.tp, spec.pp, spec.offload, spec.nnodes

@@ -60,7 +60,8 @@ def search_lines(workload: str, names: str, tally: Tally, objective: str, worker
 
 
 def prefix(machines: Sequence[PricedMachine], m: PricedMachine) -> str:
-    return f"on {api.load_machine(m.topology).name}, " if len(machines) > 1 else ""
+    return f"on {api.load_machine(m.topology, nnodes=m.nnodes).name}, " if len(machines) > 1 \
+        else ""
 
 
 def _tokens(report: dict[str, Any]) -> str:
@@ -177,9 +178,9 @@ def machine_reason(first: dict[str, Any], second: dict[str, Any], objective: str
 def machine_lines(reports: list[dict[str, Any]], machines: Sequence[PricedMachine], objective: str
                   ) -> list[str]:
     """Each machine's own best, in the objective's order."""
-    firsts: dict[str, dict[str, Any]] = {}
-    for r in reports:
-        firsts.setdefault(r["options"]["topology"], r)
+    firsts: dict[tuple[str, int | None], dict[str, Any]] = {}
+    for r in reports:  # a machine is a topology and its box count
+        firsts.setdefault((r["options"]["topology"], r["options"].get("nnodes")), r)
     lines = ["machines, best first:"]
     for rank, r in enumerate(firsts.values(), 1):
         usd = r["cost"]["usd_per_million_tokens"]
@@ -188,7 +189,8 @@ def machine_lines(reports: list[dict[str, Any]], machines: Sequence[PricedMachin
     ordered = list(firsts.values())
     if len(ordered) > 1:
         lines.append(machine_reason(ordered[0], ordered[1], objective))
-    missing = [api.load_machine(m.topology).name for m in machines if m.topology not in firsts]
+    missing = [api.load_machine(m.topology, nnodes=m.nnodes).name for m in machines
+               if m.key not in firsts]
     if missing:
         lines.append(f"  nothing fits on {', '.join(missing)}")
     return lines

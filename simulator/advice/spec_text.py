@@ -23,7 +23,7 @@ def options(spec: RunSpec) -> dict[str, Any]:
             "overlap_comm": spec.zero_overlap_comm,
             "sequence_parallel": spec.sequence_parallel,
             "reshard_after_forward": spec.reshard_after_forward, "gpus": spec.gpus,
-            "peft": spec.peft, "load_in_4bit": spec.load_in_4bit}
+            "peft": spec.peft, "load_in_4bit": spec.load_in_4bit, "nnodes": spec.nnodes}
 
 
 def spec_of(o: dict[str, Any]) -> RunSpec:
@@ -37,7 +37,8 @@ def spec_of(o: dict[str, Any]) -> RunSpec:
                    zero_overlap_comm=o["overlap_comm"],
                    sequence_parallel=o["sequence_parallel"],
                    reshard_after_forward=o["reshard_after_forward"],
-                   peft=o.get("peft"), load_in_4bit=bool(o.get("load_in_4bit")))
+                   peft=o.get("peft"), load_in_4bit=bool(o.get("load_in_4bit")),
+                   nnodes=o.get("nnodes"))
 
 
 def run_command(spec: RunSpec) -> str:
@@ -45,6 +46,8 @@ def run_command(spec: RunSpec) -> str:
     words = ["stepsim", "run", "-t", spec.topology, "-w", spec.workload, "-s", spec.strategy]
     if spec.gpus is not None:
         words += ["--gpus", str(spec.gpus)]
+    if spec.nnodes is not None:
+        words += ["--nnodes", str(spec.nnodes)]
     if spec.tp is not None:
         words += ["--tp", str(spec.tp)]
     if spec.pp > 1:

@@ -33,16 +33,20 @@ from simulator.units import GB
 
 # Bandwidth-like parameters first (the plateau is what a log pins best), then latencies.
 ORDER = ("p2p_pcie_simple_efficiency", "nvlink_simple_efficiency", "shm_pcie_efficiency",
-         "host_memory_gb_per_s", "socket_link_gb_per_s", "simple_channel_cap_gbps",
-         "ll_channel_cap_gbps", "p2p_simple_sync_us", "p2p_ll_sync_us", "shm_simple_sync_us",
-         "shm_ll_sync_us", "net_sync_us", "call_latency_us")
+         "host_memory_gb_per_s", "socket_link_gb_per_s", "net_efficiency", "socket_stream_gbps",
+         "simple_channel_cap_gbps", "ll_channel_cap_gbps", "p2p_simple_sync_us",
+         "p2p_ll_sync_us", "shm_simple_sync_us", "shm_ll_sync_us", "net_sync_us",
+         "net_ib_sync_us", "call_latency_us")
 BOUNDS = {"p2p_pcie_simple_efficiency": (0.02, 1.2), "shm_pcie_efficiency": (0.02, 1.2),
           "nvlink_simple_efficiency": (0.02, 1.2),
           "host_memory_gb_per_s": (1.0, 4000.0), "socket_link_gb_per_s": (1.0, 2000.0),
           "simple_channel_cap_gbps": (0.1, 1000.0), "ll_channel_cap_gbps": (0.1, 1000.0),
           "p2p_simple_sync_us": (0.0, 500.0), "p2p_ll_sync_us": (0.0, 500.0),
           "shm_simple_sync_us": (0.0, 500.0), "shm_ll_sync_us": (0.0, 500.0),
-          "net_sync_us": (0.0, 500.0), "call_latency_us": (0.0, 200.0)}
+          "net_sync_us": (0.0, 500.0), "call_latency_us": (0.0, 200.0),
+          # between boxes: an efficiency, one TCP stream (a 1 Gb/s port to 800 Gb/s), a step
+          "net_efficiency": (0.02, 1.2), "socket_stream_gbps": (0.05, 100.0),
+          "net_ib_sync_us": (0.0, 500.0)}
 MIN_EFFECT = 1e-3  # a 10% change must move some row's time by 0.1%
 MIN_INDEPENDENCE = 0.05  # smallest singular value of the chosen normalised columns
 STEP = 0.1  # relative change for the sensitivity check
@@ -130,7 +134,9 @@ def _applies(machine: Machine, name: str, plans: Sequence[collectives.Plan]) -> 
              "p2p_ll_sync_us": "P2P" in hops and bool(protocols & {"LL", "LL128"}),
              "shm_simple_sync_us": "SHM" in hops and "Simple" in protocols,
              "shm_ll_sync_us": "SHM" in hops and "LL" in protocols,
-             "net_sync_us": "NET" in hops, "call_latency_us": True}
+             "net_sync_us": bool(hops & {"NET", "NET/Socket"}),
+             "net_efficiency": "NET/IB" in hops, "net_ib_sync_us": "NET/IB" in hops,
+             "socket_stream_gbps": "NET/Socket" in hops, "call_latency_us": True}
     return rules[name]
 
 
@@ -142,7 +148,11 @@ def fit(comm: Communicator, logs: Sequence[NcclTestsLog], fit_max: int | None) -
         if log.gpus > machine.n_gpus:
             raise InputError(f"the log ran on {log.gpus} GPUs, the machine "
                              f"{cut(machine.name)} has {machine.n_gpus}", file=log.source)
-        machines[log.gpus] = Communicator(machine.subset(log.gpus), comm.env, comm.wire)
+        if log.gpus % machine.nnodes:  # several boxes: the log's GPUs are theirs alike
+            raise InputError(f"the log ran on {log.gpus} GPUs, not a multiple of the "
+                             f"{machine.nnodes} boxes (--nnodes)", file=log.source)
+        per_box = log.gpus // machine.nnodes
+        machines[log.gpus] = Communicator(machine.subset(per_box), comm.env, comm.wire)
         usable = [r for r in log.rows if r.bytes > 0 and r.time_us > 0]
         chosen = [r for r in usable if fit_max is None or r.bytes <= fit_max]
         if not chosen:

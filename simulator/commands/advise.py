@@ -1,7 +1,8 @@
 """`stepsim advise`: which strategy, recipe and micro-batch to run a job with, on each machine.
 
 ``-t`` repeats (one machine each, each with its own ``--price-per-gpu-hour`` if given once per
-machine). Prints the explanation lines (the winner and its bottleneck, what does not fit, the
+machine); ``--nnodes 1,2,4`` weighs each at those box counts (advice/boxes.py: a second
+box?). Prints the explanation lines (the winner and its bottleneck, what does not fit, the
 runner-up and its cost, what would fit when nothing does), or with ``--json`` the whole
 answer: ``{candidates, best, nothing_fits, what_would_fit, explanation}``; ``--csv`` a row per
 ranked candidate (``rank`` first). ``--what-if`` adds
@@ -17,6 +18,7 @@ from typing import Any
 from simulator.advice import advise as core
 from simulator.advice import whatif
 from simulator.commands import price_flags, recipe_flags, script_output, terminal
+from simulator.inputs.schema import MAX_BOXES
 from simulator.units import positive_int
 
 
@@ -33,6 +35,9 @@ def add_parser(subparsers: Any) -> None:
                         help="topology YAML or preset name (repeatable)")
     parser.add_argument("-w", "--workload", required=True,
                         help="workload YAML, preset name or hf:config.json")
+    parser.add_argument("--nnodes", default=None, metavar="N[,N...]",
+                        help="box counts to weigh each topology at, e.g. 1,2,4 (a second box, "
+                        "or not?); default the topology's nnodes")
     parser.add_argument("--objective", default="throughput", metavar="GOAL",
                         help=f"what to rank by: {' | '.join(core.OBJECTIVES)} "
                         "(default throughput)")
@@ -50,8 +55,12 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     script_output.check(args)
-    machines = [core.PricedMachine(t, price_flags.prices(args, i, len(args.topology)))
-                for i, t in enumerate(args.topology)]
+    counts: list[int | None] = [None]
+    if args.nnodes is not None:
+        counts = [positive_int(v.strip(), "--nnodes", maximum=MAX_BOXES)
+                  for v in str(args.nnodes).split(",")]
+    machines = [core.PricedMachine(t, price_flags.prices(args, i, len(args.topology)), n)
+                for i, t in enumerate(args.topology) for n in dict.fromkeys(counts)]
     jobs = positive_int(args.jobs, "--jobs")
     with terminal.progress("simulating candidates") as update:
         answer = core.advise(machines, args.workload, objective=args.objective, jobs=jobs,
@@ -59,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     if args.what_if and answer["best"] is not None:
         with terminal.progress("simulating upgrades"):
             best_machine = next(m for m in machines
-                                if m.topology == answer["best"]["options"]["topology"])
+                                if m.topology == answer["best"]["options"]["topology"]
+                                and m.nnodes == answer["best"]["options"].get("nnodes"))
             answer["best"]["what_if"] = whatif.upgrades(answer["best"], best_machine.prices)
             answer["explanation"] += whatif.lines(answer["best"], answer["best"]["what_if"])
     if args.json:

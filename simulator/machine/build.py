@@ -44,8 +44,9 @@ def _machine(topology: str, gpus: int | None, scales: RateScales,
         if nnodes == built.nnodes:
             return built
         box = built.box or built.config
+        name = f"{box.name} ({nnodes} box{'es' if nnodes > 1 else ''})"  # not the file's count
         with blame(topology, "topologies"):
-            return Machine.from_config(box.copy(nnodes=nnodes))
+            return Machine.from_config(box.copy(nnodes=nnodes, name=name))
     with blame(topology, "topologies"):
         return Machine.from_config(load_topology(topology))
 
