@@ -1,14 +1,16 @@
 """Run stepsim on every published measurement in validation/measurements.yaml,
-validation/pcie-p2p.yaml, validation/frameworks.yaml and validation/offload.yaml.
+validation/pcie-p2p.yaml, validation/frameworks.yaml, validation/offload.yaml and
+validation/multinode.yaml.
 
 Prints one row per point (id, op, gpus, bytes, measured, simulated, error %) and then the
 median and worst |error|. Sections: ``collectives`` (nccl-tests numbers), ``training`` (step
 throughput), ``frameworks`` (training runs as frameworks publish them), ``offload``
 (offloaded runs: FSDP CPU offload on a dual-4090 workstation and 8 A100s), ``gemm`` (one
-large GEMM per GPU) and ``boxes`` (no-P2P boxes of
-validation/box-spread.yaml, simulated from the machine a user would describe); each section is
-one function returning rows, listed in SECTIONS. Always exits 0: it reports, the tests hold
-the tolerances.
+large GEMM per GPU), ``boxes`` (no-P2P boxes of
+validation/box-spread.yaml, simulated from the machine a user would describe) and ``multinode``
+(collectives across boxes, validation/multinode.yaml: scripts/validate_multinode.py); each
+section is one function returning rows, listed in SECTIONS. Always exits 0: it reports, the
+tests hold the tolerances.
 
 Each row names the mechanism it measures (``shm``, ``pcie_p2p``, ``nvlink`` collectives,
 ``compute:<GPU line>`` for one-GPU steps; simulator/machine/scales.py). ``--write-residuals`` writes
@@ -85,6 +87,9 @@ CALIBRATION = {
     ("gemm-4090-8192", "gemm", None), ("gemm-5090-8192", "gemm", None),
     ("gemm-h100sxm-8192", "gemm", None), ("gemm-a800pcie-8192", "gemm", None),
 }
+import validate_multinode  # noqa: E402  (its fit rows join the calibration points)
+
+CALIBRATION |= validate_multinode.fits(validate_multinode.load())  # wire.py NET_* constants
 # Points published without a size are plateau numbers; run them at this size.
 PLATEAU_BYTES = 1 << 30
 
@@ -391,6 +396,13 @@ def framework_rows(data: dict[str, Any]) -> list[Row]:
     return list(validate_frameworks.rows(data, Row, compute_mechanism))
 
 
+def multinode_rows(data: dict[str, Any]) -> list[Row]:
+    """validation/multinode.yaml's collectives across boxes (scripts/validate_multinode.py)."""
+    import validate_multinode
+
+    return list(validate_multinode.rows(validate_multinode.load(), Row))
+
+
 def offload_rows(data: dict[str, Any]) -> list[Row]:
     """validation/offload.yaml's offloaded runs (scripts/validate_offload.py)."""
     import validate_offload
@@ -405,6 +417,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "offload": offload_rows,
     "gemm": gemm_rows,
     "boxes": box_rows,
+    "multinode": multinode_rows,
 }
 
 

@@ -52,6 +52,8 @@ _TABLE_PATHS = (_PACKAGE / "_presets" / "validation" / "residuals.json",  # whee
 WORDS = {"shm": "collectives through host memory (SHM)",
          "pcie_p2p": "PCIe peer-to-peer collectives",
          "nvlink": "NVLink collectives",
+         "net_ib": "collectives between boxes over verbs (IB, RoCE)",
+         "net_socket": "collectives between boxes over TCP sockets",
          "compute": "compute"}
 LINES = {"geforce": "GeForce", "datacenter": "data-centre"}
 
@@ -147,7 +149,7 @@ CALIBRATES = {
     "p2p_ll_sync_us": "pcie_p2p", "p2p_simple_sync_us": "pcie_p2p",
     "simple_channel_cap_gbps": "pcie_p2p", "ll_channel_cap_gbps": "pcie_p2p",
     "nvlink_simple_efficiency": "nvlink",
-    "net_efficiency": "net", "net_ib_sync_us": "net", "socket_stream_gbps": "net",
+    "net_efficiency": "net_ib", "net_ib_sync_us": "net_ib", "socket_stream_gbps": "net_socket",
 }
 
 

@@ -97,8 +97,8 @@ class Communicator:
         transport = self.transport(a, b)
         if transport == "SHM":
             return "shm"
-        if transport.startswith("NET/"):
-            return "net"
+        if transport.startswith("NET/"):  # between boxes: verbs or sockets
+            return "net_ib" if transport == "NET/IB" else "net_socket"
         return "pcie_p2p" if transport == "P2P" else None
 
     def nccl_path(self, i: int, j: int) -> Path:

@@ -166,7 +166,7 @@ def _add_net_hop(comm: Communicator, crossing: Crossing, protocol: str, share: f
     GPU's stores to host memory at SHM's PCIe efficiency (Simple's fence stalls too); the NIC's
     DMA at the link's payload rate; the network at NET/IB's efficiency."""
     m, costs, net = comm.machine, comm.wire, comm.net
-    scale = m.scales.factor("net")
+    scale = m.scales.factor(net.mechanism)
     parts = net.segments(crossing.src, crossing.nic_out, send=True)
     parts += [(lid, w, "wire") for lid, w in net.wire(crossing.nic_out, crossing.nic_in)]
     parts += net.segments(crossing.dst, crossing.nic_in, send=False)
@@ -205,7 +205,8 @@ def _store_cap(comm: Communicator, moves: list[Move], protocol: str, channels: i
                  not net.gdr(c.dst, c.nic_in, read=False).used
                  for _, _, c, _ in moves if c is not None)
     if staged:
-        cap = min(cap, channels * wire.channel_cap(comm.wire, protocol) * m.scales.factor("net"))
+        scale = m.scales.factor(net.mechanism)
+        cap = min(cap, channels * wire.channel_cap(comm.wire, protocol) * scale)
     return cap
 
 
@@ -222,8 +223,8 @@ def _socket_cap(comm: Communicator, moves: list[Move], channels: int) -> float:
     cap = math.inf
     for share in load.values():
         proxy_channels = max(1, round(channels * share))
-        cap = min(cap, net.stream_ceiling(proxy_channels) * comm.machine.scales.factor("net")
-                  / share)
+        scale = comm.machine.scales.factor(net.mechanism)
+        cap = min(cap, net.stream_ceiling(proxy_channels) * scale / share)
     return cap
 
 

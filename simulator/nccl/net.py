@@ -163,8 +163,12 @@ class NetTransport:
         return Gdr(True, f"GPU and NIC are {path.type} apart (NCCL_NET_GDR_LEVEL {level})")
 
     def _has_nvlink_peer(self, rank: int) -> bool:
+        """paths.cc: an NVLink peer in the box, or the box's only GPU ("it's better to keep
+        things local if we have a single GPU")."""
         m = self.machine
         box = m.box_of(rank)
+        if m.gpus_per_box == 1:
+            return True
         return any(m.path_type(rank, r) == "NVL" for r in
                    range(box * m.gpus_per_box, (box + 1) * m.gpus_per_box) if r != rank)
 
@@ -265,6 +269,11 @@ class NetTransport:
             socks = MAX_SOCKETS // threads * threads
         streams = 1 if threads == 0 or socks == 0 else channels * min(threads, socks)
         return streams * self.comm.wire.socket_stream_gbps * GB
+
+    @property
+    def mechanism(self) -> str:
+        """Its achieved-rate factor's name (machine/scales.py)."""
+        return "net_ib" if self.name == "IB" else "net_socket"
 
     def sync_us(self) -> float:
         """Per-step cost of a network hop beyond its links' latencies (wire.py)."""
