@@ -107,10 +107,11 @@ class NcclEnv:
         protos = _lists(values.get("NCCL_PROTO"), "NCCL_PROTO", tuple(PROTOCOLS))
         low = _channels(values, "NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS", environ)
         high = _channels(values, "NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS", environ)
+        network = _network(values, ignored)
         return cls(given, level, shm, algos, protos,
                    None if low is None else min(max(low, 0), MAX_CHANNELS) or None,
                    None if high is None else min(max(high, 1), MAX_CHANNELS), tuple(ignored),
-                   **_network(values, ignored))
+                   **network)
 
     @property
     def active(self) -> bool:
