@@ -99,8 +99,11 @@ def kernel_regimes(base: RunSpec) -> tuple[str | None, ...]:
     return (None, "compiled") if recipe.kernels == "eager" else (None,)
 
 
-def recipes(n_gpus: int, regimes: Iterable[str | None] = (None,)) -> list[Recipe]:
-    """Every strategy and recipe for a machine of ``n_gpus``, under each kernel regime."""
+def recipes(n_gpus: int, regimes: Iterable[str | None] = (None,), boxes: int = 1
+            ) -> list[Recipe]:
+    """Every strategy and recipe for a machine of ``n_gpus`` in ``boxes`` boxes, under each
+    kernel regime: tensor parallelism inside one box (strategies refuse it across), HSDP
+    only across boxes (on one it is FSDP)."""
     out = [Recipe("ddp"), Recipe("zero1"), Recipe("zero2"), Recipe("zero3"),
            Recipe("fsdp"), Recipe("fsdp", reshard_after_forward=False)]
     # offload to host RAM, as DeepSpeed (offload_optimizer, offload_param) and FSDP2
@@ -108,10 +111,12 @@ def recipes(n_gpus: int, regimes: Iterable[str | None] = (None,)) -> list[Recipe
     out += [Recipe("zero1", offload="optimizer"), Recipe("zero2", offload="optimizer"),
             Recipe("zero3", offload="optimizer"), Recipe("zero3", offload="params"),
             Recipe("fsdp", offload="params")]
+    per_box = n_gpus // boxes
     if n_gpus > 1:
         for sp in (False, True):
-            out.append(Recipe("tp", tp=n_gpus, sequence_parallel=sp))
-            for degree in range(2, n_gpus):
+            if boxes == 1:
+                out.append(Recipe("tp", tp=n_gpus, sequence_parallel=sp))
+            for degree in range(2, min(n_gpus, per_box + 1)):
                 if n_gpus % degree == 0:
                     out.append(Recipe("tp+ddp", tp=degree, sequence_parallel=sp))
                     out.append(Recipe("tp+fsdp", tp=degree, sequence_parallel=sp))
@@ -126,7 +131,7 @@ def recipes(n_gpus: int, regimes: Iterable[str | None] = (None,)) -> list[Recipe
         if m % pp == 0:
             out += [Recipe(s, pp=pp, grad_accum=m, schedule="interleaved", virtual_stages=2)
                     for s in inner]
-    known = {r.strategy for r in out}
+    known = {r.strategy for r in out} | ({"hsdp"} if boxes == 1 else set())
     out += [Recipe(name) for name in STRATEGIES if name not in known]
     return [replace(r, kernels=k) for k in regimes for r in out]
 
@@ -251,8 +256,9 @@ def enumerate_machine(base: RunSpec, mapper: Mapper | None = None) -> Choices:
     """The specs worth simulating first on ``base.topology``, and every recipe's memory
     verdict. ``mapper`` (``map`` by default; a process pool's ``map``) takes the verdicts,
     which are independent of each other; the pruning that compares them runs here."""
-    n_gpus = api.load_machine(base.topology, base.gpus, nnodes=base.nnodes).n_gpus
-    tasks = [(base, recipe, mode) for recipe in recipes(n_gpus, kernel_regimes(base))
+    machine = api.load_machine(base.topology, base.gpus, nnodes=base.nnodes)
+    tasks = [(base, recipe, mode) for recipe in recipes(machine.n_gpus, kernel_regimes(base),
+                                                        machine.nnodes)
              for mode in CHECKPOINTING_MODES]  # none, selective, op, full: more recompute
     # those of one regime and mode side by side: a worker builds their jobs once
     order = sorted(tasks, key=lambda t: (t[1].kernels or "", t[2]))
