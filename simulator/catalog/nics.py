@@ -69,7 +69,10 @@ NICS: dict[str, Nic] = {n.name: n for n in (
         "no verbs), PCIe Gen3 x8; server vendors' spec pages, check your own board"),
     Nic("onboard-25gbe", 25, 2, False, 3, 8,
         "two 25GbE SFP28 ports on a board or OCP 3.0 mezzanine (Broadcom BCM57414 / Intel X710 "
-        "class), PCIe Gen3 x8; RoCE unset up (set rdma: true if you configured it)"),
+        "class), PCIe Gen3 x8; RoCE not set up (set rdma: true if you configured it)"),
+    Nic("onboard-100gbe", 100, 2, False, 4, 16,
+        "two 100GbE QSFP28 ports on an OCP 3.0 mezzanine (Broadcom BCM57508 class: RoCE capable "
+        "but not set up; set rdma: true if you configured it), PCIe Gen4 x16"),
 )}
 
 # Network kinds: how their frames carry a payload, and the one-way latency of a message across a
