@@ -67,7 +67,8 @@ def graph_of(comm: Communicator, ring: Ring, ranks: tuple[int, ...], op: str,
     return nt.Graph(len(ranks), ring.n_channels, ring.channel_bandwidth / GB, nvlink, arch,
                     ll128_forced=ll128_forced, n_nodes=ring.n_nodes,
                     cpu_vendor="intel" if vendors == {"intel"} else "amd",
-                    ll128_inter=worst <= PATH_RANK[LL128_INTER[arch]], comm_channels=channels)
+                    ll128_inter=worst <= PATH_RANK[LL128_INTER[arch]], comm_channels=channels,
+                    tree_bw_gbps=ring.tree_bandwidth / GB or None)
 
 
 def _make_plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...], algo: str,

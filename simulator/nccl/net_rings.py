@@ -156,8 +156,54 @@ def search(comm: Communicator, ranks: tuple[int, ...]) -> Ring:
         return Ring(pats[0].order, 1, FALLBACK_BW * GB, fallback=True, patterns=pats[:1],
                     n_nodes=nodes)
     n, speed, limit = packed
+    tree = tree_speed(comm, pats, n, belief, max_bw, speed_table(cc))
     return Ring(pats[0].order, n, speed * GB, bottleneck=limit or None, patterns=pats,
-                n_nodes=nodes)
+                n_nodes=nodes, tree_bandwidth=(tree or speed) * GB)
+
+
+def tree_load(comm: Communicator, pattern: Pattern) -> dict[str, float]:
+    """GB/s NCCL's tree search books per GB/s of one channel (search.cc BALANCED_TREE,
+    backToNet 0): into the head from its NIC at full speed, back out from the head and from
+    the next GPU at half each ("count half of the bandwidth on each of the first two GPUs"),
+    and the chain down the box's GPUs once, with no hop back to the NIC from its last GPU."""
+    net = comm.net
+    load: dict[str, float] = {}
+    per_box = len(pattern.order) // len(pattern.heads)
+    for k, head in enumerate(pattern.heads):
+        chain = pattern.order[k * per_box:(k + 1) * per_box]
+        nic = net.nearest(head)
+        for other, edge in comm.machine.graph.succ[nic].items():  # the NIC's network link
+            if edge["kind"] == "network":  # each way once: in to the head, out from it
+                for lid in (edge["id"], comm.machine.graph.edges[other, nic]["id"]):
+                    load[lid] = load.get(lid, 0.0) + 1.0
+        halves = [(head, 1.0 if len(chain) == 1 else 0.5)] + \
+            ([(chain[1], 0.5)] if len(chain) > 1 else [])
+        for lid, w, _ in net.segments(head, nic, send=False):  # NET -> head
+            if not lid.startswith("mem:"):
+                load[lid] = load.get(lid, 0.0) + w
+        for rank, share in halves:  # head and next GPU -> NET
+            for lid, w, _ in net.segments(rank, nic, send=True):
+                if not lid.startswith("mem:"):
+                    load[lid] = load.get(lid, 0.0) + w * share
+        for a, b in zip(chain, chain[1:], strict=False):
+            hop_load(comm, a, b, load)
+    return load
+
+
+def tree_speed(comm: Communicator, pats: tuple[Pattern, ...], channels: int,
+               belief: dict[str, float], max_bw: float, speeds: tuple[float, ...]
+               ) -> float | None:
+    """The tree graph's speed (init.cc: searched with the ring's channel count): the fastest
+    table speed at which that many tree channels fit; None if none does."""
+    loads = [tree_load(comm, p) for p in pats]
+    for speed in (s for s in speeds if s <= max_bw + _EPS):
+        used: dict[str, float] = {}
+        for n in range(channels):
+            for lid, w in loads[n % len(loads)].items():
+                used[lid] = used.get(lid, 0.0) + w * speed
+        if all(used[lid] <= belief[lid] + _EPS for lid in used):
+            return speed
+    return None
 
 
 def pattern_share(ring: Ring, channels: int) -> list[float]:

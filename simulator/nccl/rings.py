@@ -62,6 +62,7 @@ class Ring:
     # own order and NICs), and how many boxes the ring spans
     patterns: tuple[Pattern, ...] = ()
     n_nodes: int = 1
+    tree_bandwidth: float = 0.0  # B/s a channel of NCCL's tree graph (net_rings.py), 0: none
 
     @property
     def nccl_bus_bandwidth(self) -> float:

@@ -101,6 +101,7 @@ class Graph:
     cpu_vendor: str = "intel"  # comm->cpuVendor: the LL cap and net overhead across boxes
     ll128_inter: bool = True  # typeInter <= PXB (<= PXN from Hopper): LL128 allowed between boxes
     comm_channels: int = 0  # the communicator's channels (the ring's plateau rule reads them)
+    tree_bw_gbps: float | None = None  # the tree graph's own per-channel speed (across boxes)
 
     @property
     def ppn(self) -> float:
@@ -167,7 +168,9 @@ def bus_bandwidth_gbps(graph: Graph, op: str, algorithm: str, protocol: str) -> 
     if protocol == "LL128" and not ((graph.nvlink and graph.ll128_inter) or graph.ll128_forced):
         return 0.0  # LL128 only where NVIDIA verified 128-byte store ordering (NVLink)
     nch = graph.n_channels
-    bw = nch * graph.channel_bw_gbps
+    per_channel = graph.tree_bw_gbps if algorithm == "tree" and graph.tree_bw_gbps else \
+        graph.channel_bw_gbps  # tuning.cc: graphs[a]->bwIntra, each algorithm's own graph
+    bw = nch * per_channel
     ll_max, ring_ll128, tree_max, tree_ll128 = caps(graph)
     if algorithm == "ring":
         if protocol == "LL":
