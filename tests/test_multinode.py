@@ -304,6 +304,9 @@ def test_ring_and_tree_on_two_p3dn_within_ten_percent() -> None:
     ring = time_alone(comm, "allreduce", 1 << 30, algo="ring").time_us
     tree = time_alone(comm, "allreduce", 1 << 30, algo="tree").time_us
     assert ring == pytest.approx(268_000, rel=0.10) and tree == pytest.approx(134_000, rel=0.10)
+    # by default NCCL picked the tree there: its graph, searched on its own, is the faster one
+    assert time_alone(comm, "allreduce", 1 << 30).algorithm == "tree"
+    assert comm.ring().tree_bandwidth > comm.ring().channel_bandwidth
 
 
 # --- inputs ---------------------------------------------------------------------------------
