@@ -6,7 +6,8 @@ box?). Prints the explanation lines (the winner and its bottleneck, what does no
 runner-up and its cost, what would fit when nothing does), or with ``--json`` the whole
 answer: ``{candidates, best, nothing_fits, what_would_fit, explanation}``; ``--csv`` a row per
 ranked candidate (``rank`` first). ``--what-if`` adds
-the upgrades a buyer can choose for the winner (simulator/advice/whatif.py). The work is in
+the upgrades a buyer can choose for the winner (simulator/advice/whatif.py), and with several
+box counts the fewest boxes' upgrades too: add a box, or upgrade the one you have? The work is in
 simulator/advice/advise.py.
 """
 
@@ -53,6 +54,18 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+def _fewest_boxes_best(answer: dict[str, Any], machines: list[core.PricedMachine]
+                       ) -> dict[str, Any] | None:
+    """With several box counts weighed: the best candidate on the fewest boxes (None: one
+    count only, or nothing fits there)."""
+    counts = {m.nnodes for m in machines}
+    if len(counts) < 2:
+        return None
+    fewest = min(c or 1 for c in counts)
+    return next((c for c in answer["candidates"]
+                 if c["parallelism"].get("nnodes", 1) == fewest), None)
+
+
 def run(args: argparse.Namespace) -> int:
     script_output.check(args)
     counts: list[int | None] = [None]
@@ -72,6 +85,14 @@ def run(args: argparse.Namespace) -> int:
                                 and m.nnodes == answer["best"]["options"].get("nnodes"))
             answer["best"]["what_if"] = whatif.upgrades(answer["best"], best_machine.prices)
             answer["explanation"] += whatif.lines(answer["best"], answer["best"]["what_if"])
+            first = _fewest_boxes_best(answer, machines)
+            if first is not None and first is not answer["best"]:  # or upgrade the first box?
+                prices = next(m.prices for m in machines
+                              if m.key == (first["options"]["topology"],
+                                           first["options"].get("nnodes")))
+                first["what_if"] = whatif.upgrades(first, prices)
+                answer["explanation"] += ["or upgrade the box instead of adding one:",
+                                          *whatif.lines(first, first["what_if"])]
     if args.json:
         script_output.print_json(answer)
     elif args.csv:  # the ranked candidates, best first
