@@ -116,7 +116,10 @@ def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> s
     r = report
     rows = [r.verdict(),
             f"{out['workload']} on {out['topology']} ({out['gpu']}): {out['strategy']}, {r.world} "
-            f"GPU(s) = tp {r.tp} x dp {r.dp}; micro-batch {r.micro_batch}, seq {r.seq_len}, "
+            f"GPU(s) = tp {r.tp} x dp {r.dp}"
+            + (" (sharded in one box, replicated across the boxes)"
+               if out["strategy"] == "hsdp" else "")
+            + f"; micro-batch {r.micro_batch}, seq {r.seq_len}, "
             f"checkpointing {r.checkpointing}",
             f"recipe: {recipe_flags.training_words(out['recipe'])}",
             f"parameters {r.parameters:,} ({r.trainable_parameters:,} trainable); model states "

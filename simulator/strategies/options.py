@@ -113,14 +113,15 @@ def check_pipeline(strategy: str, *, pp: int, schedule: str, virtual_stages: int
 
 
 def check_tp_groups(groups: tuple[tuple[int, ...], ...], box_of: Callable[[int], int],
-                    allow: bool) -> None:
+                    allow: bool, machine: str = "") -> None:
     """Refuse a tensor-parallel group that spans boxes: its all-reduces sit on the critical
     path of every layer, and a network is 10-100x slower than a box's own links (Megatron-LM
     keeps TP inside a node, arXiv:2104.04473 section 3.2). ``allow``: the user insists."""
     for group in groups:
         boxes = len({box_of(r) for r in group})
-        if boxes > 1 and not allow:
-            raise InputError(f"a tensor-parallel group of {len(group)} GPUs would span {boxes} "
+        if boxes > 1 and not allow:  # the machine's name first: the error names its file
+            raise InputError(f"{machine + ': ' if machine else ''}a tensor-parallel group of "
+                             f"{len(group)} GPUs would span {boxes} "
                              "boxes: keep --tp at most the GPUs of one box (TP across a network "
                              "is never worth it), or give --allow-tp-across-nodes")
 

@@ -58,7 +58,8 @@ class _Stage:
         sp = options.sequence_parallel and lay.tp > 1
         self.counts: dict[str, int] = {}
         if lay.tp > 1:  # stages fill box by box (ranks do): a TP group stays in one if it can
-            check_tp_groups(lay.tp_groups(r), machine.box_of, options.allow_tp_across_nodes)
+            check_tp_groups(lay.tp_groups(r), machine.box_of, options.allow_tp_across_nodes,
+                            machine.name)
         self.emit = (tensor.tp_emitter(job, machine.as_if_every_gpu(self.gpu), lay.tp_groups(r),
                                        sp, self.counts) if lay.tp > 1
                      else compute_only(self.gpu))
