@@ -16,6 +16,13 @@ the ring or the tree puts on the links of every box and of the network between t
   for all-reduce; tree: 2 x (ppn-1) chain and 2 x log2(nNodes) network steps).
 - rate caps: NCCL's kernel caps for the box count; channels x a channel's PCIe store rate where
   a kernel stores to host memory (staged sides); the socket ceiling of each box boundary.
+
+Not modelled: PXN (a GPU reaching a rail's NIC through an NVLink peer), NVLS and NVLS-tree
+(NVLink SHARP, which lifts all-reduce on NVSwitch boxes across IB above the ring's rate),
+CollNet (in-network reduction), PAT (all-gather and reduce-scatter with one GPU a box), LL's
+send buffer kept in host memory under GDR (net.cc L917), the CPU cost of many socket threads,
+and a fabric's congestion (the switch is non-blocking). docs/accuracy.md says what the
+published points show of them.
 """
 
 from __future__ import annotations
