@@ -12,15 +12,20 @@ larger half (where the simulation, not start-up, is most of the time).
     python scripts/bench.py --cases         # the cases only
     python scripts/bench.py --scaling       # the scaling table only
     python scripts/bench.py --repeat 5      # runs per point (default 5 for cases, 3 scaling)
+    python scripts/bench.py --baseline DIR  # each case also run from another checkout, the
+                                            # two alternating (the same machine, same load)
+    python scripts/bench.py --markdown      # write both tables to docs/speed.md
 
 The package is byte-compiled first, as pip compiles an installed wheel. Not a timed test: the
-figures depend on the machine and on what else runs on it.
+figures depend on the machine and on what else runs on it; the targets are design.md's (an
+8-GPU 7B answer under 0.5 s, 1,024 GPUs under 10 s, `advise` on one 8-GPU box under 30 s).
 """
 
 from __future__ import annotations
 
 import argparse
 import compileall
+import datetime
 import importlib.util
 import json
 import math
@@ -60,18 +65,27 @@ INTERPRETER = [sys.executable, "-c", "pass"]
 FOUNDATIONS = [sys.executable, "-c", "import simpy"]
 
 
-def wall_times(argv: list[str], repeat: int) -> tuple[list[float], list[float], str]:
+def wall_times(argv: list[str], repeat: int, checkout: Path | None = None
+               ) -> tuple[list[float], list[float], str]:
     """Wall seconds and CPU seconds (user + system, the process and its workers) of
-    ``repeat`` whole `stepsim ARGV` processes (each must exit 0), and what the last printed.
-    ``argv`` that is a floor (INTERPRETER, FOUNDATIONS) runs as it is. On a busy machine the
-    wall time waits for other work; the CPU time hardly does."""
-    command = argv if argv in (INTERPRETER, FOUNDATIONS) else [*program(), *argv]
+    ``repeat`` whole `stepsim ARGV` processes (each must exit 0), and what the last printed;
+    with ``checkout``, that checkout's `python -m simulator` instead of this one's. ``argv``
+    that is a floor (INTERPRETER, FOUNDATIONS) runs as it is. On a busy machine the wall time
+    waits for other work; the CPU time hardly does."""
     env = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
+    if argv in (INTERPRETER, FOUNDATIONS):
+        command = argv
+    elif checkout is not None:
+        command = [sys.executable, "-m", "simulator", *argv]
+        env["PYTHONPATH"] = str(checkout)  # ahead of this checkout's editable install
+    else:
+        command = [*program(), *argv]
     walls, cpus, printed = [], [], ""
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
+        done = subprocess.run(command, capture_output=True, text=True,
+                              cwd=checkout or ROOT, env=env)  # `-m` imports from the cwd first
         walls.append(time.perf_counter() - t0)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -104,13 +118,13 @@ def cases(folder: Path) -> list[tuple[str, list[str], float | None]]:
     tree1024 = write(folder, "tree1024.yaml", boxes.pcie_tree(1024))
     tree64 = write(folder, "tree64.yaml", boxes.pcie_tree(64))
     return [
-        ("stepsim --version", ["--version"], 0.06),
-        ("stepsim presets", ["presets"], 0.06),
-        ("collective 8 B..8 GiB, 31 sizes (8x5090-dual-socket)", COLLECTIVE, 0.25),
+        ("stepsim --version", ["--version"], None),
+        ("stepsim presets", ["presets"], None),
+        ("collective 8 B..8 GiB, 31 sizes (8x5090-dual-socket)", COLLECTIVE, None),
         ("floor: python alone (no stepsim)", INTERPRETER, None),
         ("floor: python importing simpy (no stepsim)", FOUNDATIONS, None),
         ("run llama2-7b fsdp --json (8x5090-switch)",
-         ["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp", "--json"], 0.3),
+         ["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp", "--json"], 0.5),
         ("run as above, --no-ranges (the step alone: one simulation, not five)",
          ["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp", "--no-ranges",
           "--json"], None),
@@ -123,7 +137,7 @@ def cases(folder: Path) -> list[tuple[str, list[str], float | None]]:
         ("sweep gpt2-medium, 5 buckets x 4 GPU counts", SWEEP, None),
         ("sweep as above, --no-ranges", [*SWEEP, "--no-ranges"], None),
         ("run llama2-7b fsdp, 256-GPU NVSwitch box",
-         ["run", "-t", nvs256, "-w", "llama2-7b", "-s", "fsdp", "--json"], 2.0),
+         ["run", "-t", nvs256, "-w", "llama2-7b", "-s", "fsdp", "--json"], None),
         ("run llama2-7b fsdp, 1,024-GPU NVSwitch box",
          ["run", "-t", nvs1024, "-w", "llama2-7b", "-s", "fsdp", "--json"], 10.0),
         ("run llama2-7b tp+fsdp --tp 8, 1,024-GPU NVSwitch box",
@@ -136,15 +150,30 @@ def cases(folder: Path) -> list[tuple[str, list[str], float | None]]:
     ]
 
 
-def print_cases(folder: Path, repeat: int) -> None:
-    print(f"{'median s':>9} {'min-max s':>15} {'cpu s':>7} {'target':>8}  case "
-          f"({repeat} runs each; cpu: median user + system)")
+def case_rows(folder: Path, repeat: int, baseline: Path | None) -> list[list[str]]:
+    """One row of figures per case: median (min-max) wall and median CPU seconds, the
+    baseline's median wall where asked (the two alternating, run by run), the target."""
+    rows = []
     for label, argv, target in cases(folder):
-        times, cpus, _ = wall_times(argv, repeat)
-        mark = "" if target is None else f"< {target:g}" + ("" if statistics.median(times)
-                                                            < target else " !")
-        print(f"{statistics.median(times):>9.3f} {min(times):>7.3f}-{max(times):<7.3f} "
-              f"{statistics.median(cpus):>7.3f} {mark:>8}  {label}", flush=True)
+        ours: tuple[list[float], list[float]] = ([], [])
+        theirs: list[float] = []
+        for _ in range(repeat):
+            # with a baseline both run as `python -m simulator`, alike but for the checkout
+            walls, cpus, _ = wall_times(argv, 1, ROOT if baseline is not None else None)
+            ours[0].extend(walls)
+            ours[1].extend(cpus)
+            if baseline is not None and argv not in (INTERPRETER, FOUNDATIONS):
+                theirs.extend(wall_times(argv, 1, baseline)[0])
+        times, cpus = ours
+        median = statistics.median(times)
+        mark = "" if target is None else f"< {target:g}" + ("" if median < target else " (!)")
+        row = [label, f"{median:.3f} ({min(times):.3f}-{max(times):.3f})",
+               f"{statistics.median(cpus):.3f}"]
+        if baseline is not None:
+            row.append(f"{statistics.median(theirs):.3f}" if theirs else "")
+        rows.append([*row, mark])
+        print(" | ".join(row + [mark]), flush=True)
+    return rows
 
 
 def growth(points: list[tuple[float, float]]) -> float:
@@ -179,17 +208,52 @@ def scaling_rows(folder: Path) -> list[tuple[str, str, list[tuple[int | None, li
     return rows
 
 
-def print_scaling(folder: Path, repeat: int) -> None:
-    print(f"\nscaling: median of {repeat} whole processes per point; k fits time ~ n^k over "
-          "the larger half")
+def growth_rows(folder: Path, repeat: int) -> list[list[str]]:
+    """(what grows, its points, k) of each scaling series, as printed."""
+    rows = []
     for title, unit, series in scaling_rows(folder):
         points = []
         for n, argv in series:
             times, _, printed = wall_times(argv, repeat)
             count = n if n is not None else len(json.loads(printed)["buckets"])
             points.append((float(count), statistics.median(times)))
-        cells = "  ".join(f"{int(n):>5} {t:6.2f}s" for n, t in points)
-        print(f"{title}\n  {unit}: {cells}\n  k = {growth(points):.2f}", flush=True)
+        cells = ", ".join(f"{int(n):,}: {t:.2f} s" for n, t in points)
+        rows.append([title, f"{unit} {cells}", f"{growth(points):.2f}"])
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
+SPEED = ROOT / "docs" / "speed.md"
+
+
+def _commit(checkout: Path) -> str:
+    """A checkout's commit as docs/speed.md names it (its folder where git cannot say)."""
+    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True)
+    return f"commit {done.stdout.strip()}" if done.returncode == 0 else str(checkout)
+
+
+def markdown(case_table: list[list[str]], growth_table: list[list[str]], repeat: tuple[int, int],
+             baseline: str | None) -> str:
+    """docs/speed.md: where and how it was measured, the cases, how a run grows."""
+    head = ["case", "wall median (min-max), s", "CPU, s"]
+    if baseline is not None:
+        head.append(f"wall median, s: {baseline}")
+    head.append("target")
+    lines = ["# Speed", "",
+             f"Written by `python scripts/bench.py --markdown` on {datetime.date.today()}: "
+             f"{os.cpu_count()} cores, Python {sys.version.split()[0]}; whole `stepsim` "
+             "processes (start-up and exit included), the package byte-compiled first, presets "
+             f"read back from the cache folder; {repeat[0]} runs a case"
+             + (f", each alternating with the same case run from {baseline}" if baseline
+                else "")
+             + ". Repeated runs on a shared machine vary by 10-30%; the targets are design.md's.",
+             "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(row) + " |" for row in case_table]
+    lines += ["", f"How a run grows (wall medians of {repeat[1]}; k fits time ~ n^k over the "
+              "larger half):", "", "| what grows | points | k |", "|---|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in growth_table]
+    return "\n".join(lines) + "\n"
 
 
 def byte_compile() -> None:
@@ -208,15 +272,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scaling", action="store_true", help="only the scaling table")
     parser.add_argument("--repeat", type=int, default=None,
                         help="runs per point (default 5 for cases, 3 for scaling)")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="also run each case from this checkout, alternating")
+    parser.add_argument("--markdown", action="store_true",
+                        help=f"write the tables to docs/{SPEED.name}")
     args = parser.parse_args(argv)
     both = not (args.cases or args.scaling)
     byte_compile()
+    repeat = (args.repeat or 5, args.repeat or 3)
+    case_table: list[list[str]] = []
+    growth_table: list[list[str]] = []
     with tempfile.TemporaryDirectory(prefix="stepsim-bench-") as tmp:
         folder = Path(tmp)
         if args.cases or both:
-            print_cases(folder, args.repeat or 5)
+            case_table = case_rows(folder, repeat[0], args.baseline)
         if args.scaling or both:
-            print_scaling(folder, args.repeat or 3)
+            growth_table = growth_rows(folder, repeat[1])
+    if args.markdown:
+        label = None if args.baseline is None else _commit(args.baseline)
+        SPEED.write_text(markdown(case_table, growth_table, repeat, label), encoding="utf-8")
+        print(f"wrote {SPEED.relative_to(ROOT)}")
     return 0
 
 

@@ -15,9 +15,10 @@ tests hold the tolerances.
 Each row names the mechanism it measures (``shm``, ``pcie_p2p``, ``nvlink`` collectives,
 ``compute:<GPU line>`` for one-GPU steps; simulator/machine/scales.py). ``--write-residuals`` writes
 their spread per mechanism to validation/residuals.json, which the ranges read
-(simulator/api/ranges.py, docs/accuracy.md).
+(simulator/api/ranges.py, docs/ranges.md). ``--markdown`` writes the same tables as
+docs/accuracy.md (tests/test_docs.py checks the file is what the script writes now).
 
-    python scripts/validate.py [--section NAME|all] [--write-residuals]
+    python scripts/validate.py [--section NAME|all] [--write-residuals] [--markdown]
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ COLLECTIVE_MACHINES = {
     "4x4090-epyc-p2p-patched": str(VALIDATION_TOPOLOGIES / "4x4090-epyc-p2p.yaml"),
     "a100-nvlink-pair-then-sys": str(VALIDATION_TOPOLOGIES / "a100-nvlink-pairs-dual-socket.yaml"),
     "8xgb202-wrx90-2switch-p2p": str(VALIDATION_TOPOLOGIES / "8xgb202-wrx90-2switch-p2p.yaml"),
+    "8xgb202-dual-turin-p2p-channels": str(VALIDATION_TOPOLOGIES / "8xgb202-dual-turin-p2p.yaml"),
 }
 # Points that fixed a constant (see the dataset comments in simulator/nccl/wire.py): they
 # show the fit, not a prediction. Every other row is a check.
@@ -79,8 +81,9 @@ CALIBRATION = {
     ("8xh200-nvswitch-ring", "allreduce", 17179869184),  # Simple-protocol efficiency, with
     ("8xh200-nvswitch-ring", "allgather", 17179869184),  # the all-gather and
     ("8xh200-nvswitch-ring", "reducescatter", 17179869184),  # reduce-scatter points
-    ("4x4090-epyc-p2p-patched", "allreduce", 1073741824),  # Simple P2P efficiency on PCIe
-    ("8xgb202-wrx90-2switch-p2p", "allreduce", 1073741824),  # Simple cap per PCIe channel
+    ("4x4090-epyc-p2p-patched", "allreduce", 1073741824),  # Simple P2P share of a Gen4 link
+    ("8xgb202-wrx90-2switch-p2p", "allreduce", 1073741824),  # Simple P2P share of a Gen5 link
+    ("8xgb202-dual-turin-p2p-channels", "allreduce", 33554432),  # Simple throughput a channel
     ("8xgb202-wrx90-2switch-p2p", "allreduce", 16777216),  # Simple P2P per-step sync: the
     ("8xgb202-wrx90-2switch-p2p", "allreduce", 67108864),  # start-up left by these two
     # each GPU's plain GEMM rate in simulator/catalog/ is its gemm point
@@ -128,8 +131,9 @@ def load_measurements(path: Path = MEASUREMENTS) -> dict[str, Any]:
 
 def _with_op(entry: dict[str, Any]) -> dict[str, Any]:
     """Points that take their op and GPU count from the entry (pcie-p2p.yaml's form); its
-    measurements were taken with the ring algorithm forced."""
-    points = [{"op": entry["op"], "gpus": entry["gpus"], "algorithm": "ring", **p}
+    measurements were taken with the ring algorithm forced unless the entry says otherwise."""
+    points = [{"op": entry["op"], "gpus": entry["gpus"],
+               "algorithm": entry.get("algorithm", "ring"), **p}
               for p in entry.get("points", [])]
     return {**entry, "points": points}
 
@@ -172,10 +176,10 @@ def collective_rows(data: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     machines: dict[str, Machine] = {}
 
-    def machine(dataset: str, gpus: int) -> Communicator:
+    def machine(dataset: str, gpus: int, env: NcclEnv | None = None) -> Communicator:
         if dataset not in machines:
             machines[dataset] = Machine.from_config(load_topology(COLLECTIVE_MACHINES[dataset]))
-        return Communicator(machines[dataset].subset(gpus))
+        return Communicator(machines[dataset].subset(gpus), env or NcclEnv())
 
     for entry in data["collectives"]:
         dataset = entry["id"]
@@ -199,14 +203,28 @@ def collective_rows(data: dict[str, Any]) -> list[Row]:
                 rows.append(Row(dataset, "allgather", m.n_gpus, int(size), "busbw GB/s",
                                 busbw, r.busbw_gbps, *_tags(m, "allgather", int(size))))
         for point in entry.get("points", []):
-            m = machine(dataset, point["gpus"])
-            size = int(point.get("bytes", PLATEAU_BYTES))
+            env = NcclEnv.from_environ({k: str(v) for k, v in point.get("nccl_env", {}).items()})
+            m = machine(dataset, point["gpus"], env)  # with the run's NCCL_* variables
             algo = point.get("algorithm", "auto")
+            if "avg_busbw_gbps" in point:  # nccl-tests' footer: the mean over a -f 2 sweep
+                rows.append(_average_row(dataset, m, point, algo))
+                continue
+            size = int(point.get("bytes", PLATEAU_BYTES))
             r = time_alone(m, point["op"], size, algo=algo)
             rows.append(Row(dataset, point["op"], m.n_gpus, size, "busbw GB/s",
                             point["busbw_gbps"], r.busbw_gbps,
                             *_tags(m, point["op"], size, algo)))
     return rows
+
+
+def _average_row(dataset: str, m: Communicator, point: dict[str, Any], algo: str) -> Row:
+    """nccl-tests' "Avg bus bandwidth" of a sweep from ``sizes[0]`` to ``sizes[1]`` by factors of
+    two, simulated over the same sizes (both halves alike, so the mean of one)."""
+    low, high = (int(x) for x in point["sizes"])
+    sizes = [low << k for k in range((high // low).bit_length()) if low << k <= high]
+    busbw = [time_alone(m, point["op"], s, algo=algo).busbw_gbps for s in sizes]
+    return Row(dataset, point["op"], m.n_gpus, None, "avg busbw", point["avg_busbw_gbps"],
+               statistics.fmean(busbw), *_tags(m, point["op"], sizes[-1], algo))
 
 
 def _tags(m: Communicator, op: str, size: int, algo: str = "auto") -> tuple[str | None, str]:
@@ -423,7 +441,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
 
 # What the residual table keeps: achieved rates (a time counts inverted), at sizes a training
 # step moves (buckets, per-block gathers: 1 MiB and up; smaller ones are latency bound).
-RATE_QUANTITIES = {"busbw GB/s", "samples/s", "seq/s", "tok/s/GPU"}
+RATE_QUANTITIES = {"busbw GB/s", "avg busbw", "samples/s", "seq/s", "tok/s/GPU"}
 TIME_QUANTITIES = {"sec/iter", "time us"}
 MIN_BYTES = 1 << 20
 
@@ -479,7 +497,7 @@ RESIDUALS_ABOUT = (
     "factor by which measured rates differ from simulated ones (measured / simulated; a time "
     "counts inverted), over every validation point of that mechanism at 1 MiB and up and every "
     "one-GPU step. low/high: over all boxes (an uncalibrated machine); boxes: each box's own "
-    "spread, and whether its points fixed a constant of the model (fit). docs/accuracy.md says "
+    "spread, and whether its points fixed a constant of the model (fit). docs/ranges.md says "
     "how simulator/api/ranges.py turns these into ranges.")
 
 
@@ -525,17 +543,94 @@ def render(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+ACCURACY = ROOT / "docs" / "accuracy.md"
+SECTION_WORDS = {
+    "collectives": "nccl-tests numbers (validation/measurements.yaml, validation/pcie-p2p.yaml)",
+    "training": "training-step throughput and scaling (validation/measurements.yaml)",
+    "frameworks": "training runs as frameworks publish them (validation/frameworks.yaml)",
+    "offload": "offloaded runs: throughput and host RAM (validation/offload.yaml)",
+    "gemm": "one m = n = k = 8192 GEMM per GPU (validation/frameworks.yaml)",
+    "boxes": "no-P2P boxes as a user would describe them, uncalibrated "
+             "(validation/box-spread.yaml)",
+}
+
+
+def _summary(rows: list[Row]) -> tuple[str, str, str]:
+    """(median |error|, worst |error|, the worst row) of a section, as text."""
+    if not rows:
+        return "", "", ""
+    worst = max(rows, key=lambda r: abs(r.error))
+    where = f"{worst.id} {worst.op}, {worst.gpus} GPUs" + (f", {worst.bytes} B"
+                                                          if worst.bytes else "")
+    return (f"{statistics.median(abs(r.error) for r in rows):.1%}", f"{abs(worst.error):.1%}",
+            where)
+
+
+def summary_table(sections: dict[str, list[Row]]) -> list[str]:
+    """Each section's points, median and worst error, as markdown rows (README.md keeps the
+    same table; tests/test_docs.py holds it true)."""
+    lines = ["| section | points | median error | worst error | worst row |",
+             "|---|---:|---:|---:|---|"]
+    for name, rows in sections.items():
+        median, worst, where = _summary(rows)
+        lines.append(f"| {name} | {len(rows)} | {median} | {worst} | {where} |")
+    return lines
+
+
+def markdown(sections: dict[str, list[Row]]) -> str:
+    """Every section's rows as docs/accuracy.md holds them: a summary, then each table."""
+    every = [r for rows in sections.values() for r in rows]
+    lines = ["# Accuracy: the simulator against every published measurement it carries", "",
+             "Generated by `python scripts/validate.py --markdown`; do not edit by hand "
+             "(tests/test_docs.py checks it is what the script writes now). Each row is one "
+             "published number, its source in the YAML file the section names; *fit* rows "
+             "fixed a constant of the model (an efficiency, a latency, a per-channel cap, a "
+             "GPU's GEMM rate), every other row is a prediction. Error = simulated / measured "
+             "- 1. Why the worst rows are off: [weak-spots.md](weak-spots.md); how a run's "
+             "ranges follow from these errors: [ranges.md](ranges.md).", "",
+             *summary_table(sections)]
+    ranged = [r for r in every if r.simulated_range is not None]
+    inside = [r for r in ranged if r.simulated_range is not None
+              and r.simulated_range[0] <= r.measured <= r.simulated_range[1]]
+    lines += ["", f"{len(inside)} of {len(ranged)} measured points fall inside the range the "
+              "simulator gives them.", ""]
+    for name, rows in sections.items():
+        lines += [f"## {name}", "", SECTION_WORDS.get(name, "") + ".", "",
+                  "| id | op | GPUs | bytes | quantity | measured | simulated | error | role "
+                  "| simulated range |",
+                  "|---|---|---:|---:|---|---:|---:|---:|---|---|"]
+        for r in rows:
+            span = "" if r.simulated_range is None else (
+                f"{r.simulated_range[0]:.2f}-{r.simulated_range[1]:.2f}"
+                + ("" if r.simulated_range[0] <= r.measured <= r.simulated_range[1]
+                   else " (outside)"))
+            lines.append(f"| {r.id} | {r.op} | {r.gpus} | {'' if r.bytes is None else r.bytes}"
+                         f" | {r.quantity} | {r.measured:.2f} | {r.simulated:.2f} | "
+                         f"{r.error:+.1%} | {r.role} | {span} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--section", choices=[*SECTIONS, "all"], default="all")
     parser.add_argument("--write-residuals", action="store_true",
                         help=f"write the per-mechanism residual table to {RESIDUALS.name} "
                         "(needs --section all)")
+    parser.add_argument("--markdown", action="store_true",
+                        help=f"write every section to docs/{ACCURACY.name} instead of printing")
     args = parser.parse_args(argv)
     data = load_all()
     names = list(SECTIONS) if args.section == "all" else [args.section]
     if args.write_residuals and args.section != "all":
         parser.error("--write-residuals needs every section (--section all)")
+    if args.markdown:
+        if args.section != "all":
+            parser.error("--markdown writes every section (--section all)")
+        ACCURACY.write_text(markdown({name: SECTIONS[name](data) for name in names}),
+                            encoding="utf-8")
+        print(f"wrote {ACCURACY.relative_to(ROOT)}")
+        return 0
     everything: list[Row] = []
     for name in names:
         rows = SECTIONS[name](data)

@@ -15,7 +15,7 @@ from simulator.cli import main
 from simulator.engine.fabric import Fabric
 from simulator.inputs.config import load_topology
 from simulator.machine.topology import Machine
-from simulator.nccl import collectives
+from simulator.nccl import collectives, wire
 from simulator.nccl import tuning as nt
 from simulator.nccl.communicator import Communicator
 from simulator.nccl.perf import time_alone
@@ -62,7 +62,7 @@ def test_ring_allreduce_on_equal_links_matches_closed_form(tmp_path):
     # every GPU link carries one hop each way; Simple P2P runs at its calibrated PCIe
     # efficiency; each step crosses two PCIe links (GPU -> switch -> GPU) then syncs
     w = Communicator(m).wire
-    bandwidth = link_catalog.pcie_bandwidth(4, 16) * w.p2p_pcie_simple_efficiency
+    bandwidth = link_catalog.pcie_bandwidth(4, 16) * wire.p2p_link_efficiency(w, 4)
     step = 2 * link_catalog.PCIE_HOP_LATENCY + w.p2p_simple_sync_us * US
     latency = w.call_latency_us * US + 2 * (n - 1) * step
     expected = 2 * (n - 1) / n * size / bandwidth + latency

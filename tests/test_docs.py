@@ -74,3 +74,64 @@ def test_every_bound_is_in_the_limits_table():
             if not any(f"`{key}`" in head and text in row for head, row in rows.items()):
                 wrong.append(f"{model.__name__}.{key} <= {text}")
     assert not wrong, f"bounds missing from docs/inputs.md Limits: {wrong}"
+
+
+ROOT = Path(__file__).resolve().parent.parent
+ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
+
+
+def test_every_module_the_architecture_names_exists() -> None:
+    named = set(re.findall(r"`((?:[\w]+/)*[\w]+\.py)`", ARCHITECTURE))
+    places = [ROOT, ROOT / "simulator", *[p for p in (ROOT / "simulator").iterdir()
+                                          if p.is_dir()], ROOT / "scripts"]
+    missing = sorted(n for n in named if not any((place / n).exists() for place in places))
+    assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
+
+
+def test_the_architecture_names_every_module() -> None:
+    unnamed = []
+    for path in sorted((ROOT / "simulator").rglob("*.py")):
+        rel = path.relative_to(ROOT / "simulator")
+        if "_presets" in rel.parts or (path.name == "__init__.py" and len(rel.parts) > 1
+                                       and rel.parent.name != "api"
+                                       and rel.parent.name != "strategies"):
+            continue
+        shown = {f"`{rel.as_posix()}`", f"`{path.name}`", f"{rel.as_posix()}`",
+                 f"`{path.stem}`"}
+        if not any(s in ARCHITECTURE for s in shown):
+            unnamed.append(rel.as_posix())
+    assert not unnamed, f"modules docs/architecture.md does not name: {unnamed}"
+
+
+def _validate() -> Any:
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("validate", ROOT / "scripts" / "validate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["validate"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_accuracy_md_and_the_readme_table_are_what_validate_py_writes_now() -> None:
+    validate = _validate()
+    data = validate.load_all()
+    sections = {name: rows(data) for name, rows in validate.SECTIONS.items()}
+    written = (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
+    assert written == validate.markdown(sections), \
+        "run: python scripts/validate.py --markdown"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "\n".join(validate.summary_table(sections)) in readme, \
+        "README.md's accuracy table: copy it from docs/accuracy.md"
+
+
+def test_the_readme_is_a_front_door() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    # the two set-up commands .ci/run and newcomers run
+    assert "pip install -e . && stepsim run -t 8x5090-switch -w llama2-7b-lora -s ddp" in readme
+    assert 'pip install -e ".[dev,torch]" && pytest' in readme
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert 'pip install -e ".[dev,torch]" && pytest' in ci

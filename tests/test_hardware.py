@@ -28,6 +28,31 @@ def test_new_catalog_gpus_have_sources_and_power_limits(name: str) -> None:
     assert g.tdp_w > 0 and g.memory_bytes > 32 * GiB and g.matmul_flops > 100e12
 
 
+# (name, memory GiB, dense 16-bit TFLOPS, FP32 TFLOPS, board W, NVLink links): the datasheets
+@pytest.mark.parametrize("name, gib, tflops, fp32, watts, nvlinks", [
+    ("a40", 48, 149.7, 37.4, 300, 4), ("rtx-a5000", 24, 111.1, 27.8, 230, 4),
+    ("rtx-a4000", 16, 76.7, 19.2, 140, 0), ("l4", 24, 121, 30.3, 72, 0),
+    ("h100-pcie", 80, 756, 51, 350, 12)])
+def test_pro_and_inference_cards_as_their_datasheets(name, gib, tflops, fp32, watts, nvlinks):
+    g = gpu_catalog.gpu(name)
+    assert (g.memory_bytes, g.tdp_w, g.nvlink_links) == (gib * GiB, watts, nvlinks)
+    assert g.matmul_flops == pytest.approx(tflops * 1e12)
+    assert g.fp32_flops == pytest.approx(fp32 * 1e12)
+    assert "datasheet" in g.source
+
+
+@pytest.mark.parametrize("device, catalog, gib", [
+    ("NVIDIA GeForce RTX 4090", "rtx4090", None), ("NVIDIA A40", "a40", None),
+    ("NVIDIA GeForce RTX 3090 Ti", "rtx3090ti", None), ("NVIDIA GeForce RTX 3090", "rtx3090", None),
+    ("NVIDIA A100-SXM4-40GB", "a100-sxm4-80gb", 40), ("NVIDIA H100 80GB HBM3", "h100-sxm", None),
+    ("NVIDIA L4", "l4", None), ("NVIDIA L40S", "l40s", None),
+    ("Tesla V100-SXM2-32GB", "v100-sxm2", None),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000", None)])
+def test_device_names_as_cuda_prints_them(device, catalog, gib):
+    assert gpu_catalog.from_device_name(device) == (catalog, gib)
+    assert gpu_catalog.from_device_name("NVIDIA Quadro K600") is None
+
+
 def test_every_catalog_gpu_has_a_default_power_limit() -> None:
     assert all(g.tdp_w > 0 for g in gpu_catalog.GPUS.values())
 

@@ -4,6 +4,7 @@ parseList, connect.cc), and what they change in `collective` and `run`."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,9 @@ from simulator.nccl.communicator import Communicator
 from simulator.nccl.env import NcclEnv, strtoll
 from simulator.nccl.perf import time_alone
 from simulator.units import GiB, MiB
+
+TURIN = str(Path(__file__).resolve().parent.parent / "validation" / "topologies"
+            / "8xgb202-dual-turin-p2p.yaml")
 
 
 def machine(name: str, **env: str) -> Communicator:
@@ -101,14 +105,35 @@ def test_algo_and_proto_change_the_choice_and_say_so(capsys, monkeypatch, variab
 
 
 def test_min_channels_lifts_a_channel_bound_plateau():
-    """8x5090 over two sockets without P2P: NCCL's 2 channels bind at 23 GB/s; with
-    NCCL_MIN_NCHANNELS=8 host memory binds, at the 28 GB/s of NVIDIA/nccl#1639."""
+    """The dual-Turin P2P box: NCCL's fallback ring runs 2 channels of 256 threads, which bind;
+    NCCL_MIN_NCHANNELS=8 adds channels until the Gen5 links bind (validation/pcie-p2p.yaml)."""
+    default = time_alone(machine(TURIN), "allreduce", GiB)
+    eight = time_alone(machine(TURIN, NCCL_MIN_NCHANNELS="8"), "allreduce", GiB)
+    assert (default.n_channels, eight.n_channels) == (2, 8)
+    assert default.busbw_gbps < 0.55 * eight.busbw_gbps
+
+
+def test_host_memory_binds_the_shm_box_at_any_channel_count():
+    """8x5090 over two sockets without P2P, NVIDIA/nccl#1639's run (NCCL_NTHREADS=256
+    NCCL_MIN_NCHANNELS=8): 28 GB/s, host memory binding; NCCL's own 2 channels of 512 threads
+    carry as much, so they change nothing."""
     default = time_alone(machine("8x5090-dual-socket"), "allreduce", GiB)
-    eight = time_alone(machine("8x5090-dual-socket", NCCL_MIN_NCHANNELS="8"),
-                                 "allreduce", GiB)
+    run = machine("8x5090-dual-socket", NCCL_MIN_NCHANNELS="8", NCCL_NTHREADS="256")
+    eight = time_alone(run, "allreduce", GiB)
     assert (default.n_channels, eight.n_channels) == (2, 8)
     assert eight.busbw_gbps == pytest.approx(28.0, rel=0.10)
-    assert default.busbw_gbps < 0.9 * eight.busbw_gbps
+    assert default.busbw_gbps == pytest.approx(eight.busbw_gbps, rel=1e-6)
+    assert "mem:" in (eight.bottleneck_link or "")
+
+
+@pytest.mark.parametrize("value, threads", [("256", 256), ("100", 512), ("1024", 512),
+                                            ("32", 64), ("0", None), ("-1", None)])
+def test_nthreads_as_nccl_reads_it(value, threads):
+    """tuning.cc getNthreads: not a multiple of 32 or above 512 -> 512, below 64 -> 64, 0 or
+    less -> NCCL's default."""
+    env = NcclEnv.from_environ({"NCCL_NTHREADS": value})
+    assert env.threads(512, 512) == (threads or 512)
+    assert env.threads(256, 512) == (threads or 256)
 
 
 def test_shm_disable_falls_back_to_net_over_loopback():

@@ -16,6 +16,9 @@ import pytest
 from simulator.cli import main
 from simulator.outputs import nccl_tests
 
+TURIN = str(Path(__file__).resolve().parent.parent / "validation" / "topologies"
+            / "8xgb202-dual-turin-p2p.yaml")
+
 REAL = Path(__file__).parent / "fixtures" / "real-inputs"
 
 
@@ -123,9 +126,9 @@ def test_ignored_flags_are_said_once(capsys):
                      "-G", "0")
     said = [line for line in out.splitlines() if "ignored nccl-tests flags" in line]
     assert len(said) == 1
-    for flag in ("-n 50", "-w 10", "-N 1", "-z 0", "-G 0", "-t 1"):
+    for flag in ("-n 50", "-w 10", "-N 1", "-z 0", "-G 0"):
         assert flag in said[0]
-    assert "-g 8" not in said[0]  # -g picks the GPUs, as nccl-tests' -g does
+    assert "-g 8" not in said[0] and "-g 8 x -t 1: 8 GPUs" in out  # -g and -t count the GPUs
     assert "warmup iters: 10 iters: 50" in out
 
 
@@ -142,7 +145,9 @@ def test_stepsim_facts_are_comments_after_the_footer(capsys):
     footer = lines.index("#", lines.index("# Out of bounds values : 0 OK"))
     assert all(line.startswith("# stepsim: ") for line in lines[footer + 1:])
     assert any("Ring  Simple    4  P2P" in line for line in lines[footer + 1:])
-    assert any("channels bind" in line for line in lines[footer + 1:])
+    assert any("bottleneck at 1G" in line for line in lines[footer + 1:])
+    out = collective(capsys, "-t", TURIN, "--op", "allreduce", "-b", "1G")
+    assert "at 1G the 2 channels bind, not a link" in out  # 2 fallback channels of 256 threads
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -156,3 +161,23 @@ def test_bad_nccl_tests_flags_are_one_line(capsys, argv, message):
     assert main(base + argv) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and message in err
+
+
+def test_g_uses_the_first_n_gpus_as_nccl_tests_does(capsys):
+    """-g 2 on an 8-GPU topology: nccl-tests' 2 GPUs (per thread), the first two, said so."""
+    out = collective(capsys, "-t", "8x5090-switch-p2p", "--op", "all_reduce_perf", "-b", "8",
+                     "-e", "8G", "-f", "2", "-g", "2")
+    assert out.startswith("# nThread 1 nGpus 2 ")
+    assert out.count("rtx5090 (simulated)") == 2
+    assert "-g 2: 2 GPUs, the first of 8x5090-switch-p2p in its order (gpu0, gpu1)" in out
+    big = [line.split() for line in out.splitlines() if line.strip().startswith("8589934592")]
+    assert float(big[0][7]) == pytest.approx(float(big[0][6]))  # busbw = algbw on 2 GPUs
+    assert "ignored nccl-tests flags" not in out
+
+
+def test_g_times_threads_and_a_contradicting_gpus(capsys):
+    out = collective(capsys, "-t", "8x5090-switch", "-t", "2", "--op", "allreduce", "-g", "2")
+    assert "nGpus 4" in out and "-g 2 x -t 2: 4 GPUs" in out
+    assert main(["collective", "-t", "8x5090-switch", "--op", "allreduce", "-g", "2",
+                 "--gpus", "4"]) == 2
+    assert "-g 2 means 2 GPUs but --gpus says 4" in capsys.readouterr().err

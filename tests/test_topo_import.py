@@ -15,9 +15,10 @@ from simulator.inputs.config import load_topology
 from simulator.machine.topology import Machine
 
 REAL = Path(__file__).parent / "fixtures" / "real-inputs"
-# fixture -> the catalog GPU closest to the card in it (A100 40GB, A6000: their 80 GB / GA102 kin)
-MATRICES = {"A1": "rtx4090", "A12": "a100-sxm4-80gb", "A13": "h100-sxm", "A17": "rtx2080ti",
-            "A3": "rtx5090", "A6": "rtx5090", "A9": "rtx3090"}
+MADE = Path(__file__).parent / "fixtures" / "made"
+# fixture -> the catalog GPU of the card in it (A100 40GB: the 80 GB entry)
+MATRICES = {"A1": "rtx4090", "A12": "a100-sxm4-80gb", "A13": "h100-sxm", "A16": "a40",
+            "A17": "rtx2080ti", "A3": "rtx5090", "A6": "rtx-pro-6000", "A9": "rtx-a6000"}
 NCCL_NAME = {"X": "LOC", "NODE": "PHB"}
 
 
@@ -56,7 +57,7 @@ def test_nvswitch_when_nv_count_exceeds_the_cards_links(tmp_path):
 
 
 def test_an_nvlink_bridge_is_a_direct_link(tmp_path):
-    machine = _import(tmp_path, REAL / "A9.topo.txt", "rtx3090")
+    machine = _import(tmp_path, REAL / "A9.topo.txt", "rtx-a6000")
     (bridge,) = [lc for lc in machine.config.links if lc.kind == "nvlink"]
     assert (bridge.a, bridge.b, bridge.count, bridge.model) == ("gpu0", "gpu1", 4, "ampere-ga102")
 
@@ -87,18 +88,116 @@ def test_stdout_without_output_flag(capsys):
     assert data["name"] == "A3" and data["p2p"] is False
 
 
-def test_abbreviated_matrix_is_one_clear_line(tmp_path, capsys):
+def test_abbreviated_affinity_columns_import_with_a_warning(tmp_path, capsys):
+    """A16: its author replaced the columns after GPU7 by '...': the GPU block is whole."""
     out = tmp_path / "a16.yaml"
-    assert main(["topo", "import", str(REAL / "A16.topo.txt"), "--gpu", "a100-pcie-80gb",
-                 "-o", str(out)]) == 2
+    assert main(["topo", "import", str(REAL / "A16.topo.txt"), "--gpu", "a40",
+                 "-o", str(out)]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "A16.topo.txt:1: the matrix is abbreviated" in err[0]
-    assert not out.exists()
+    assert len(err) == 1 and "A16.topo.txt: warning: the columns after the devices are " \
+        "abbreviated" in err[0]
+    machine = Machine.from_config(load_topology(str(out)))
+    bridges = [(lc.a, lc.b, lc.model) for lc in machine.config.links if lc.kind == "nvlink"]
+    assert bridges == [(f"gpu{i}", f"gpu{i + 1}", "ampere-ga102") for i in (0, 2, 4, 6)]
+    assert [machine.local_cpu(r) for r in (0, 3, 4, 7)] == ["cpu0", "cpu0", "cpu1", "cpu1"]
+
+
+def test_abbreviated_device_columns_are_one_clear_line(tmp_path, capsys):
+    bad = tmp_path / "cut.txt"
+    bad.write_text("\tGPU0\t...\tGPU7\nGPU0\t X \t...\tSYS\n")
+    assert main(["topo", "import", str(bad), "--gpu", "a40"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cut.txt:1: the matrix is abbreviated" in err[0]
+
+
+def test_one_missing_row_is_read_from_its_column(tmp_path, capsys):
+    lines = (REAL / "A1.topo.txt").read_text().splitlines(keepends=True)
+    cut = tmp_path / "a1-cut.txt"
+    cut.write_text("".join(line for line in lines if not line.startswith("GPU5\t")))
+    out = tmp_path / "a1.yaml"
+    assert main(["topo", "import", str(cut), "--gpu", "rtx4090", "-o", str(out)]) == 0
+    assert "no row for GPU5: inferred from its column" in capsys.readouterr().err
+    whole = _import(tmp_path, REAL / "A1.topo.txt", "rtx4090")
+    cut_machine = Machine.from_config(load_topology(str(out)))
+    assert [[cut_machine.path_type(i, j) for j in range(8)] for i in range(8)] == \
+        [[whole.path_type(i, j) for j in range(8)] for i in range(8)]
+
+
+def test_nic_rows_are_kept_on_the_pcie_tree(tmp_path):
+    machine = _import(tmp_path, REAL / "A1.topo.txt", "rtx4090")
+    (nic,) = [n.id for n in machine.config.nodes if n.kind == "nic"]
+    assert nic == "mlx5_bond_0"
+    switch = next(lc.a for lc in machine.config.links if lc.b == "gpu0")
+    assert any({lc.a, lc.b} == {switch, nic} for lc in machine.config.links)  # GPU0's switch
+
+
+def test_a_mixed_box_takes_each_gpus_model_from_its_name(tmp_path, capsys):
+    """M1 (tests/fixtures/made): nvidia-smi -L names two 5090s and two 3090s; --cpu names the
+    Threadripper PRO, which sets host memory; the bridge joins the two 3090s only."""
+    out = tmp_path / "m1.yaml"
+    assert main(["topo", "import", str(MADE / "M1.topo.txt"), "--cpu",
+                 "amd-threadripper-pro-3000", "-o", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "2 x rtx5090, 2 x rtx3090" in said and "rtx3090 at GPU 2, 3" in said
+    data = yaml.safe_load(out.read_text())
+    assert data["gpu"] == "rtx5090"
+    assert [n.get("gpu") for n in data["nodes"] if n["kind"] == "gpu"] == \
+        [None, None, "rtx3090", "rtx3090"]
+    (cpu,) = [n for n in data["nodes"] if n["kind"] == "cpu"]
+    assert cpu["model"] == "amd-threadripper-pro-3000"
+    assert cpu["memory_bandwidth_gb_per_s"] == pytest.approx(0.8 * 8 * 3200 * 8 / 1000, abs=0.1)
+    machine = Machine.from_config(load_topology(str(out)))
+    assert [g.name for g in (machine.gpu_of(r) for r in range(4))] == \
+        ["rtx5090", "rtx5090", "rtx3090", "rtx3090"]
+    gens = {lc.b: lc.gen for lc in machine.config.links if lc.kind == "pcie"}
+    assert (gens["gpu0"], gens["gpu2"]) == (5, 4)  # each card's own PCIe generation
+    (bridge,) = [lc for lc in machine.config.links if lc.kind == "nvlink"]
+    assert (bridge.a, bridge.b, bridge.model) == ("gpu2", "gpu3", "ampere-ga102")
+    assert not machine.is_intel_cpu("cpu0")
+
+
+def test_the_cpu_assumed_is_named(tmp_path, capsys):
+    assert main(["topo", "import", str(MADE / "M1.topo.txt")]) == 0
+    text = capsys.readouterr().out
+    assert "#  - CPU intel-xeon-sapphire-rapids, an Intel Xeon" in text
+    assert "as the input names none" in text and "--cpu NAME sets yours" in text
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("0-2=rtx5090", "names no card for GPU 3"), ("0-3=rtx5090,3=rtx3090", "GPU3 is given twice"),
+    ("0-7=rtx5090", "the matrix has GPUs 0-3"), ("0-3=rtx9090", "unknown GPU 'rtx9090'"),
+    ("0:3=rtx5090", "expected NAME, or FIRST-LAST=NAME"),
+])
+def test_bad_gpu_ranges_are_one_line(capsys, spec, message):
+    assert main(["topo", "import", str(MADE / "M1.topo.txt"), "--gpu", spec]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and message in err
+
+
+def test_gpu_ranges_override_the_names(tmp_path):
+    machine = _import(tmp_path, MADE / "M1.topo.txt", "0-1=rtx4090,2-3=rtx-a6000")
+    assert [machine.gpu_of(r).name for r in range(4)] == ["rtx4090"] * 2 + ["rtx-a6000"] * 2
+
+
+def test_a_matrix_without_names_needs_gpu(capsys):
+    assert main(["topo", "import", str(REAL / "A3.topo.txt")]) == 2
+    assert "give --gpu NAME, or --gpu 0-3=rtx4090,4-7=rtx3090" in capsys.readouterr().err
+
+
+def test_h100_pcie_with_its_nvlink_bridge_imports(tmp_path):
+    text = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\n"
+            "GPU0\t X \tNV12\t0-31\t0\nGPU1\tNV12\t X \t0-31\t0\n")
+    path = tmp_path / "h100pcie.txt"
+    path.write_text(text)
+    machine = _import(tmp_path, path, "h100-pcie")
+    assert machine.path_type(0, 1) == "NVL"
+    (bridge,) = [lc for lc in machine.config.links if lc.kind == "nvlink"]
+    assert bridge.count == 12 and bridge.model is None  # NVLink4, 25 GB/s a link
 
 
 @pytest.mark.parametrize("text, message", [
     ("hello\n", "no `nvidia-smi topo -m` header"),
-    ("\tGPU0\tGPU1\nGPU0\t X \tPIX\n", "no row for GPU1"),
+    ("\tGPU0\tGPU1\tGPU2\nGPU0\t X \tPIX\tPIX\n", "no row for GPU1, GPU2"),
     ("\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU1\tPIX\n", "row GPU1 has 1 cells for 2 devices"),
     ("\tGPU0\tGPU1\nGPU0\t X \tFOO\nGPU1\tPIX\t X \n", "unknown relation 'FOO'"),
 ])
@@ -138,7 +237,7 @@ def test_nccl_xml_dump_keeps_speeds_nvswitch_and_cpu_model(tmp_path):
     counts = {lc.a: lc.count for lc in machine.config.links if lc.kind == "nvlink"}
     assert counts == {"gpu0": 18, "gpu1": 18, "gpu2": 18}  # 5 + 5 + 4 + 4 NVSwitch links
     (cpu,) = [n for n in machine.config.nodes if n.kind == "cpu"]
-    assert cpu.model == "emerald-rapids-upi"  # family 6, model 207 (topo.cc's rule)
+    assert cpu.model == "intel-xeon-emerald-rapids"  # family 6, model 207 (0xCF)
     assert all(machine.path_type(0, j) == "NVL" for j in (1, 2))
 
 
@@ -146,7 +245,10 @@ def test_nccl_topo_file_without_gpu_elements(tmp_path):
     machine = _import(tmp_path, REAL / "X1.nccl-topo.xml", "a100-sxm4-80gb")
     assert machine.n_gpus == 8
     assert machine.path_type(0, 1) == "PIX" and machine.path_type(0, 2) == "SYS"
-    assert {n.model for n in machine.config.nodes if n.kind == "cpu"} == {"amd-xgmi"}
+    # AMD family 23 model 49: Rome, with its xGMI2 socket links and memory
+    assert {n.model for n in machine.config.nodes if n.kind == "cpu"} == {"amd-epyc-7002"}
+    assert {lc.kind for lc in machine.config.links if lc.a.startswith("cpu")
+            and lc.b.startswith("cpu")} == {"xgmi"}
 
 
 def test_bad_xml_is_one_line(tmp_path, capsys):
@@ -158,7 +260,7 @@ def test_bad_xml_is_one_line(tmp_path, capsys):
 
 def test_nvlink_on_a_card_without_nvlink_is_an_error():
     matrix = nvidia_smi.parse((REAL / "A9.topo.txt").read_text())
-    with pytest.raises(InputError, match="rtx4090 has no NVLink"):
+    with pytest.raises(InputError, match="GPU0 is a rtx4090, which has no NVLink"):
         topo_import.from_matrix(matrix, topo_import.ImportOptions("rtx4090", "a9"), "A9")
 
 

@@ -18,6 +18,7 @@ from simulator.machine.topology import Machine
 from simulator.nccl import collectives, wire
 from simulator.nccl import tuning as nt
 from simulator.nccl.communicator import Communicator
+from simulator.nccl.env import NcclEnv
 from simulator.nccl.perf import time_alone
 from simulator.units import GB, GiB, KiB, MiB
 
@@ -39,14 +40,51 @@ def test_gb202_two_switch_p2p_allreduce(size, measured):
     assert r.transport == "P2P"
 
 
-def test_gb202_plateau_is_four_channels_at_their_cap():
+def test_gb202_plateau_is_its_links_not_its_channels():
+    """4 channels of 512 threads could carry twice the plateau: the Gen5 links bind, at the
+    share of their payload rate Simple P2P reaches on Gen5 (its own 1 GiB row)."""
     m = machine(GB202)
-    plan = collectives.plan(Communicator(m), "allreduce", GiB)
+    comm = Communicator(m)
+    plan = collectives.plan(comm, "allreduce", GiB)
     assert plan.n_channels == 4
-    assert plan.max_rate == pytest.approx(4 * Communicator(m).wire.simple_channel_cap_gbps * GB)
-    # the links alone would allow more: a Gen5 x16 hop at the PCIe Simple efficiency
-    link = m.links["gpu0->sw0"].capacity * Communicator(m).wire.p2p_pcie_simple_efficiency
-    assert plan.max_rate < link
+    assert plan.max_rate == pytest.approx(4 * comm.wire.simple_channel_cap_gbps * GB)
+    link = m.links["gpu0->sw0"].capacity * wire.P2P_SIMPLE_LINK_EFFICIENCY[5]
+    assert plan.max_rate > 1.5 * link
+    assert time_alone(comm, "allreduce", GiB).busbw_gbps == pytest.approx(link / GB, rel=0.01)
+
+
+TURIN = str(ROOT / "validation" / "topologies" / "8xgb202-dual-turin-p2p.yaml")
+
+
+def test_turin_fallback_runs_two_half_channels_that_bind():
+    """NCCL's search finds no ring over AMD's 16 GB/s socket link at sm120's speeds: one ring at
+    0.1 GB/s, doubled to 2 channels of 256 threads (tuning.cc L244-247); they, not the links,
+    set the 32 MiB row (voipmonitor/rtx6kpro: 22.2 GB/s); 8 channels lift it to the links."""
+    comm = Communicator(machine(TURIN))
+    assert comm.ring().fallback
+    plan = collectives.plan(comm, "allreduce", 32 * MiB)
+    assert (plan.protocol, plan.n_channels) == ("Simple", 2)
+    assert plan.max_rate == pytest.approx(comm.wire.simple_channel_cap_gbps * GB)  # 2 x half
+    assert time_alone(comm, "allreduce", 32 * MiB).busbw_gbps == pytest.approx(22.2, rel=0.02)
+    eight = Communicator(machine(TURIN), NcclEnv.from_environ({"NCCL_MIN_NCHANNELS": "8"}))
+    wide = time_alone(eight, "allreduce", GiB)
+    assert wide.n_channels == 8
+    link = machine(TURIN).links["gpu0->cpu0"].capacity * wire.P2P_SIMPLE_LINK_EFFICIENCY[5]
+    assert wide.busbw_gbps == pytest.approx(link / GB, rel=0.01)
+
+
+def test_two_socket_p2p_box_is_not_halved_by_its_two_channels():
+    """An Intel two-socket box with P2P: NCCL's ring is one channel at 20 GB/s (> PCI_BW), so
+    its 2 channels get 512 threads each and the Gen5 links, not the channels, bind."""
+    m = Machine.from_config(load_topology("8x5090-dual-socket").copy(p2p=True, p2p_level="SYS"))
+    comm = Communicator(m)
+    plan = collectives.plan(comm, "allreduce", GiB)
+    assert plan.n_channels == 2 and m.is_intel_cpu("cpu0")
+    assert nt.threads_per_channel(nt.Graph(8, comm.ring().n_channels,
+                                           comm.ring().channel_bandwidth / GB, False,
+                                           "blackwell"), "ring", "Simple") == 512
+    link = m.links["gpu0->cpu0"].capacity * wire.P2P_SIMPLE_LINK_EFFICIENCY[5]
+    assert time_alone(comm, "allreduce", GiB).busbw_gbps == pytest.approx(link / GB, rel=0.05)
 
 
 def test_latency_us_on_a_link_changes_the_time(tmp_path):
@@ -87,6 +125,9 @@ def test_channel_cap_binds_only_off_nvlink():
     assert plan.max_rate > 1000 * GB  # NVLink: no PCIe channel cap
     plan = collectives.plan(Communicator(machine("8x5090-switch-p2p")), "allreduce", GiB)
     assert plan.max_rate == pytest.approx(plan.n_channels * wire.SIMPLE_CHANNEL_CAP_GBPS * GB)
+    # the per-channel throughput is what the Turin box's two 256-thread channels reach
+    cap = wire.SIMPLE_CHANNEL_CAP_GBPS  # 2 x 256 threads = one channel of 512, plus start-up
+    assert cap == pytest.approx(22.2, rel=0.03)
 
 
 def test_wire_parameters_never_change_nccls_choices():

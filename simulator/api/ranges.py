@@ -12,10 +12,12 @@ mechanism (each alone at its slow end) says which one dominates the width.
 
 Spreads: a mechanism measured and fitted on this very box (its points fixed a constant) keeps
 that box's own residuals; one the topology's ``calibration`` fitted (``stepsim calibrate``)
-gets twice the fit's rms error either way, or where the fit states none, the within-box scatter
-left on the boxes we have (each box's residuals about their own middle); any other gets the
-spread over all boxes. Every spread includes 1 (the model as it is) and at least
-``NOISE_FLOOR`` either way. docs/accuracy.md explains the method.
+gets twice the fit's rms error either way (the residual of every row of the logs that mechanism
+carries, fitted or predicted: what the fit explains), or where the fit states none, the
+within-box scatter left on the boxes we have (each box's residuals about their own middle); any
+other gets the spread over all boxes. A forced fit (the logs contradicted the machine) and a
+mechanism with a value on its physical bound narrow nothing. Every spread includes 1 (the model
+as it is) and at least ``NOISE_FLOOR`` either way. docs/ranges.md explains the method.
 """
 
 from __future__ import annotations
@@ -161,9 +163,12 @@ def calibrated_mechanisms(machine: Machine, workload: str | None = None
     if calibration is None:
         return {}
     out: dict[str, float | None] = {}
-    for fit in calibration.fitted:
+    # a forced fit described another machine, a value on its bound what the model could not
+    # explain: neither narrows the mechanism's range
+    bound = {CALIBRATES.get(f.parameter) for f in calibration.fitted if f.at_bound}
+    for fit in calibration.fitted if not calibration.forced else []:
         mechanism = CALIBRATES.get(fit.parameter)
-        if mechanism is None:
+        if mechanism is None or mechanism in bound:
             continue
         rms = fit.rms_error
         previous = out.get(mechanism)

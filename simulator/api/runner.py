@@ -106,6 +106,9 @@ def calibration_summary(machine: Machine, workload: str) -> dict[str, Any]:
     others = sorted({c.workload for c in calibration.compute} - {workload})
     return {"source": calibration.source,
             "fitted": {f.parameter: f.value for f in calibration.fitted},
+            # the logs contradicted the machine and were fitted anyway (--force)
+            "forced": calibration.forced or None,
+            "at_bound": {f.parameter: f.at_bound for f in calibration.fitted if f.at_bound},
             "compute_achieved_fraction": {c.gpu: c.achieved_fraction for c in compute} or None,
             "compute_calibrated_for_other_workloads": others}
 

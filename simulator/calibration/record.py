@@ -30,8 +30,9 @@ HEADER = ("# calibration: written by `stepsim calibrate` (values fitted to this 
 
 def merged(old: CalibrationConfig | None, *, source: str | None = None,
            fitted: list[FittedValue] | None = None, left: list[UnfittedValue] | None = None,
-           compute: ComputeCalibration | None = None) -> CalibrationConfig:
-    """``old`` with a new collective fit and/or a new measured step."""
+           compute: ComputeCalibration | None = None, forced: str = "") -> CalibrationConfig:
+    """``old`` with a new collective fit (and whether it was forced) and/or a new measured
+    step."""
     base = old or CalibrationConfig()
     entries = list(base.compute)
     if compute is not None:
@@ -40,6 +41,7 @@ def merged(old: CalibrationConfig | None, *, source: str | None = None,
     sources = [s for s in (base.source if fitted is None else "", source or "") if s]
     return CalibrationConfig(
         source="; ".join(dict.fromkeys(sources)),
+        forced=base.forced if fitted is None else forced,
         fitted=base.fitted if fitted is None else fitted,
         left_at_default=base.left_at_default if left is None else left, compute=entries)
 

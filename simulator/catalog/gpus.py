@@ -124,8 +124,10 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
         "plain matmul: zzc0721/torch-performance-test-data issue 79 (bf16 8192, PyTorch 2.7: "
         "797.5 TFLOPS)", 30000, plain_matmul_flops=797.5 * _T,
         fp32_flops=67 * _T, tdp_w=700),  # H100 datasheet: FP32 67 TFLOPS
-    GPU("h100-pcie", "hopper", 90, 114, 80 * GiB, 2000 * GB, 756 * _T, None, 0, 5,
-        "H100 PCIe datasheet (756 TFLOPS dense BF16, 2.0 TB/s, 350 W)", 25000,
+    GPU("h100-pcie", "hopper", 90, 114, 80 * GiB, 2000 * GB, 756 * _T, None, 12, 5,
+        "H100 PCIe datasheet (756 TFLOPS dense BF16, 2.0 TB/s, 350 W); H100 PCIe product brief "
+        "PB-11133-001 (NVLink bridge between two cards, 600 GB/s bidirectional = 12 NVLink4 "
+        "links)", 25000,
         fp32_flops=51 * _T, tdp_w=350),  # H100 PCIe datasheet: FP32 51 TFLOPS
     GPU("h100-nvl", "hopper", 90, 132, 94 * GiB, 3900 * GB, 835 * _T, None, 12, 5,
         "H100 NVL product brief (94 GB HBM3, 3.9 TB/s, 835 TFLOPS dense BF16 = half of 1671 "
@@ -155,6 +157,24 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
         "NVIDIA RTX A6000 datasheet (48 GB GDDR6, 768 GB/s, 309.7 tensor TFLOPS with sparsity "
         "= 154.8 dense, 300 W, 2-way NVLink bridge 112.5 GB/s: link model ampere-ga102)", 4650,
         fp32_flops=38.7 * _T, tdp_w=300),  # RTX A6000 datasheet: FP32 38.7 TFLOPS
+    GPU("a40", "ampere", 86, 84, 48 * GiB, 696 * GB, 149.7 * _T, None, 4, 4,
+        "NVIDIA A40 datasheet (48 GB GDDR6, 696 GB/s, BF16 tensor 149.7 TFLOPS dense = half of "
+        "299.4 with sparsity, 300 W, PCIe Gen4 x16, 2-way NVLink bridge 112.5 GB/s: link model "
+        "ampere-ga102)",
+        fp32_flops=37.4 * _T, tdp_w=300),  # A40 datasheet: FP32 37.4 TFLOPS
+    GPU("rtx-a5000", "ampere", 86, 64, 24 * GiB, 768 * GB, 111.1 * _T, None, 4, 4,
+        "NVIDIA RTX A5000 datasheet (24 GB GDDR6, 768 GB/s, 222.2 tensor TFLOPS with sparsity "
+        "= 111.1 dense, 230 W, PCIe Gen4 x16, 2-way NVLink bridge 112.5 GB/s: link model "
+        "ampere-ga102)", 2250,
+        fp32_flops=27.8 * _T, tdp_w=230),  # RTX A5000 datasheet: FP32 27.8 TFLOPS
+    GPU("rtx-a4000", "ampere", 86, 48, 16 * GiB, 448 * GB, 76.7 * _T, None, 0, 4,
+        "NVIDIA RTX A4000 datasheet (16 GB GDDR6, 448 GB/s, 153.4 tensor TFLOPS with sparsity "
+        "= 76.7 dense, 140 W, PCIe Gen4 x16, no NVLink)", 1000,
+        fp32_flops=19.2 * _T, tdp_w=140),  # RTX A4000 datasheet: FP32 19.2 TFLOPS
+    GPU("l4", "ada", 89, 58, 24 * GiB, 300 * GB, 121 * _T, None, 0, 4,
+        "NVIDIA L4 datasheet (24 GB GDDR6, 300 GB/s, BF16 tensor 242 TFLOPS with sparsity = "
+        "121 dense, 72 W, PCIe Gen4 x16, no NVLink)",
+        fp32_flops=30.3 * _T, tdp_w=72),  # L4 datasheet: FP32 30.3 TFLOPS
 )}
 
 
@@ -178,7 +198,38 @@ PRICE_SOURCES: dict[str, str] = {
     "rtx6000-ada": "NVIDIA list price at launch, about $6,800, 2022-12",
     "rtx-pro-6000": "retail price at launch, about $8,500, 2025-04 (Workstation Edition)",
     "rtx-a6000": "NVIDIA list price at launch, $4,650, 2020-10",
+    "rtx-a5000": "NVIDIA list price at launch, $2,250, 2021-04",
+    "rtx-a4000": "NVIDIA list price at launch, $1,000, 2021-04",
 }
+
+# The names CUDA and nvidia-smi give each card (nvidia-smi -L, nccl-tests' `Using devices`),
+# lower case, longest first so "rtx 3090 ti" is not read as "rtx 3090"; the value is a catalog
+# name, with the memory in GiB where the card is a smaller-memory variant of that entry.
+DEVICE_NAMES: tuple[tuple[str, str, float | None], ...] = (
+    ("geforce rtx 2080 ti", "rtx2080ti", None), ("geforce rtx 3090 ti", "rtx3090ti", None),
+    ("geforce rtx 3090", "rtx3090", None), ("geforce rtx 4090", "rtx4090", None),
+    ("geforce rtx 5090", "rtx5090", None), ("rtx pro 6000 blackwell", "rtx-pro-6000", None),
+    ("rtx 6000 ada", "rtx6000-ada", None), ("rtx a6000", "rtx-a6000", None),
+    ("rtx a5000", "rtx-a5000", None), ("rtx a4000", "rtx-a4000", None),
+    ("a100-sxm4-80gb", "a100-sxm4-80gb", None), ("a100-sxm4-40gb", "a100-sxm4-80gb", 40),
+    ("a100 80gb pcie", "a100-pcie-80gb", None), ("a100-pcie-40gb", "a100-pcie-80gb", 40),
+    ("a800 80gb pcie", "a100-pcie-80gb", None), ("h100 80gb hbm3", "h100-sxm", None),
+    ("h100 pcie", "h100-pcie", None), ("h100 nvl", "h100-nvl", None), ("h200", "h200", None),
+    ("b200", "b200", None), ("l40s", "l40s", None), ("a40", "a40", None), ("l4", "l4", None),
+    ("v100-sxm2", "v100-sxm2", None),
+)
+
+
+def from_device_name(name: str) -> tuple[str, float | None] | None:
+    """The catalog entry (and a smaller memory in GiB, if any) of a device name as CUDA prints
+    it ("NVIDIA GeForce RTX 4090", "NVIDIA A100-SXM4-40GB"); None if the catalog has no such
+    card."""
+    text = " ".join(name.lower().replace("nvidia", " ").replace("tesla", " ").split())
+    for pattern, catalog, memory in DEVICE_NAMES:
+        rest = text[len(pattern):]
+        if text.startswith(pattern) and not rest[:1].isalnum():
+            return catalog, memory
+    return None
 
 
 def gpu(name: str) -> GPU:

@@ -63,21 +63,48 @@ class SocketLink:
 # NCCL believes much less (it models cross-socket GPU peer traffic); two measurements say the
 # physical rate is what staged traffic sees: dual-turin cross-NUMA P2P 50-51 GB/s against
 # NCCL's 16, and a100-nvlink-pair-then-sys 20 GB/s busbw across the socket link against its 10.
+# Latency, one way, beyond the PCIe hops on either side, from published measurements:
+# - xGMI: GPU P2P write latency on dual EPYC Turin (voipmonitor/rtx6kpro hardware/pcie-bandwidth
+#   .md, purplepow3r's p2pBandwidthLatencyTest matrix): cross-NUMA pairs 0.36-0.44 us, mean
+#   0.393, same-NUMA 0.36-0.38, mean 0.368: the socket link adds 0.025 us;
+# - QPI/UPI: Intel Memory Latency Checker on Xeon E7-4800 (Intel blog "Memory Latencies on Intel
+#   Xeon Processor E5-4600 and E7-4800 product families", 2014-01-28): a load from the other
+#   socket's memory takes 194-202 ns against 135 ns locally, about 60 ns more for a round trip
+#   over one QPI hop: 0.03 us one way. No newer published figure per UPI generation was found.
+_XGMI_HOP = (0.393 - 0.368) * US
+_UPI_HOP = 0.03 * US
 SOCKET_LINKS: dict[str, SocketLink] = {s.name: s for s in (
-    SocketLink("broadwell-qpi", 2 * 9.6e9 * 2, 6 * GB, 0.5 * US,
+    SocketLink("broadwell-qpi", 2 * 9.6e9 * 2, 6 * GB, _UPI_HOP,
                "Xeon E5 v4: 2 QPI links at 9.6 GT/s; NCCL topo.h BDW_QPI_BW"),
-    SocketLink("skylake-upi", 3 * 10.4e9 * 2, 10 * GB, 0.5 * US,
+    SocketLink("skylake-upi", 3 * 10.4e9 * 2, 10 * GB, _UPI_HOP,
                "Xeon Scalable Gold/Platinum: 3 UPI links at 10.4 GT/s; NCCL topo.h SKL_QPI_BW"),
-    SocketLink("sapphire-rapids-upi", 3 * 16e9 * 2, 22 * GB, 0.5 * US,
+    SocketLink("sapphire-rapids-upi", 3 * 16e9 * 2, 22 * GB, _UPI_HOP,
                "4th-gen Xeon Gold: 3 UPI 2.0 links at 16 GT/s (Platinum has 4); "
                "NCCL topo.h SRP_QPI_BW"),
-    SocketLink("emerald-rapids-upi", 3 * 20e9 * 2, 40 * GB, 0.5 * US,
+    SocketLink("emerald-rapids-upi", 3 * 20e9 * 2, 40 * GB, _UPI_HOP,
                "5th-gen Xeon Gold: 3 UPI 2.0 links at 20 GT/s; NCCL topo.h ERP_QPI_BW"),
-    SocketLink("amd-xgmi", 3 * 32e9 * 16 / 8, 16 * GB, 0.5 * US,
+    SocketLink("ice-lake-upi", 3 * 11.2e9 * 2, 10 * GB, _UPI_HOP,
+               "3rd-gen Xeon Gold: 3 UPI links at 11.2 GT/s; NCCL topo.h SKL_QPI_BW (model 0x6A "
+               "is above SKL's 0x55, below SRP's 0x8F)"),
+    SocketLink("granite-rapids-upi", 6 * 24e9 * 2, 22 * GB, _UPI_HOP,
+               "Xeon 6900P: 6 UPI 2.0 links at 24 GT/s; NCCL topo.h SRP_QPI_BW (model 0xAD is "
+               "above SRP's 0x8F, below ERP's 0xCF)"),
+    SocketLink("amd-xgmi", 3 * 32e9 * 16 / 8, 16 * GB, _XGMI_HOP,
                "EPYC 9004/9005: 3 xGMI x16 links at 32 Gb/s per lane (the 4th often serves "
                "PCIe); NCCL topo.h AMD_BW"),
+    SocketLink("amd-xgmi2", 4 * 16e9 * 16 / 8, 16 * GB, _XGMI_HOP,
+               "EPYC 7002/7003: 4 xGMI x16 links at 16 Gb/s per lane; NCCL topo.h AMD_BW"),
 )}
 DEFAULT_SOCKET_LINK = {"upi": "sapphire-rapids-upi", "xgmi": "amd-xgmi"}
+
+
+def socket_link(name: str) -> SocketLink | None:
+    """A socket link by its own name, or by the name of a CPU family (cpus.py) that has it."""
+    from simulator.catalog.cpus import CPUS
+
+    if name in CPUS:
+        return SOCKET_LINKS[CPUS[name].socket_link]
+    return SOCKET_LINKS.get(name)
 
 # Host memory bandwidth per socket available to staged copies, when the topology gives none:
 # 8 channels of DDR5-4800 = 307 GB/s peak; STREAM-copy reaches about 80% of peak.

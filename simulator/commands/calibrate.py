@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,9 @@ def add_parser(subparsers: Any) -> None:
                         help="a measured training step of the job given by -w")
     parser.add_argument("-o", "--output", metavar="OUT.yaml",
                         help="write the calibrated topology here")
+    parser.add_argument("--force", action="store_true",
+                        help="fit logs that contradict the topology (another transport, GPU "
+                             "model or link rate than it gives); the result says it was forced")
     parser.add_argument("-t", "--topology", required=True, help="topology YAML or preset name")
     parser.add_argument("-w", "--workload", help="the job --step-time measured (YAML or preset)")
     parser.add_argument("-s", "--strategy", default="ddp", help="as in `stepsim run` (ddp)")
@@ -65,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
     with api.blame(args.topology, "topologies"):
         comm = api.load_communicator(args.topology, nnodes=nnodes)
     calibration = comm.machine.calibration
+    report: list[str] = []
     if args.logs:
-        calibration = _fit_logs(args, comm, calibration)
+        calibration, report = _fit_logs(args, comm, calibration)
     if args.step_time is not None:
         spec = api.RunSpec(
             args.topology, args.workload, api.check_strategy(args.strategy),
@@ -75,21 +80,24 @@ def run(args: argparse.Namespace) -> int:
             grad_accum=positive_int(args.grad_accum, "--grad-accum"),
             seq_len=positive_int(args.seq_len, "--seq-len"))
         step = compute_step.fit(spec, args.step_time)
-        print(f"compute: {step.workload} on {step.gpu} reaches {step.achieved_fraction:.1%} of "
-              f"the modelled speed ({step.source})")
+        report.append(f"compute: {step.workload} on {step.gpu} reaches "
+                      f"{step.achieved_fraction:.1%} of the modelled speed ({step.source})")
         calibration = record.merged(calibration, compute=step,
                                     source=f"stepsim calibrate --step-time {args.step_time:g}")
-    if args.output:
+    if args.output:  # written before anything is printed: `calibrate ... -o X | head` keeps X
         assert calibration is not None
         record.write(args.topology, calibration, args.output)
-        print(f"wrote {args.output}: {args.topology} with its calibration block")
+        report.append(f"wrote {args.output}: {args.topology} with its calibration block")
     else:
-        print("(give -o OUT.yaml to write the calibrated topology)")
+        report.append("(give -o OUT.yaml to write the calibrated topology)")
+    for line in report:
+        print(line)
     return 0
 
 
-def _fit_logs(args: argparse.Namespace, comm: api.Communicator, old: Any) -> Any:
-    from simulator.calibration import collectives_fit, record
+def _fit_logs(args: argparse.Namespace, comm: api.Communicator, old: Any
+              ) -> tuple[Any, list[str]]:
+    from simulator.calibration import checks, collectives_fit, record
 
     fit_max = parse_size(args.fit_max) if args.fit_max else None
     logs = []
@@ -99,37 +107,78 @@ def _fit_logs(args: argparse.Namespace, comm: api.Communicator, old: Any) -> Any
         except OSError as exc:
             raise InputError(f"cannot read the file: {exc.strerror or exc}",
                              file=name) from None
-        logs.append(nccl_tests_log.parse(text, name))
-    result = collectives_fit.fit(comm, logs, fit_max)
-    for log in logs:
-        print(f"{Path(log.source).name}: {log.op} on {log.gpus} GPUs, {len(log.rows)} sizes"
-              + (f", fitted up to {format_size(fit_max)}" if fit_max else ""))
-        print(f"  {'size':>12}  {'measured':>9}  {'fitted':>9}  {'error':>7}  (busbw GB/s)")
-        for row in (r for r in result.rows if r.log == log.source):
-            print(f"  {row.bytes:>12}  {row.measured_busbw:>9.2f}  {row.fitted_busbw:>9.2f}  "
-                  f"{row.error:>+7.1%}  {row.role}")
-    scope = ", ".join(f"{Path(log.source).name} ({log.op}, {log.gpus} GPUs)" for log in logs)
+        log = nccl_tests_log.parse(text, name)
+        if (warning := log.warning()) is not None:
+            print(f"{name}: warning: {warning}", file=sys.stderr)
+        logs.append(log)
+    runs = [checks.run_of(log, comm, args.topology) for log in logs]
+    problems = [p for run in runs for p in checks.contradictions(run, args.topology)]
+    if problems and not args.force:
+        raise InputError(f"{problems[0]} (--force fits it anyway)")
+    for problem in problems:
+        print(f"warning: forced: {problem}", file=sys.stderr)
+    result = collectives_fit.fit(runs, fit_max)
+    lines = []
+    for run in runs:
+        lines += _describe(run, args.topology, fit_max, result)
+        lines.append(f"  {'size':>12}  {'measured':>9}  {'fitted':>9}  {'error':>7}  (busbw GB/s)")
+        lines += [f"  {row.bytes:>12}  {row.measured_busbw:>9.2f}  {row.fitted_busbw:>9.2f}  "
+                  f"{row.error:>+7.1%}  {row.role}" for row in result.rows if row.log == run.name]
+    scope = ", ".join(f"{Path(r.name).name} ({r.log.op}, {len(r.ranks)} GPUs)" for r in runs)
     sizes = f"sizes up to {format_size(fit_max)}" if fit_max else "all sizes"
     source = f"least squares on {scope}, {sizes}"
-    print(f"fitted ({source}; rms error {result.rms_error:.1%}):")
+    n_fit = sum(1 for r in result.rows if r.role == "fit")
+    rounds = (f"settled after {result.rounds} round{'s' if result.rounds > 1 else ''}"
+              if result.settled else f"alternated over {result.rounds} rounds; the better fit "
+              "kept")
+    lines.append(f"fitted ({source}; rms error {result.rms_error:.1%} over the {n_fit} fitted "
+                 f"rows above; the parameters that bind {rounds}):")
     fitted = []
     for name, value in result.fitted.items():
         default = result.defaults.get(name)
-        unit = CALIBRATION_PARAMETERS[name][1]
-        print(f"  {name:<28} {_show(default):>9} -> {value:9.4g} {unit}   "
-              f"({CALIBRATION_PARAMETERS[name][0]})")
-        fitted.append(FittedValue(parameter=name, value=round(value, 6),
-                                  default=None if default is None or not math.isfinite(default)
-                                  else round(default, 6),
-                                  source=source, rms_error=round(result.rms_error, 4)))
+        meaning, unit = CALIBRATION_PARAMETERS[name]
+        bound = result.bounds[name]
+        lines.append(f"  {name:<28} {_show(default):>9} -> {value:9.4g} {unit:<4} in "
+                     f"{bound.text(unit):<16} ({meaning})")
+        where = result.at_bound.get(name)
+        if where is not None:
+            means = bound.low_means if where == "floor" else bound.high_means
+            lines.append(f"    at its {where}: {means}; it narrows no range")
+        fitted.append(FittedValue(
+            parameter=name, value=round(value, 6),
+            default=None if default is None or not math.isfinite(default) else round(default, 6),
+            source=source, rms_error=round(result.rms_of(name), 4),
+            low=round(bound.low, 6), high=round(bound.high, 6), at_bound=where))
     if not fitted:
-        print("  nothing: no parameter is determined by these rows")
-    print("left at stepsim's defaults:")
+        lines.append("  nothing: no parameter is determined by these rows")
+    lines.append("left at stepsim's defaults:")
     left = [UnfittedValue(parameter=name, reason=why) for name, why in result.left.items()]
-    for item in left:
-        print(f"  {item.parameter:<28} {item.reason}")
+    lines += [f"  {item.parameter:<28} {item.reason}" for item in left]
+    forced = "; ".join(problems)
+    if forced:
+        lines.append(f"forced: {forced}")
     return record.merged(old, source=f"stepsim calibrate: {scope}, {sizes}", fitted=fitted,
-                         left=left)
+                         left=left, forced=forced), lines
+
+
+def _describe(run: Any, topology: str, fit_max: int | None, result: Any) -> list[str]:
+    """What the log is and how it ran: its GPUs of the topology, NCCL, its variables."""
+    log = run.log
+    nodes = ", ".join(run.comm.machine.gpu_nodes[r] for r in run.ranks)
+    head = (f"{Path(log.source).name}: {log.op} on {len(run.ranks)} GPUs of {topology} "
+            f"({nodes}: {run.chosen_by}), {len(log.rows)} rows"
+            + (f", fitted up to {format_size(fit_max)}" if fit_max else ""))
+    ran = [f"NCCL {log.nccl_version}" if log.nccl_version else "NCCL version not in the log",
+           f"as run with {run.comm.env.line()}" if run.comm.env.active
+           else "no NCCL_* variable in the log"]
+    if log.transports:
+        ran.append(f"NCCL's lines say {'/'.join(sorted(log.transports))}")
+    lines = [head, f"  {'; '.join(ran)}"]
+    total, used = result.thinned.get(run.name, (0, 0))
+    if used < total:
+        lines.append(f"  {total} sizes: the fit and the table use {used}, evenly spaced in log "
+                     "size")
+    return lines
 
 
 def _show(value: float | None) -> str:

@@ -1,14 +1,15 @@
 """`stepsim collective`: one collective over a size range, printed exactly as nccl-tests does.
 
 Flags are nccl-tests' where they mean something to a simulation (``-b -e -f -i`` sizes, ``-d``
-datatype, ``-o`` reduction, ``-c 0`` for ``#wrong`` N/A, ``-g`` GPUs of each process: of each
-box with ``--nnodes N``, as ``mpirun -np N ... -g G`` runs it); ``-n -w -m -N -z -G`` and an
-integer ``-t`` (nccl-tests' threads; any other ``-t`` is the topology) are accepted and named
-once as ignored. ``--op`` takes the collective or the nccl-tests binary name. NCCL's
-environment variables (NCCL_P2P_DISABLE, NCCL_ALGO, ...) apply as NCCL reads them, and the
-``# stepsim:`` lines after nccl-tests' footer say what they changed, with the algorithm,
-protocol, channels and transport of every size and the busiest link. ``--json`` prints one
-object per size (a list for a range), with the keys of design.md.
+datatype, ``-o`` reduction, ``-c 0`` for ``#wrong`` N/A, ``-g`` GPUs: nccl-tests runs on
+``-g`` GPUs per thread times its threads, an integer ``-t``, the first of the machine, in its
+order, as ``--gpus``; with ``--nnodes N`` that many in each box, as ``mpirun -np N ... -g G``
+runs it); ``-n -w -m -N -z -G`` are accepted and named once as ignored. ``--op``
+takes the collective or the nccl-tests binary name. NCCL's environment variables
+(NCCL_P2P_DISABLE, NCCL_ALGO, ...) apply as NCCL reads them, and the ``# stepsim:`` lines after
+nccl-tests' footer say what they changed, with the algorithm, protocol, channels and transport
+of every size and the busiest link. ``--json`` prints one object per size (a list for a range),
+with the keys of design.md.
 """
 
 from __future__ import annotations
@@ -56,14 +57,13 @@ def add_parser(subparsers: Any) -> None:
                              f"({', '.join(nccl_tests.REDOPS)})")
     parser.add_argument("--gpus", type=whole(1, MAX_GPUS), default=None,
                         help="use the first K GPUs (of each box with --nnodes)")
-    parser.add_argument("-g", "--ngpus", type=whole(1, MAX_GPUS), default=None,
-                        help="nccl-tests' GPUs per process: the first G GPUs of each box")
     parser.add_argument("--nnodes", type=whole(1, MAX_BOXES), default=None,
                         help="boxes joined by the topology's network (default: its nnodes); "
                              "nccl-tests' output for the whole job, as mpirun -np N would print")
     parser.add_argument("--algo", default="auto", help="ring | tree | auto (NCCL's choice)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--nthreads", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("-g", "--ngpus", type=int, default=None, help=argparse.SUPPRESS)
     for short, long in IGNORED:
         parser.add_argument(short, long, type=int, default=None, dest=long.lstrip("-"),
                             help=argparse.SUPPRESS)
@@ -78,6 +78,21 @@ def _topology(values: list[str]) -> tuple[str, list[str]]:
         raise InputError("give exactly one -t TOPOLOGY (a preset or YAML); an integer -t is "
                          "nccl-tests' thread count")
     return names[0], threads
+
+
+def _gpus(args: argparse.Namespace, threads: list[str]) -> int | None:
+    """--gpus K, or nccl-tests' -g (GPUs per thread) times its -t threads: the same K."""
+    if args.ngpus is None:
+        return args.gpus  # type: ignore[no-any-return]
+    if args.ngpus < 1:
+        raise InputError(f"-g {args.ngpus}: nccl-tests needs at least 1 GPU per thread")
+    total = args.ngpus
+    for t in threads:
+        total *= max(1, int(t))
+    if args.gpus is not None and args.gpus != total:
+        raise InputError(f"-g {args.ngpus} means {total} GPUs but --gpus says {args.gpus}; give "
+                         "one of them")
+    return total
 
 
 def sizes(args: argparse.Namespace) -> tuple[list[int], int, bool]:
@@ -126,12 +141,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"-o: unknown reduction {quoted(args.redop)}; nccl-tests knows "
                          f"{', '.join(nccl_tests.REDOPS)}")
     topology, threads = _topology(args.topology)
+    gpus = _gpus(args, threads)
     requested, step, is_factor = sizes(args)
     env = env_of(os.environ)
-    if args.ngpus is not None and args.gpus is not None and args.ngpus != args.gpus:
-        raise InputError(f"-g {args.ngpus} and --gpus {args.gpus}: both pick the GPUs of each "
-                         "box; give one")
-    gpus = args.gpus if args.gpus is not None else args.ngpus
     with api.blame(topology, "topologies"):
         comm = api.load_communicator(topology, gpus, env=env, nnodes=args.nnodes)
     machine = comm.machine
@@ -169,8 +181,16 @@ def run(args: argparse.Namespace) -> int:
         validation=echo("-c", 1), graph=echo("-G", 0),
         device_name=f"{machine.gpu.name} (simulated)", boxes=machine.nnodes)
     with api.blame(topology, "topologies"):  # paths and rings are found on demand
+        counted = threads if args.ngpus is None else []  # with -g, -t counts the GPUs
         notes = _notes(topology, gpus, args.nnodes, comm, op, args.algo, results, given,
-                       threads + ([str(args.nthreads)] if args.nthreads is not None else []))
+                       counted + ([str(args.nthreads)] if args.nthreads is not None else []))
+        if args.ngpus is not None:  # which GPUs nccl-tests' -g means here
+            chosen = ", ".join(comm.machine.gpu_nodes[:comm.machine.gpus_per_box])
+            each = " of each box" if comm.machine.nnodes > 1 else ""
+            notes.insert(1, f"-g {args.ngpus}" + (f" x -t {' x '.join(threads)}" if threads
+                                                  else "") +
+                         f": {comm.machine.gpus_per_box} GPUs{each}, the first of {topology} "
+                         f"in its order ({chosen}), as nccl-tests numbers them")
     print(nccl_tests.render(header, op, args.datatype, args.redop, rows, notes,
                             check=given["-c"] != 0))
     return 0
@@ -190,7 +210,7 @@ def _notes(topology: str, gpus: int | None, nnodes: int | None, comm: api.Commun
     flags += [f"-t {t}" for t in threads]
     if flags:
         notes.append(f"ignored nccl-tests flags: {' '.join(flags)} (a simulation runs no "
-                     "threads, iterations, graphs or data checks; -g or --gpus K picks GPUs)")
+                     "threads, iterations, graphs or data checks; -g or --gpus picks GPUs)")
     if comm.env.active:  # what NCCL would choose without the variables
         plain = api.load_communicator(topology, gpus, nnodes=nnodes)
         baseline = api.collective(api.CollectiveSpec(topology, op, tuple(r.bytes for r in results),
@@ -217,4 +237,6 @@ def _notes(topology: str, gpus: int | None, nnodes: int | None, comm: api.Commun
                      f"{machine.describe(last.bottleneck_link)}")
     if machine.calibration is not None:
         notes.append(f"calibrated machine: {machine.calibration.source or 'stepsim calibrate'}")
+        if machine.calibration.forced:
+            notes.append(f"calibration forced: {machine.calibration.forced}")
     return notes

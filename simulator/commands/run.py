@@ -322,6 +322,11 @@ def print_text(result: RunResult, out: Any = None) -> None:
         console.print(f"calibrated machine ({cal['source'] or 'stepsim calibrate'}): "
                       + (", ".join(f"{k} {v:.3g}" for k, v in cal["fitted"].items())
                          or "no collective parameter fitted"))
+        if cal.get("forced"):
+            console.print(f"  forced: {cal['forced']}; its ranges take nothing from this fit")
+        for name, where in (cal.get("at_bound") or {}).items():
+            console.print(f"  {name} ended on its physical {where}: the model could not "
+                          "explain those rows, so it narrows no range")
         if cal["compute_achieved_fraction"]:
             console.print("  compute from a measured step of this job: " + ", ".join(
                 f"{gpu} at {f:.0%} of the modelled speed"

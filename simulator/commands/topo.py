@@ -3,8 +3,11 @@
 Prints, per GPU pair, the path type, the transport and the bottleneck bandwidth of a lone
 transfer (GB/s, physical), then the ring NCCL would build with its channels. A machine of more
 than ``MATRIX_GPUS`` GPUs gets the pairs counted by kind instead of matrices no one reads
-(``--json`` keeps every pair). ``--png`` draws the graph; ``--json`` prints the same matrices
-and ring as JSON. Each matrix row is one sweep from its GPU, so 1,024 GPUs take seconds.
+(``--json`` keeps every pair; each row is one sweep from its GPU, so 1,024 GPUs take seconds).
+NCCL's variables in the environment (NCCL_P2P_LEVEL, NCCL_P2P_DISABLE, ...) apply as
+`collective` applies them: both ask the same ``Communicator.transport``. ``--png`` draws the
+graph as the tree it is (each CPU at the top, switches under it, every device under its
+parent); ``--json`` prints the same matrices and ring as JSON.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator import api
+from simulator.commands.nccl_notes import env_of
 from simulator.commands.parsing import whole
 from simulator.errors import InputError
 from simulator.inputs.schema import MAX_BOXES, MAX_GPUS
@@ -46,8 +50,14 @@ def run(args: argparse.Namespace) -> int:
     if args.topology is None:
         raise InputError("give -t TOPOLOGY (a preset or YAML), or `stepsim topo import FILE`")
     with api.blame(args.topology, "topologies"):  # paths and rings are found on demand
-        comm = api.load_communicator(args.topology, args.gpus, nnodes=args.nnodes)
+        comm = api.load_communicator(args.topology, args.gpus, env=env_of(os.environ),
+                                     nnodes=args.nnodes)
         report = summary(comm)
+        if comm.env.active:  # what the variables changed, as `collective` says it
+            plain = api.load_communicator(args.topology, args.gpus, nnodes=args.nnodes)
+            report["nccl_env"] = {"variables": comm.env.line(),
+                                  "ignored": list(comm.env.ignored),
+                                  "changes": api.transport_effects(comm, plain)}
     if args.png:
         draw(comm.machine, Path(args.png))
     if args.json:
@@ -101,16 +111,24 @@ def _matrices(report: dict[str, Any]) -> list[tuple[str, list[list[str]]]]:
 
 
 def _ring_lines(report: dict[str, Any]) -> list[str]:
+    env = report.get("nccl_env")
+    lines = []
+    if env:
+        lines.append(f"NCCL environment (read as NCCL reads it): {env['variables']}")
+        lines += [f"{text}: ignored, as NCCL ignores it" for text in env["ignored"]]
+        lines += env["changes"] or ["the transports are NCCL's own"]
     ring = report["ring"]
     names = [report["gpus"][r] for r in ring["order"]]
     if len(names) > MATRIX_GPUS:  # the whole order is in --json
         names = [*names[:6], f"... ({len(names) - 8} more)", *names[-2:]]
-    lines = [f"Ring: {' -> '.join(names)} -> {report['gpus'][ring['order'][0]]}",
-             f"Channels: {ring['n_channels']} x {ring['channel_gbps']:g} GB/s = "
-             f"{ring['nccl_busbw_gbps']:g} GB/s (NCCL's search; physical rates can differ)"]
+    lines += [f"Ring: {' -> '.join(names)} -> {report['gpus'][ring['order'][0]]}",
+              f"Channels: {ring['n_channels']} x {ring['channel_gbps']:g} GB/s = "
+              f"{ring['nccl_busbw_gbps']:g} GB/s (NCCL's search; physical rates can differ)"]
     if ring["fallback"]:
-        lines.append("NCCL's search finds no ring at its lowest speed and falls back to one "
-                     "channel at 0.1 GB/s (search.cc)")
+        lines.append("NCCL's ring search finds no ring at its lowest speed and falls back to "
+                     "one channel in rank order at 0.1 GB/s (search.cc); only its channels "
+                     "(doubled to 2, of 256 threads each) fall back: each pair keeps the "
+                     "transport above")
     elif ring["limited_by"]:
         lines.append(f"Channel packing limited by: {ring['limited_by']}")
     return lines
@@ -185,7 +203,6 @@ def _print_rich(report: dict[str, Any]) -> None:
 
 _COLOURS = {"gpu": "#76b900", "cpu": "#4f81bd", "pcie_switch": "#f4b183",
             "nvswitch": "#8064a2", "nic": "#a5a5a5"}
-_LAYER = {"cpu": 0, "pcie_switch": 1, "nic": 1, "gpu": 2, "nvswitch": 3}
 
 
 def draw(machine: api.Machine, path: Path) -> None:
@@ -197,8 +214,9 @@ def draw(machine: api.Machine, path: Path) -> None:
     import networkx as nx
 
     graph = machine.graph.to_undirected(as_view=True)  # a link's two directions are alike
-    pos = _layout(machine)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * graph.number_of_nodes()), 5.0))
+    pos = layout(machine)
+    width = max(x for x, _ in pos.values()) + 1
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * width), 5.0))
     try:
         colours = [_COLOURS[d["kind"]] for _, d in graph.nodes(data=True)]
         # a socket's label carries its host-memory bandwidth: SHM traffic is staged there
@@ -217,11 +235,52 @@ def draw(machine: api.Machine, path: Path) -> None:
         plt.close(fig)
 
 
-def _layout(machine: api.Machine) -> dict[str, tuple[float, float]]:
-    """CPUs on top, switches below, GPUs below them, NVSwitch at the bottom; file order."""
-    layers: dict[int, list[str]] = {}
-    for node in machine.config.nodes:
-        layers.setdefault(_LAYER[node.kind], []).append(node.id)
-    width = max(len(ids) for ids in layers.values())
-    return {node: ((i + 0.5) * width / len(ids), -float(layer))
-            for layer, ids in layers.items() for i, node in enumerate(ids)}
+def layout(machine: api.Machine) -> dict[str, tuple[float, float]]:
+    """The PCIe tree as a tree: each node one row below the node that reaches it from a CPU
+    (breadth first over PCIe links, file order), leaves side by side, a parent centred over its
+    children; NVSwitches on a row of their own below, anything the tree does not reach after."""
+    kinds = {n.id: n.kind for n in machine.config.nodes}
+    pcie: dict[str, list[str]] = {n: [] for n in kinds}
+    for lc in machine.config.links:
+        if lc.kind == "pcie":
+            pcie[lc.a].append(lc.b)
+            pcie[lc.b].append(lc.a)
+    children: dict[str, list[str]] = {n: [] for n in kinds}
+    depth: dict[str, int] = {}
+    roots = [n for n, k in kinds.items() if k == "cpu"]
+    queue = list(roots)
+    for root in roots:
+        depth[root] = 0
+    while queue:
+        node = queue.pop(0)
+        if kinds[node] == "gpu":
+            continue  # a GPU is a leaf of the tree, not a way through it
+        for other in pcie[node]:
+            if other not in depth and kinds[other] != "cpu":
+                depth[other] = depth[node] + 1
+                children[node].append(other)
+                queue.append(other)
+    x: dict[str, float] = {}
+    slot = [0.0]
+
+    def place(node: str) -> float:
+        if not children[node]:
+            x[node], slot[0] = slot[0], slot[0] + 1
+        else:
+            spots = [place(child) for child in children[node]]
+            x[node] = (spots[0] + spots[-1]) / 2
+        return x[node]
+
+    for root in roots:
+        place(root)
+    bottom = max(depth.values(), default=0) + 1
+    rest = [n for n in kinds if n not in depth]
+    for n in rest:  # NVSwitches, and whatever no PCIe link reaches
+        depth[n] = bottom
+    spread = [n for n in rest if kinds[n] != "nvswitch"]
+    for n in spread:
+        x[n], slot[0] = slot[0], slot[0] + 1
+    for n in rest:
+        if kinds[n] == "nvswitch":
+            x[n] = (slot[0] - 1) / 2
+    return {n: (x[n], -float(depth[n])) for n in kinds}

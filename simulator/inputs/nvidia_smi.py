@@ -10,7 +10,12 @@ shell prompt) and ANSI escapes are skipped.
 Legend (nvidia-smi's own): PIX = at most one PCIe bridge; PXB = several bridges without the host
 bridge; PHB = through a PCIe host bridge (the CPU); NODE = across host bridges within one NUMA
 node; SYS = across the SMP link between NUMA nodes; NV# = a bonded set of # NVLinks.
-Truncated or malformed input raises :class:`InputError` naming the file and line.
+
+What a paste often lacks is recovered where the matrix itself says it, each with a warning: one
+missing row is its column read across (the matrix is symmetric); ``...`` standing for the
+columns after the last device (the affinities) leaves those out. ``nvidia-smi -L`` lines in the
+same paste (``GPU 0: NVIDIA A40 (UUID: ...)``) name each GPU's model. Anything else truncated or
+malformed raises :class:`InputError` naming the file and line.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ class TopoMatrix:
     numa_affinity: dict[str, int] = field(default_factory=dict)  # GPU -> NUMA node id
     nic_names: dict[str, str] = field(default_factory=dict)  # NIC0 -> mlx5_0
     p2p: dict[tuple[str, str], str] = field(default_factory=dict)  # `topo -p2p` status
+    gpu_names: dict[str, str] = field(default_factory=dict)  # GPU0 -> "NVIDIA A40" (-L lines)
+    warnings: tuple[str, ...] = ()  # what was recovered, and how
 
     @property
     def gpus(self) -> tuple[str, ...]:
@@ -57,11 +64,20 @@ def is_gpu(device: str) -> bool:
     return re.fullmatch(r"GPU\d+", device) is not None
 
 
+_LIST = re.compile(r"^\s*GPU (\d+): (.+?)\s*(\(UUID:.*)?$")  # nvidia-smi -L
+
+
 def parse(text: str, source: str = "<topo>") -> TopoMatrix:
     lines = [_ANSI.sub("", line).rstrip("\r\n") for line in text.splitlines()]
     start = _header_index(lines, source)
     header = lines[start]
     devices, affinity_headers = _columns(header, source, start + 1)
+    warnings: list[str] = []
+    elided = header.split()[-1:] == ["..."]  # the columns after the last device, left out
+    if elided:
+        affinity_headers = []
+        warnings.append("the columns after the devices are abbreviated ('...'): no CPU or NUMA "
+                        "affinity, sockets from which GPUs are SYS apart")
     relation: dict[tuple[str, str], str] = {}
     cpu: dict[str, str] = {}
     numa: dict[str, int] = {}
@@ -70,6 +86,8 @@ def parse(text: str, source: str = "<topo>") -> TopoMatrix:
     while i < len(lines) and lines[i].strip() and not _is_legend(lines[i]):
         line_no = i + 1
         tokens = lines[i].split()
+        if elided and tokens[-1:] == ["..."]:
+            tokens = tokens[:-1]
         if "..." in tokens:
             raise InputError("the matrix is abbreviated ('...'); paste the whole output of "
                              "`nvidia-smi topo -m`", file=source, line=line_no)
@@ -93,9 +111,15 @@ def parse(text: str, source: str = "<topo>") -> TopoMatrix:
         seen.append(name)
         i += 1
     missing = [d for d in devices if d not in seen]
-    if missing:
+    if len(missing) > 1 or (missing and not seen):
         raise InputError(f"the matrix has no row for {cut(', '.join(missing))} (truncated?)",
                          file=source, line=i + 1)
+    for gone in missing:  # one row: its column, read across, says the same
+        relation[(gone, gone)] = "X"
+        for other in seen:
+            relation[(gone, other)] = relation[(other, gone)]
+        warnings.append(f"the matrix has no row for {gone}: inferred from its column (the "
+                        "matrix is symmetric); its CPU and NUMA affinity are unknown")
     if not any(is_gpu(d) for d in devices):
         raise InputError("the matrix has no GPU column", file=source, line=start + 1)
     for a in devices:
@@ -104,8 +128,10 @@ def parse(text: str, source: str = "<topo>") -> TopoMatrix:
                 raise InputError(f"{cut(a)}-{cut(b)} is {cut(relation[(a, b)])} but "
                                  f"{cut(b)}-{cut(a)} is {cut(relation[(b, a)])}", file=source)
     rest = lines[i:]
+    names = {f"GPU{m.group(1)}": m.group(2) for line in lines if (m := _LIST.match(line))}
     return TopoMatrix(tuple(devices), relation, cpu, numa, _nic_legend(rest),
-                      _p2p_matrix(rest, devices, source, i))
+                      _p2p_matrix(rest, devices, source, i),
+                      {g: n for g, n in names.items() if g in devices}, tuple(warnings))
 
 
 def _header_index(lines: list[str], source: str) -> int:
@@ -125,6 +151,8 @@ def _columns(header: str, source: str, line_no: int) -> tuple[list[str], list[st
     for h in affinity:
         rest = rest.replace(h, " ")
     devices = rest.split()
+    if devices[-1:] == ["..."] and len(devices) > 1:  # only the trailing columns left out
+        devices = devices[:-1]
     if "..." in devices:
         raise InputError("the matrix is abbreviated ('...'); paste the whole output of "
                          "`nvidia-smi topo -m`", file=source, line=line_no)

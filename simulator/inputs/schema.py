@@ -103,10 +103,12 @@ CALIBRATION_PARAMETERS = {
     "shm_ll_sync_us": ("LL per-step host-memory poll over SHM, beyond the route", "us"),
     "shm_simple_sync_us": ("Simple per-step fence + host-memory poll over SHM", "us"),
     "net_sync_us": ("per-step cost of NET over loopback sockets (NCCL_SHM_DISABLE)", "us"),
-    "p2p_pcie_simple_efficiency": ("share of a PCIe link's payload rate Simple P2P uses", ""),
+    "p2p_pcie_simple_efficiency": ("share of a PCIe link's payload rate Simple P2P uses "
+                                   "(default: by PCIe generation)", ""),
     "nvlink_simple_efficiency": ("share of NVLink's payload rate Simple uses", ""),
     "shm_pcie_efficiency": ("share of a PCIe link's payload rate SHM kernels use", ""),
-    "simple_channel_cap_gbps": ("Simple throughput of one channel over PCIe", "GB/s"),
+    "simple_channel_cap_gbps": ("Simple throughput of one 512-thread channel over PCIe",
+                                "GB/s"),
     "ll_channel_cap_gbps": ("LL throughput of one channel over PCIe", "GB/s"),
     "host_memory_gb_per_s": ("host-memory bandwidth of every socket (SHM staging)", "GB/s"),
     "socket_link_gb_per_s": ("socket-link bandwidth, each way", "GB/s"),
@@ -238,8 +240,9 @@ class NodeConfig(Frozen):
     kind: NodeKind
     # cpu only: achievable host-memory bandwidth of this socket (GB/s), shared by SHM traffic
     memory_bandwidth_gb_per_s: Annotated[Bandwidth | None, NUMBER] = None
-    # cpu: CPU generation, sets the socket-link default (see link_catalog.SOCKET_LINKS);
-    # nic: the NIC catalog's name (catalog/nics.py), its line rate, ports and RDMA
+    # cpu: CPU family (catalog/cpus.py) or socket link (catalog/links.py SOCKET_LINKS);
+    # sets the socket link between CPUs and the vendor NCCL's rules depend on; nic: the NIC
+    # catalog's name (catalog/nics.py), its line rate, ports and RDMA
     model: str | None = None
     # cpu only: cores of this socket (the CPU optimizer of offloaded training runs on them)
     cores: Annotated[Annotated[int, Bounds(gt=0, le=MAX_CORES)] | None, NUMBER] = None
@@ -284,6 +287,11 @@ class FittedValue(Frozen):
     source: str  # the logs and sizes it was fitted on
     # fit residual over those rows, fraction
     rms_error: Annotated[Annotated[float, Bounds(ge=0)] | None, NUMBER] = None
+    # the physical bounds it was fitted within, and the one it ended on (floor | ceiling):
+    # a value on a bound is what the model could not explain, and narrows no range
+    low: Annotated[float | None, NUMBER] = None
+    high: Annotated[float | None, NUMBER] = None
+    at_bound: Literal["floor", "ceiling"] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -312,6 +320,9 @@ class CalibrationConfig(Frozen):
     """What `stepsim calibrate` fitted to the user's own measurements, with its provenance."""
 
     source: str = ""
+    # why the logs contradicted this machine when `stepsim calibrate --force` fitted them
+    # anyway ("" : they did not); a forced fit narrows no range, and every answer says so
+    forced: str = ""
     fitted: list[FittedValue] = field(default_factory=list)
     left_at_default: list[UnfittedValue] = field(default_factory=list)
     compute: list[ComputeCalibration] = field(default_factory=list)
@@ -424,15 +435,19 @@ class TopologyConfig(Frozen):
         for i, node in enumerate(self.nodes):
             if node.gpu is not None and node.gpu.base not in gpu_catalog.GPUS:
                 errors.append((("nodes", i, "gpu"), known(node.gpu.base, dict(gpu_catalog.GPUS))))
-            models: dict[str, object] = dict(nic_catalog.NICS) if node.kind == "nic" else \
-                dict(link_catalog.SOCKET_LINKS)
-            if node.model is not None and node.model not in models:
-                errors.append((("nodes", i, "model"), known(node.model, models)))
-            card = nic_catalog.NICS.get(node.model or "")
-            if node.kind == "nic" and card is not None and (node.ports or 1) > card.ports:
-                errors.append((("nodes", i, "ports"), f"ports {node.ports}: a {card.name} has "
-                               f"{card.ports}"))
+            if node.kind == "nic":
+                card = nic_catalog.NICS.get(node.model or "")
+                if node.model is not None and card is None:
+                    errors.append((("nodes", i, "model"), known(node.model,
+                                                                dict(nic_catalog.NICS))))
+                if card is not None and (node.ports or 1) > card.ports:
+                    errors.append((("nodes", i, "ports"), f"ports {node.ports}: a {card.name} "
+                                   f"has {card.ports}"))
+            elif node.model is not None and link_catalog.socket_link(node.model) is None:
+                from simulator.catalog.cpus import CPUS
 
+                errors.append((("nodes", i, "model"),
+                               known(node.model, {**link_catalog.SOCKET_LINKS, **CPUS})))
         pairs: set[frozenset[str]] = set()
         for i, link in enumerate(self.links):
             pair = frozenset((link.a, link.b))

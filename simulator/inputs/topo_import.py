@@ -7,7 +7,9 @@ group) and PXB groups (a parent switch above the groups), NVLink bridges or an N
 has), NICs where the matrix puts them. NODE and PHB both become a path through the socket, as
 NCCL has them (NCCL has no NODE type). ``from_nccl_xml`` copies NCCL's tree, which carries
 PCIe generations and widths. What neither says (link widths, switch uplinks, the CPU model,
-host memory, P2P) is an assumption, listed in the header comment of the YAML.
+host memory, P2P) is an assumption, listed in the header comment of the YAML; which card sits at
+each GPU and which CPU family each socket is, import_choices.py decides. NICs are kept where the
+input puts them (the multi-node model places network traffic on them).
 """
 
 from __future__ import annotations
@@ -19,31 +21,33 @@ from typing import Any
 import networkx as nx
 import yaml
 
-from simulator.catalog import gpus as gpu_catalog
+from simulator.catalog import cpus as cpu_catalog
 from simulator.errors import InputError
 from simulator.inputs import nccl_topo_xml as nx_xml
+from simulator.inputs.import_choices import Cards, CpuChoice, cards, cpu_choice
 from simulator.inputs.nvidia_smi import TopoMatrix, is_gpu
 
-DEFAULT_CPU = "sapphire-rapids-upi"  # the catalog's default socket link (hardware.py)
 PCIE_PATH = ("PIX", "PXB", "PHB", "NODE")  # relations that say where a device sits on PCIe
 
 
 @dataclass(frozen=True)
 class ImportOptions:
-    gpu: str
+    gpu: str | None  # --gpu: a catalog name, or FIRST-LAST=NAME,... (None: the input's names)
     name: str
     pcie_gen: int | None = None
     lanes: int | None = None
     p2p: bool | None = None
-    cpu_model: str | None = None
+    cpu_model: str | None = None  # --cpu: a CPU family or a socket link
 
 
 @dataclass
 class Imported:
-    """The explicit topology (``data``, as the YAML has it) and what it assumed."""
+    """The explicit topology (``data``, as the YAML has it), what it assumed and what it had to
+    recover from the input (one line each)."""
 
     data: dict[str, Any]
     assumptions: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def to_yaml(self) -> str:
         head = [f"# {self.data['name']}: {self.data['description']}",
@@ -64,9 +68,11 @@ def _flow(item: dict[str, Any]) -> str:
 
 
 class _Builder:
-    def __init__(self, opts: ImportOptions) -> None:
+    def __init__(self, opts: ImportOptions, gpus: Cards) -> None:
         self.opts = opts
-        self.gpu = gpu_catalog.gpu(opts.gpu)
+        self.cards = gpus
+        self.gpu = gpus.base(gpus.per_gpu.index(gpus.default))
+        self.gpu_index: dict[str, int] = {}  # GPU node id -> its index
         self.gen = opts.pcie_gen or self.gpu.pcie_gen
         self.lanes = opts.lanes or 16
         self.cpus: list[dict[str, Any]] = []
@@ -75,10 +81,23 @@ class _Builder:
         self.nics: list[dict[str, Any]] = []
         self.links: list[dict[str, Any]] = []
         self.assumptions: list[str] = []
-        if opts.pcie_gen is None or opts.lanes is None:
+        gens = {gpus.base(i).pcie_gen for i in range(len(gpus.per_gpu))}
+        if (opts.pcie_gen is None or opts.lanes is None) and len(gens) > 1:
+            self.assumptions.append(
+                f"every PCIe link is x{self.lanes}, a GPU's at its own card's generation, the "
+                f"others Gen{self.gen} (the {self.gpu.name}'s; --pcie-gen/--lanes set them)")
+        elif opts.pcie_gen is None or opts.lanes is None:
             self.assumptions.append(
                 f"every PCIe link is Gen{self.gen} x{self.lanes} (the {self.gpu.name}'s own; "
                 "--pcie-gen/--lanes set them)")
+        where: dict[str, list[str]] = {}
+        for index in range(len(gpus.per_gpu)):
+            where.setdefault(gpus.base(index).name, []).append(str(index))
+        if len(where) > 1:
+            cards_at = "; ".join(f"{name} at GPU {', '.join(ix)}" for name, ix in where.items())
+            self.assumptions.append(f"GPUs: {cards_at}, {gpus.why}")
+        elif gpus.why != "--gpu":
+            self.assumptions.append(f"GPUs: {self.gpu.name}, {gpus.why}")
 
     def switch(self) -> str:
         sid = f"sw{len(self.switches)}"
@@ -86,19 +105,25 @@ class _Builder:
         return sid
 
     def pcie(self, a: str, b: str, gen: int | None = None, lanes: int | None = None) -> None:
-        self.links.append({"a": a, "b": b, "kind": "pcie", "gen": gen or self.gen,
+        card = self.gpu_index.get(b, self.gpu_index.get(a))  # a GPU's link: its own card's gen
+        own = self.cards.base(card).pcie_gen if card is not None else None
+        self.links.append({"a": a, "b": b, "kind": "pcie",
+                           "gen": gen or self.opts.pcie_gen or own or self.gen,
                            "lanes": lanes or self.lanes})
 
-    def cpu(self, cid: str, model: str | None) -> None:
-        self.cpus.append({"id": cid, "kind": "cpu", "model": model or self.cpu_model()})
+    def add_gpus(self, ids: list[str]) -> None:
+        for index, gid in enumerate(ids):
+            self.gpu_index[gid] = index
+            own = self.cards.node_gpu(index)
+            self.gpus.append({"id": gid, "kind": "gpu", **({"gpu": own} if own else {})})
 
-    def cpu_model(self) -> str:
-        if self.opts.cpu_model:
-            return self.opts.cpu_model
-        if not any("CPU model" in a for a in self.assumptions):
-            self.assumptions.append(f"CPU model {DEFAULT_CPU} (the input does not name it; "
-                                    "--cpu sets it, e.g. amd-xgmi)")
-        return DEFAULT_CPU
+    def cpu(self, cid: str, choice: CpuChoice) -> None:
+        node: dict[str, Any] = {"id": cid, "kind": "cpu", "model": choice.model}
+        if choice.memory_gb_per_s is not None:
+            node["memory_bandwidth_gb_per_s"] = choice.memory_gb_per_s
+        self.cpus.append(node)
+        if choice.assumed and choice.assumed not in self.assumptions:
+            self.assumptions.append(choice.assumed)
 
     def socket_links(self) -> None:
         for i, a in enumerate(self.cpus):
@@ -111,10 +136,16 @@ class _Builder:
 
     def finish(self, description: str, p2p: bool, p2p_why: str) -> Imported:
         self.assumptions.append(f"p2p: {'true' if p2p else 'false'} ({p2p_why})")
-        self.assumptions.append("host memory 250 GB/s per socket (set memory_bandwidth_gb_per_s "
-                                "on each cpu node)")
+        if any("memory_bandwidth_gb_per_s" in c for c in self.cpus):
+            self.assumptions.append("host memory per socket: 80% of the CPU family's peak, every "
+                                    "channel populated (set memory_bandwidth_gb_per_s on a cpu "
+                                    "node with fewer DIMMs, or a NUMA node that is part of a "
+                                    "socket)")
+        else:
+            self.assumptions.append("host memory 250 GB/s per socket (set "
+                                    "memory_bandwidth_gb_per_s on each cpu node)")
         data: dict[str, Any] = {"name": self.opts.name, "description": description,
-                                "gpu": self.gpu.name, "p2p": p2p}
+                                "gpu": self.cards.default, "p2p": p2p}
         data["nodes"] = self.cpus + self.switches + self.gpus + self.nics
         data["links"] = self.links
         return Imported(data, self.assumptions)
@@ -122,7 +153,7 @@ class _Builder:
     def default_p2p(self) -> tuple[bool, str]:
         if self.opts.p2p is not None:
             return self.opts.p2p, "--p2p"
-        if self.gpu.line == "geforce":
+        if any(self.cards.base(i).line == "geforce" for i in range(len(self.cards.per_gpu))):
             return False, "GeForce cards have no P2P on NVIDIA's stock driver; --p2p on for a "\
                           "patched one"
         return True, "data-centre cards allow P2P; --p2p off if yours does not"
@@ -131,13 +162,15 @@ class _Builder:
 # --- nvidia-smi topo -m ---------------------------------------------------------------------
 
 def from_matrix(m: TopoMatrix, opts: ImportOptions, source: str) -> Imported:
-    b = _Builder(opts)
+    names = {int(g[3:]): n for g, n in m.gpu_names.items()}
+    b = _Builder(opts, cards(opts.gpu, len(m.gpus), names))
     node_id = {d: _device_id(d, m) for d in m.devices}
+    b.gpu_index = {node_id[g]: i for i, g in enumerate(m.gpus)}
     sockets = _sockets(m, b)
     for cid, members in sockets:
-        b.cpu(cid, None)
+        b.cpu(cid, cpu_choice(opts.cpu_model))
         _place(m, members, cid, node_id, b)
-    b.gpus.extend({"id": node_id[g], "kind": "gpu"} for g in m.gpus)
+    b.add_gpus([node_id[g] for g in m.gpus])
     # nvidia-smi lists NICs by their verbs device names (mlx5_0, ...): RDMA; their speed is not
     # in the matrix
     b.nics.extend({"id": node_id[n], "kind": "nic", "rdma": True} for n in m.nics)
@@ -155,7 +188,9 @@ def from_matrix(m: TopoMatrix, opts: ImportOptions, source: str) -> Imported:
         p2p, why = statuses == {"OK"}, f"`nvidia-smi topo -p2p` says {'/'.join(sorted(statuses))}"
     else:
         p2p, why = b.default_p2p()
-    return b.finish(f"imported from {source} (nvidia-smi topo -m)", p2p, why)
+    done = b.finish(f"imported from {source} (nvidia-smi topo -m)", p2p, why)
+    done.warnings.extend(m.warnings)
+    return done
 
 
 def _device_id(device: str, m: TopoMatrix) -> str:
@@ -249,13 +284,14 @@ def _nvlinks(m: TopoMatrix, node_id: dict[str, str], b: _Builder) -> None:
              if m.nvlinks(x, y)]
     if not pairs:
         return
-    if b.gpu.nvlink_links == 0:
-        x, y, n = pairs[0]
-        raise InputError(f"--gpu {b.gpu.name} has no NVLink, but the matrix shows NV{n} "
-                         f"between {x} and {y}")
+    card = {g: b.cards.base(i) for i, g in enumerate(gpus)}
+    for x, y, n in pairs:
+        for end in (x, y):
+            if card[end].nvlink_links == 0:
+                raise InputError(f"{end} is a {card[end].name}, which has no NVLink, but the "
+                                 f"matrix shows NV{n} between {x} and {y}")
     per_gpu = {g: sum(m.nvlinks(g, o) for o in gpus if o != g) for g in gpus}
-    model = {"model": "ampere-ga102"} if b.gpu.compute_capability == 86 else {}
-    if any(total > b.gpu.nvlink_links for total in per_gpu.values()):
+    if any(total > card[g].nvlink_links for g, total in per_gpu.items()):
         b.switches.append({"id": "nvs0", "kind": "nvswitch"})
         for g in gpus:
             count = max((m.nvlinks(g, o) for o in gpus if o != g), default=0)
@@ -264,7 +300,9 @@ def _nvlinks(m: TopoMatrix, node_id: dict[str, str], b: _Builder) -> None:
         b.assumptions.append(f"NVSwitch: NV# over all peers exceeds the {b.gpu.nvlink_links} "
                              f"NVLinks of a {b.gpu.name}")
         return
-    for x, y, n in pairs:
+    for x, y, n in pairs:  # a GA102 bridge (RTX 3090, A6000, A40, A5000) has its own rate
+        model = {"model": "ampere-ga102"} if {card[x].compute_capability,
+                                               card[y].compute_capability} == {86} else {}
         b.links.append({"a": node_id[x], "b": node_id[y], "kind": "nvlink", "count": n, **model})
     b.assumptions.append("NV# pairs are direct NVLink bridges; their PCIe placement is what the "
                          "other columns say (else a root port each)")
@@ -273,11 +311,12 @@ def _nvlinks(m: TopoMatrix, node_id: dict[str, str], b: _Builder) -> None:
 # --- NCCL topology XML ---------------------------------------------------------------------
 
 def from_nccl_xml(system: nx_xml.NcclSystem, opts: ImportOptions, source: str) -> Imported:
-    b = _Builder(opts)
-    b.assumptions[:] = [f"PCIe links NCCL gave no speed or width for are Gen{b.gen} "
-                        f"x{b.lanes}"]
     gpus = system.gpus()
+    b = _Builder(opts, cards(opts.gpu, len(gpus), {}))
+    b.assumptions = [f"PCIe links NCCL gave no speed or width for are Gen{b.gen} x{b.lanes}"
+                     if a.startswith("every PCIe link") else a for a in b.assumptions]
     gpu_id = {g.busid: f"gpu{i}" for i, g in enumerate(gpus)}
+    b.gpu_index = {gid: i for i, gid in enumerate(gpu_id.values())}
     nic_count = [0]
 
     def walk(node: nx_xml.PciNode, parent: str) -> None:
@@ -296,13 +335,15 @@ def from_nccl_xml(system: nx_xml.NcclSystem, opts: ImportOptions, source: str) -
 
     for k, cpu in enumerate(system.cpus):
         cid = f"cpu{cpu.numaid if cpu.numaid >= 0 else k}"
-        b.cpu(cid, cpu.model or None)
+        b.cpu(cid, cpu_choice(opts.cpu_model,
+                              cpu_catalog.from_cpuid(cpu.vendor, cpu.familyid, cpu.modelid),
+                              cpu.model))
         for child in cpu.children:
             walk(child, cid)
         for name in cpu.nics:
             b.nics.append({"id": name, "kind": "nic", **cpu.nic_facts.get(name, {})})
             b.pcie(cid, name)
-    b.gpus.extend({"id": gpu_id[g.busid], "kind": "gpu"} for g in gpus)
+    b.add_gpus(list(gpu_id.values()))
     _xml_nvlinks(gpus, gpu_id, b)
     b.socket_links()
     p2p, why = b.default_p2p()

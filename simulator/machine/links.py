@@ -50,15 +50,33 @@ def hop_type(kind_a: str, kind_b: str, link_kind: str) -> str:
     return "PIX"
 
 
+def pcie_generation(lc: LinkConfig, gpu: gpu_catalog.GPU, nodes: dict[str, NodeConfig]) -> int:
+    """A PCIe link's generation: its own ``gen``, else its GPU end's, else a NIC end's (the
+    card's own), else the machine's card."""
+    end_gpus = [node_gpu(nodes[n], gpu) for n in (lc.a, lc.b) if nodes[n].kind == "gpu"]
+    card = _nic_end(lc, nodes)
+    return lc.gen or (end_gpus[0].pcie_gen if end_gpus else card.pcie_gen if card else
+                      gpu.pcie_gen)
+
+
+def pcie_generations(config: TopologyConfig, gpu: gpu_catalog.GPU,
+                     nodes: dict[str, NodeConfig]) -> dict[str, int]:
+    """Each directed PCIe link id ("a->b") and its generation."""
+    out: dict[str, int] = {}
+    for lc in config.links:
+        if lc.kind == "pcie":
+            out[f"{lc.a}->{lc.b}"] = out[f"{lc.b}->{lc.a}"] = pcie_generation(lc, gpu, nodes)
+    return out
+
+
 def link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: gpu_catalog.GPU,
                   nodes: dict[str, NodeConfig]) -> tuple[float, float, float]:
     """Physical capacity (B/s), latency (s) and NCCL's believed bandwidth (B/s) of a link."""
     where = f"{cut(config.name)}: link {cut(lc.a)}-{cut(lc.b)}"
     end_gpus = [node_gpu(nodes[n], gpu) for n in (lc.a, lc.b) if nodes[n].kind == "gpu"]
     if lc.kind == "pcie":
-        card = _nic_end(lc, nodes)  # a NIC's slot defaults to the card's own generation, width
-        gen = lc.gen or (end_gpus[0].pcie_gen if end_gpus else card.pcie_gen if card else
-                         gpu.pcie_gen)
+        gen = pcie_generation(lc, gpu, nodes)
+        card = _nic_end(lc, nodes)  # a NIC's slot defaults to the card's own width
         lanes = lc.lanes or (card.lanes if card and not end_gpus else 16)
         capacity, latency = link_catalog.pcie_bandwidth(gen, lanes), link_catalog.PCIE_HOP_LATENCY
         belief = link_catalog.nccl_pcie_bandwidth(gen, lanes)
@@ -79,7 +97,7 @@ def link_numbers(lc: LinkConfig, config: TopologyConfig, gpu: gpu_catalog.GPU,
     elif lc.kind in ("upi", "xgmi"):
         cpu_model = nodes[lc.a].model or nodes[lc.b].model
         name = lc.model or cpu_model or link_catalog.DEFAULT_SOCKET_LINK[lc.kind]
-        socket = link_catalog.SOCKET_LINKS.get(name)
+        socket = link_catalog.socket_link(name)  # a socket link, or a CPU family's
         if socket is None:
             raise InputError(f"{where}: unknown socket link {quoted(name)}; "
                              f"known: {', '.join(link_catalog.SOCKET_LINKS)}")

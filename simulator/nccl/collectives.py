@@ -145,7 +145,7 @@ def _make_plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...],
     except ValueError as exc:
         raise InputError(f"{exc} ({env.line()})" if env.active else str(exc)) from None
     channels = nt.channels_used(graph, env.channels(comm_channels(ring.n_channels)), nbytes,
-                                choice.algorithm, choice.protocol)
+                                choice.algorithm, choice.protocol, env)
 
     if choice.algorithm == "tree":  # a chain inside one node: reduce up, broadcast down
         hops = list(zip(order[1:], order[:-1], strict=True))
@@ -162,8 +162,9 @@ def _make_plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...],
     transports = sorted({comm.transport(a, b) for a, b in hops})
     hop_latency = max(step_latency(comm, a, b, choice.protocol) for a, b in hops)
     latency = comm.wire.call_latency_us * US + steps * hop_latency
-    max_rate = min(kernel_cap(graph, choice.algorithm, choice.protocol, channels),
-                   pcie_channel_cap(comm, hops, choice.protocol, channels))
+    threads = nt.threads_per_channel(graph, choice.algorithm, choice.protocol, env)
+    max_rate = min(_max_rate(graph, choice.algorithm, choice.protocol, channels),
+                   _pcie_channel_cap(comm, hops, choice.protocol, channels, threads))
     return Plan(op, nbytes, ranks, choice.algorithm, choice.protocol, "+".join(transports),
                 channels, order, latency, bus_bytes, usage, max_rate, choice.time_us)
 
@@ -202,8 +203,8 @@ def add_hop(comm: Communicator, a: int, b: int, protocol: str, share: float,
         if protocol == "Simple":  # flag + fence stalls: calibrated per transport
             if kind == "nvlink":
                 occupancy /= costs.nvlink_simple_efficiency
-            elif kind == "pcie" and not shm:
-                occupancy /= costs.p2p_pcie_simple_efficiency
+            elif kind == "pcie" and not shm:  # the link's generation's share
+                occupancy /= wire.p2p_link_efficiency(costs, comm.pcie_generation(link_id))
             else:
                 occupancy /= SIMPLE_EFFICIENCY
         if kind == "pcie" and shm:
@@ -211,17 +212,17 @@ def add_hop(comm: Communicator, a: int, b: int, protocol: str, share: float,
         total[link_id] = total.get(link_id, 0.0) + share * occupancy / scale
 
 
-def pcie_channel_cap(comm: Communicator, hops: list[tuple[int, int]], protocol: str,
-                      channels: int) -> float:
-    """Channels x one channel's throughput over PCIe (wire.py) when any hop is off NVLink,
-    scaled as the hops' link rates are (scales.py); inf on NVLink."""
+def _pcie_channel_cap(comm: Communicator, hops: list[tuple[int, int]], protocol: str,
+                      channels: int, threads: int = wire.SIMPLE_THREADS) -> float:
+    """Channels x one channel's throughput over PCIe with its threads (wire.py) when any hop
+    is off NVLink, scaled as the hops' link rates are (scales.py); inf on NVLink."""
     machine = comm.machine
     pcie = [(a, b) for a, b in hops if machine.path_type(a, b) != "NVL"]
     if not pcie:
         return math.inf
     scale = min(machine.scales.factor(m) if (m := comm.mechanism(a, b)) else 1.0
                 for a, b in pcie)
-    return channels * wire.channel_cap(comm.wire, protocol) * scale
+    return channels * wire.channel_cap(comm.wire, protocol, threads) * scale
 
 
 def step_latency(comm: Communicator, a: int, b: int, protocol: str) -> float:
@@ -231,7 +232,7 @@ def step_latency(comm: Communicator, a: int, b: int, protocol: str) -> float:
     return comm.route_latency(a, b) + sync * US
 
 
-def kernel_cap(graph: nt.Graph, algorithm: str, protocol: str, channels: int) -> float:
+def _max_rate(graph: nt.Graph, algorithm: str, protocol: str, channels: int) -> float:
     """NCCL's per-arch kernel caps, in bytes of progress per second.
 
     tuning.cc llMaxBw and perChMax*Bw are NVIDIA's characterisation of what the LL / LL128 /
@@ -277,7 +278,7 @@ def p2p_plan(comm: Communicator, src: int, dst: int, nbytes: int) -> Plan:
         latency = comm.wire.call_latency_us * US + step_latency(comm, src, dst, protocol)
         arch = nt.arch_index(machine.gpu_of(src).compute_capability)
         max_rate = min(nt.LL_MAX_BW[arch] * GB if protocol == "LL" else math.inf,
-                       pcie_channel_cap(comm, [(src, dst)], protocol, channels))
+                       _pcie_channel_cap(comm, [(src, dst)], protocol, channels))
         comm.plans[key] = Plan("sendrecv", nbytes, (src, dst), "p2p", protocol,
                                comm.transport(src, dst), channels, (src, dst), latency,
                                float(nbytes), _usage(comm, [(src, dst)], protocol), max_rate,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.errors import InputError, cut
 from simulator.machine.build import load_machine
+from simulator.machine.links import pcie_generations
 from simulator.machine.paths import PATH_RANK, Path
 from simulator.machine.scales import NEUTRAL, RateScales
 from simulator.nccl.env import NO_ENV, NcclEnv
@@ -44,6 +45,7 @@ class Communicator:
         self.plans: dict[tuple[Any, ...], Any] = {}  # collectives.py's, by call
         self._routes: dict[tuple[int, int], Route] = {}
         self._rings: dict[tuple[int, ...], Ring] = {}
+        self._gens: dict[str, int] | None = None
         self._net: NetTransport | None = None
 
     @property
@@ -80,7 +82,8 @@ class Communicator:
         return "P2P" if i == j else self.transport_over(self.machine.path_type(i, j))
 
     def transport_over(self, path_type: str) -> str:
-        """The transport between two distinct GPUs whose path has this type."""
+        """The transport between two distinct GPUs whose path has this type: the one rule
+        every command and model asks (``transport(i, j)`` applies it to a pair)."""
         if path_type == "NET":
             return f"NET/{self.net.name}" if self.machine.nnodes > 1 else "NET"
         if self.p2p_allowed(path_type):
@@ -189,6 +192,13 @@ class Communicator:
                 memory = m.links[f"mem:{cpu}"].capacity / HOST_MEMORY_PASSES[transports[j]]
                 row.append(min(up[cpu], memory, m.best_path(cpu, node).capacity))
         return row
+
+    def pcie_generation(self, link_id: str) -> int | None:
+        """The PCIe generation of a directed link (None: not a PCIe link)."""
+        if self._gens is None:
+            m = self.machine
+            self._gens = pcie_generations(m.config, m.gpu, m.nodes)
+        return self._gens.get(link_id)
 
     # --- rings and plans --------------------------------------------------------------
 

@@ -14,6 +14,9 @@
   Explicitly enabling LL128 enables it even where NCCL's default leaves it off (PCIe).
 - ``NCCL_MIN_NCHANNELS`` / ``NCCL_MAX_NCHANNELS``: clamp the communicator's channels after
   connect.cc's doubling (min at most 64, max at least 1; NCCL_MIN/MAX_NRINGS are the old names).
+- ``NCCL_NTHREADS``: threads per channel of the Simple and LL kernels (tuning.cc getNthreads: a
+  positive value not a multiple of 32 or above the protocol's maximum reads as the maximum, one
+  below 64 as 64; 0 or less leaves NCCL's default).
 
 Between boxes (nccl/net.py):
 
@@ -46,9 +49,9 @@ from typing import Any
 from simulator.errors import InputError, cut, quoted
 
 VARIABLES = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_ALGO",
-             "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NET",
-             "NCCL_IB_DISABLE", "NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ", "NCCL_CROSS_NIC",
-             "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD")
+             "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NTHREADS",
+             "NCCL_NET", "NCCL_IB_DISABLE", "NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ",
+             "NCCL_CROSS_NIC", "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD")
 NETS = ("IB", "Socket")  # the internal network plugins, in the order NCCL tries them
 MAX_SOCKET_THREADS, MAX_SOCKETS = 16, 64  # net_socket.cc MAX_THREADS, MAX_SOCKETS
 # topo.cc topoPathTypeStr up to PATH_SYS; paths.cc levelsOldToNew
@@ -61,6 +64,7 @@ ALGORITHMS = ("tree", "ring", "collnetdirect", "collnetchain", "nvls", "nvlstree
 MODELLED_ALGORITHMS = ("ring", "tree")
 PROTOCOLS = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
 MAX_CHANNELS = 64  # device.h MAXCHANNELS
+WARP_SIZE, MIN_THREADS = 32, 64  # device.h WARP_SIZE; tuning.cc getNthreads' minimum 2 warps
 
 
 def strtoll(text: str) -> int:
@@ -86,6 +90,7 @@ class NcclEnv:
     protocols: tuple[tuple[str, tuple[str, ...]], ...] = ()  # op -> enabled (NCCL_PROTO)
     min_channels: int | None = None
     max_channels: int | None = None
+    nthreads: int | None = None  # NCCL_NTHREADS when positive
     ignored: tuple[str, ...] = field(default=(), compare=False)  # values NCCL would ignore
     # between boxes (nccl/net.py): None is NCCL's default
     net: str | None = None  # NCCL_NET: "IB" | "Socket"
@@ -107,10 +112,12 @@ class NcclEnv:
         protos = _lists(values.get("NCCL_PROTO"), "NCCL_PROTO", tuple(PROTOCOLS))
         low = _channels(values, "NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS", environ)
         high = _channels(values, "NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS", environ)
+        threads = strtoll(values["NCCL_NTHREADS"]) if "NCCL_NTHREADS" in values else None
         network = _network(values, ignored)
         return cls(given, level, shm, algos, protos,
                    None if low is None else min(max(low, 0), MAX_CHANNELS) or None,
-                   None if high is None else min(max(high, 1), MAX_CHANNELS), tuple(ignored),
+                   None if high is None else min(max(high, 1), MAX_CHANNELS),
+                   threads if threads is not None and threads > 0 else None, tuple(ignored),
                    **network)
 
     @property
@@ -139,6 +146,15 @@ class NcclEnv:
         n = comm_channels if self.max_channels is None else min(self.max_channels,
                                                                 comm_channels)
         return n if self.min_channels is None else max(self.min_channels, n)
+
+    def threads(self, default: int, maximum: int) -> int:
+        """tuning.cc getNthreads: NCCL_NTHREADS where set and valid, else ``default``."""
+        nt = self.nthreads
+        if nt is None:
+            return default
+        if nt % WARP_SIZE or nt > maximum:
+            return maximum
+        return max(nt, MIN_THREADS)
 
     def line(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.settings)

@@ -123,7 +123,7 @@ def _make_plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...],
     latency = (comm.wire.call_latency_us * US
                + intra_steps * _slowest(comm, moves, choice.protocol, between=False)
                + net_steps * _slowest(comm, moves, choice.protocol, between=True))
-    max_rate = min(nc.kernel_cap(graph, choice.algorithm, choice.protocol, channels),
+    max_rate = min(nc._max_rate(graph, choice.algorithm, choice.protocol, channels),
                    _store_cap(comm, moves, choice.protocol, channels),
                    _socket_cap(comm, moves, channels))
     transports = sorted({comm.transport(a, b) for a, b, _, _ in moves})
@@ -208,7 +208,7 @@ def _store_cap(comm: Communicator, moves: list[Move], protocol: str, channels: i
     non-NVLink hops (collectives.py) and the staged sides of network hops."""
     m, net = comm.machine, comm.net
     box_hops = [(a, b) for a, b, c, _ in moves if c is None]
-    cap = nc.pcie_channel_cap(comm, box_hops, protocol, channels) if box_hops else math.inf
+    cap = nc._pcie_channel_cap(comm, box_hops, protocol, channels) if box_hops else math.inf
     staged = any(not net.gdr(c.src, c.nic_out, read=True).used or
                  not net.gdr(c.dst, c.nic_in, read=False).used
                  for _, _, c, _ in moves if c is not None)

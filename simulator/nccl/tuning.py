@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from simulator.nccl.env import NO_ENV, NcclEnv
+
 ALGORITHMS = ("ring", "tree")
 PROTOCOLS = ("LL", "LL128", "Simple")
 
@@ -58,11 +60,13 @@ TREE_CORRECTION = {
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
                .8, .9, .9, .9),
 }
-# Threads per channel (tuning.cc L244-258, device.h): LL 512, LL128 640, Simple 512
-# (256 when bwIntra * nChannels <= PCI_BW = 12), tree always 640.
+# Threads per channel (tuning.cc L244-258, device.h): threads_per_channel below.
 # Bytes per thread below which enqueue.cc drops a channel (comm.h L49-51): LL 8 (x nRanks for
 # ring LL), LL128 8, Simple 64.
 THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+# device.h NCCL_SIMPLE_MAX_NTHREADS, NCCL_LL_MAX_NTHREADS, NCCL_LL128_MAX_NTHREADS
+SIMPLE_MAX_THREADS, LL_MAX_THREADS, LL128_MAX_THREADS = 512, 512, 640
+PCI_BW = 12.0  # topo.h: "PCI Gen3 x16", the graph speed below which Simple gets 256 threads
 MAX_CHANNELS = 64  # device.h MAXCHANNELS
 
 
@@ -245,23 +249,26 @@ def choose(graph: Graph, op: str, nbytes: int, algorithms: tuple[str, ...] = ALG
     return best
 
 
-def threads_per_channel(graph: Graph, algorithm: str, protocol: str) -> int:
-    if algorithm == "tree":
-        return 640
+def threads_per_channel(graph: Graph, algorithm: str, protocol: str,
+                        env: NcclEnv = NO_ENV) -> int:
+    """comm->maxThreads (tuning.cc L244-258): LL128 640; LL 512; Simple 512, but 256 for a ring
+    whose graph is no faster than PCI_BW; NCCL_NTHREADS for Simple and LL. What enqueue.cc drops
+    channels by, and what a ring's channels run (a tree kernel then runs 640 regardless)."""
     if protocol == "LL128":
-        return 640
-    if protocol == "Simple" and graph.n_channels * graph.channel_bw_gbps <= 12.0:
-        return 256
-    return 512
+        return LL128_MAX_THREADS
+    if protocol == "Simple":
+        slow = algorithm == "ring" and graph.n_channels * graph.channel_bw_gbps <= PCI_BW
+        return env.threads(256 if slow else SIMPLE_MAX_THREADS, SIMPLE_MAX_THREADS)
+    return env.threads(LL_MAX_THREADS, LL_MAX_THREADS)
 
 
 def channels_used(graph: Graph, comm_channels: int, nbytes: int, algorithm: str,
-                  protocol: str) -> int:
+                  protocol: str, env: NcclEnv = NO_ENV) -> int:
     """enqueue.cc L2093-2105: small messages drop channels until each thread has enough work."""
     threshold = THREAD_THRESHOLD[protocol]
     if algorithm == "ring" and protocol == "LL":
         threshold *= graph.n_ranks
-    threads = threads_per_channel(graph, algorithm, protocol)
+    threads = threads_per_channel(graph, algorithm, protocol, env)
     nc = comm_channels
     while nc > 1 and nbytes < nc * threads * threshold:
         nc -= 1

@@ -9,10 +9,13 @@ comes from the parameters here, each measured or calibrated on a named dataset:
   protocol's synchronisation on that transport (LL: the receiver polls a flag that arrives with
   the data; Simple: a ``__threadfence_system`` then a flag write and poll; SHM: the receiver
   polls host memory across PCIe);
-- **rate**: each link's capacity shared fairly, each byte occupying it for the protocol's wire
-  overhead over the transport's efficiency, and per channel at most ``*_channel_cap_gbps`` on
-  PCIe (P2P or SHM): one channel is one thread block pushing stores over PCIe, so more channels
-  (``NCCL_MIN_NCHANNELS``) lift a channel-bound plateau.
+- **rate**: the smaller of two ceilings, each from its own measurements. The links: each link's
+  capacity shared fairly, each byte occupying it for the protocol's wire overhead over the
+  transport's efficiency (Simple P2P over PCIe: a share of the busiest link's payload rate per
+  PCIe generation). The channels: over PCIe (P2P or SHM) at most ``*_channel_cap_gbps`` per
+  channel, a channel being one thread block pushing stores, so its throughput scales with the
+  threads NCCL gives it (Simple: 512, or 256 where NCCL's ring graph is slow, tuning.cc) and more
+  channels (``NCCL_MIN_NCHANNELS``) lift a channel-bound plateau until the links bind.
 
 ``WireParams`` holds them; a calibrated topology (``calibration.fitted``) replaces any of them,
 and ``inputs/schema.py``'s ``CALIBRATION_PARAMETERS`` says what each one is (the keys a
@@ -65,20 +68,46 @@ SHM_LL_SYNC_US = (_SHM_FLOOR_US - CALL_LATENCY_US) / 2 - 4 * link_catalog.PCIE_H
 SHM_SIMPLE_SYNC_US = ((40.10 - 65536 / SHM_PLATEAU_BUSBW / 1e3 - CALL_LATENCY_US) / 2
                       - 4 * link_catalog.PCIE_HOP_LATENCY / US)
 
-# 8xgb202-wrx90-2switch-p2p (validation/pcie-p2p.yaml), ring Simple on 4 channels: the 1 GiB
-# plateau, 46.44 GB/s busbw, is 11.6 GB/s a channel (a Gen5 x16 link would carry 51.9 with the
-# P2P efficiency below); the 16 MiB (44.16) and 64 MiB (45.63) rows then leave 32.6 and 44.8 us
-# of start-up, mean 38.7: 14 steps, each over a cross-switch hop of 4 PCIe links.
-_GB202_CHANNELS, _GB202_STEPS = 4, 14
-SIMPLE_CHANNEL_CAP_GBPS = 46.44 / _GB202_CHANNELS
-_GB202_STARTUP_US = sum(size * 1.75 / bw / 1e3 - size * 1.75 / 46.44 / 1e3
+# Simple P2P over PCIe reaches a share of the busiest link's payload rate that depends on the
+# PCIe generation (a ring all-reduce's plateau over its links' catalog payload rate):
+# - Gen4: 4x4090-epyc-p2p-patched, 1 GiB at 25.95 GB/s busbw on Gen4 x16 root ports;
+# - Gen5: 8xgb202-wrx90-2switch-p2p (validation/pcie-p2p.yaml), 1 GiB at 46.44 GB/s busbw, every
+#   ring hop a Gen5 x16 link (its 4 channels of 512 threads could carry twice that, below).
+# No published Gen3 or Gen6 plateau: they take the nearest measured generation's share.
+_GEN4_PLATEAU, _GEN5_PLATEAU = 25.95, 46.44
+P2P_SIMPLE_LINK_EFFICIENCY = {
+    4: _GEN4_PLATEAU / (link_catalog.pcie_bandwidth(4, 16) / GB),
+    5: _GEN5_PLATEAU / (link_catalog.pcie_bandwidth(5, 16) / GB)}
+P2P_SIMPLE_LINK_EFFICIENCY[3] = P2P_SIMPLE_LINK_EFFICIENCY[4]  # assumption: as Gen4
+P2P_SIMPLE_LINK_EFFICIENCY[6] = P2P_SIMPLE_LINK_EFFICIENCY[5]  # assumption: as Gen5
+
+# ...and the GB202 box's 16 MiB (44.16) and 64 MiB (45.63) rows leave 32.6 and 44.8 us of
+# start-up over that link-bound plateau, mean 38.7: 14 steps, each over a cross-switch hop of 4
+# PCIe links.
+_GB202_STEPS = 14
+_GB202_STARTUP_US = sum(size * 1.75 / bw / 1e3 - size * 1.75 / _GEN5_PLATEAU / 1e3
                         for size, bw in ((16 << 20, 44.16), (64 << 20, 45.63))) / 2
 P2P_SIMPLE_SYNC_US = ((_GB202_STARTUP_US - CALL_LATENCY_US) / _GB202_STEPS
                       - 4 * link_catalog.PCIE_HOP_LATENCY / US)
 
-# 4x4090-epyc-p2p-patched: 1 GiB all-reduce reaches 25.95 GB/s busbw on Gen4 x16 root ports
-# (its 4 channels could carry 46): Simple P2P moves 0.958 of the link's payload rate.
-P2P_PCIE_SIMPLE_EFFICIENCY = 25.95 / (link_catalog.pcie_bandwidth(4, 16) / GB)
+# One channel is one thread block storing over PCIe; its Simple throughput scales with its
+# threads. NCCL gives a ring's Simple channels NCCL_SIMPLE_MAX_NTHREADS = 512 threads, or 256
+# where the ring graph's bwIntra x nChannels <= PCI_BW = 12 GB/s (tuning.cc L244-247), as where
+# its search found no ring and fell back to one channel at 0.1 GB/s (search.cc).
+# Fitted where the channel count was varied: voipmonitor/rtx6kpro optimization/nccl-tuning.md,
+# "Impact of Channel Count" (8x RTX PRO 6000 on dual EPYC Turin, P2P over the socket link):
+# NCCL's default there, the fallback (2 channels of 256 threads: "Channels 2 (minimum)" on the
+# same page), reaches 22.2 GB/s busbw at 32 MiB; NCCL_MIN_NCHANNELS=8 lifts it to 37.6 (the
+# links bind). Less the start-up of its 14 steps (the call, each step's cross-socket hop and
+# sync), 2 channels of 256 threads move 32 MiB x 1.75 at 22.2 GB/s; one of 512 twice one.
+_TURIN_BYTES, _TURIN_BUSBW, _TURIN_CHANNELS, _TURIN_STEPS = 32 << 20, 22.2, 2, 14
+_TURIN_STEP_US = (2 * link_catalog.PCIE_HOP_LATENCY
+                  + link_catalog.SOCKET_LINKS["amd-xgmi"].latency) / US + P2P_SIMPLE_SYNC_US
+_TURIN_MOVING_US = (_TURIN_BYTES * 1.75 / _TURIN_BUSBW / 1e3
+                    - CALL_LATENCY_US - _TURIN_STEPS * _TURIN_STEP_US)
+SIMPLE_THREADS = 512  # NCCL_SIMPLE_MAX_NTHREADS (device.h)
+SIMPLE_CHANNEL_CAP_GBPS = (_TURIN_BYTES * 1.75 / _TURIN_MOVING_US / 1e3 / _TURIN_CHANNELS
+                           * SIMPLE_THREADS / 256)
 
 # Host-memory passes per byte of a staged transport: SHM writes it there and reads it back
 # (shm.cc); NET over loopback sockets adds the kernel's two copies, each a read and a write
@@ -126,10 +155,12 @@ class WireParams:
     shm_ll_sync_us: float = SHM_LL_SYNC_US
     shm_simple_sync_us: float = SHM_SIMPLE_SYNC_US
     net_sync_us: float = NET_SYNC_US
-    p2p_pcie_simple_efficiency: float = P2P_PCIE_SIMPLE_EFFICIENCY
+    # None: each PCIe link's generation's share (P2P_SIMPLE_LINK_EFFICIENCY); a calibration
+    # fits one share for every link of the box
+    p2p_pcie_simple_efficiency: float | None = None
     nvlink_simple_efficiency: float = SIMPLE_EFFICIENCY
     shm_pcie_efficiency: float = SHM_PCIE_EFFICIENCY
-    simple_channel_cap_gbps: float = SIMPLE_CHANNEL_CAP_GBPS
+    simple_channel_cap_gbps: float = SIMPLE_CHANNEL_CAP_GBPS  # a channel of 512 threads
     # no published row is LL-channel-bound: GB202's LL rows (64K-1M) are wire-bound (LL moves
     # 8 data bytes in 16); calibrate fits a cap when a log says otherwise
     ll_channel_cap_gbps: float = math.inf
@@ -161,10 +192,19 @@ def sync_us(params: WireParams, transport: str, protocol: str) -> float:
     return params.p2p_simple_sync_us if protocol == "Simple" else params.p2p_ll_sync_us
 
 
-def channel_cap(params: WireParams, protocol: str) -> float:
-    """B/s one channel can push over PCIe for a protocol (inf: no cap)."""
+def p2p_link_efficiency(params: WireParams, gen: int | None) -> float:
+    """Share of a PCIe link's payload rate Simple P2P uses: the calibrated one, else its
+    generation's (Gen4's where the generation is not known)."""
+    if params.p2p_pcie_simple_efficiency is not None:
+        return params.p2p_pcie_simple_efficiency
+    return P2P_SIMPLE_LINK_EFFICIENCY.get(gen or 4, P2P_SIMPLE_LINK_EFFICIENCY[4])
+
+
+def channel_cap(params: WireParams, protocol: str, threads: int = SIMPLE_THREADS) -> float:
+    """B/s one channel of ``threads`` threads can push over PCIe for a protocol (inf: no
+    cap)."""
     if protocol == "Simple":
-        return params.simple_channel_cap_gbps * GB
+        return params.simple_channel_cap_gbps * GB * threads / SIMPLE_THREADS
     if protocol == "LL":
         return params.ll_channel_cap_gbps * GB
     return math.inf  # LL128 runs on NVLink only (NCCL's default)
