@@ -68,9 +68,12 @@ def measured_tokens_per_s(point: dict[str, Any]) -> float:
 
 def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
     """Per point: throughput per GPU and peak memory per GPU, simulated beside measured.
-    No mechanism tag: an offloaded step mixes compute, copies and the CPU step, so these rows
-    stay out of the per-mechanism residual table."""
+    An offloaded run's throughput is tagged with its offload mechanism (confidence.py: whose
+    offload, and what it moves): the confidence grade of every run that offloads alike rests
+    on these points. The ranges do not re-simulate it (no rate scale stands for it); a run
+    without offload is tagged with nothing (it mixes compute and collectives)."""
     from simulator.api import RunSpec, simulate
+    from simulator.api.confidence import offload_mechanism
     from simulator.units import GiB
 
     out = []
@@ -88,7 +91,7 @@ def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
         label = f"offload {spec.offload}" if spec.offload != "none" else "no offload"
         out.append(row_type(point["id"], label, gpus, None, "tok/s/GPU",
                             measured_tokens_per_s(point) / gpus, r["tokens_per_s_per_gpu"],
-                            None, r["topology"]))
+                            offload_mechanism(spec.strategy, spec.offload), r["topology"]))
         if "peak_memory_gib" in point:
             counter = setup.get("memory", "reserved")
             out.append(row_type(point["id"], f"{counter} peak"[:13], gpus, None, "memory GiB",

@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "advise": "the best strategy, recipe and micro-batch for a job on each machine",
     "presets": "list the bundled topologies and workloads",
     "schema": "the JSON Schema of topology or workload YAML (for editors)",
+    "serve": "a local page to compare boxes, live (127.0.0.1)",
 }
 
 
@@ -90,6 +91,7 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
             prog = f"stepsim {known}"
         args = build_parser(known or "", listed=listed).parse_args(argv)
         prog = f"stepsim {args.command}"
+        args.argv = argv  # the command line as given (an HTML report shows it)
         if whole_process:
             # what the imports built (modules, the models' schemas) lives until the process
             # ends: keep the cyclic collector from scanning it again at every collection the

@@ -1,5 +1,6 @@
-"""The one error type users see: bad input, reported as one line, exit status 2; and how an
-error line quotes what the user wrote.
+"""The one error type users see: bad input, reported as one line, exit status 2; how an
+error line quotes what the user wrote; and the "did you mean" its messages offer for a name
+that is almost right.
 
 A quoted value (a key, a name, a flag's argument, a cell of a log) longer than
 ``VALUE_CHARS`` is cut, with how much was left out: ``cut("k" * 100_000)`` is 80 k's and
@@ -10,6 +11,8 @@ the key and message together fit in ``LINE_CHARS``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
 
 VALUE_CHARS = 80  # of a value an error line quotes
 PATH_CHARS = 300  # of a file an error line names
@@ -59,3 +62,28 @@ class InputError(Exception):
             where = self.file + (f":{self.line}" if self.line else "") + ": "
         key = f"{self.key}: " if self.key else ""
         return f"{where}{key}{self.message}"
+
+
+def _plain(word: str) -> str:
+    """A word as people vary its spelling: case, dashes, underscores, dots, spaces."""
+    return "".join(c for c in word.lower() if c.isalnum() or c == "+")
+
+
+def did_you_mean(given: str, choices: Iterable[str],
+                 synonyms: Mapping[str, tuple[str, str]] | None = None) -> str:
+    """``"; did you mean X?"`` for a known synonym of a choice (``synonyms``: another
+    program's name -> (ours, whose name it is), compared without case or separators), a
+    choice spelt with other separators (``llama-2-7b``), or a near miss; ``""`` when nothing
+    is close."""
+    import difflib
+
+    choices = list(choices)
+    plain = _plain(given)
+    for other, (ours, whose) in (synonyms or {}).items():
+        if _plain(other) == plain:
+            return f"; did you mean {ours}? ({other} in {whose})"
+    for choice in choices:
+        if _plain(choice) == plain:
+            return f"; did you mean {choice}?"
+    near = difflib.get_close_matches(given, choices, n=1, cutoff=0.75)
+    return f"; did you mean {near[0]}?" if near else ""

@@ -16,7 +16,8 @@ from simulator.cli import main
 from simulator.machine.scales import NEUTRAL
 from simulator.outputs.cost import Prices
 
-KEYS = {"candidates", "best", "nothing_fits", "what_would_fit", "explanation"}
+KEYS = {"candidates", "best", "nothing_fits", "what_would_fit", "explanation", "confidence",
+        "without_thin_mechanisms"}
 SIMULATED: list[api.RunSpec] = []  # what the fixture's search simulated, ranged runs apart
 
 

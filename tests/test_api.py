@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import pickle
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +16,8 @@ import pytest
 
 from simulator import api
 from simulator.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SPEC = api.RunSpec("2x5090", "gpt2-medium", "ddp", seq_len=256)
 
@@ -82,3 +87,31 @@ def test_a_sweep_on_dask_matches_the_serial_one() -> None:
     reports = bag.from_sequence(specs, npartitions=2).map(api.run).compute(
         scheduler="processes", num_workers=2)
     assert [r["step_time_s"] for r in reports] == [api.run(s)["step_time_s"] for s in specs]
+
+
+def test_advise_on_a_local_dask_cluster_gives_the_serial_answer(tmp_path: Path) -> None:
+    """The candidates on two Dask workers: the same ranking, pick and words as one process.
+    The cluster runs in a script of its own: its threads would outlive it in this process
+    (and keep the fork tests from running)."""
+    pytest.importorskip("distributed", reason="distributed is not installed "
+                        "(pip install 'stepsim[dask]')")
+    script = tmp_path / "on_dask.py"
+    script.write_text(
+        "import json\n"
+        "from distributed import Client, LocalCluster\n"
+        "from simulator import api\n"
+        "if __name__ == '__main__':\n"
+        "    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None)"
+        " as cluster, Client(cluster) as client:\n"
+        "        answer = api.advise(['1x4090'], 'gpt2-medium',"
+        " executor=client.get_executor())\n"
+        "    print(json.dumps(answer))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    spread = json.loads(done.stdout)
+    serial = api.advise(["1x4090"], "gpt2-medium", jobs=1)
+    assert [c["label"] for c in spread["candidates"]] == [c["label"] for c in serial["candidates"]]
+    assert spread["best"] == json.loads(json.dumps(serial["best"]))
+    # the words too, but the first line's wall time and where it ran
+    assert spread["explanation"][1:] == serial["explanation"][1:]

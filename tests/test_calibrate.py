@@ -297,7 +297,10 @@ def test_the_calibrated_topology_runs_and_says_so(capsys, tmp_path):
     assert out.read_text().startswith(original.rstrip("\n"))  # the user's file, kept
     assert main(["collective", "-t", str(out), "--op", "allreduce", "-b", "1G"]) == 0
     assert "# stepsim: calibrated machine" in capsys.readouterr().out
-    assert main(["run", "-t", str(out), "-w", "gpt2-medium", "--no-ranges", "--json"]) == 0
+    # micro-batch 1: the preset's 5 does not fit an 11 GB card, and a job that does not fit is
+    # not simulated
+    assert main(["run", "-t", str(out), "-w", "gpt2-medium", "--micro-batch", "1",
+                 "--no-ranges", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["calibration"]["fitted"] == fitted
 
 
@@ -331,7 +334,8 @@ def test_compute_from_one_measured_step(capsys, tmp_path):
     one = json.loads(capsys.readouterr().out)
     assert one["step_time_s"] == pytest.approx(0.2, rel=1e-3)
     assert one["calibration"]["compute_achieved_fraction"] == {"rtx5090": entry.achieved_fraction}
-    assert main(["run", "-t", str(out), "-w", "llama3.2-1b", "--no-ranges", "--json"]) == 0
+    assert main(["run", "-t", str(out), "-w", "llama3.2-1b", "--checkpointing", "full",
+                 "--no-ranges", "--json"]) == 0  # (without checkpointing it does not fit)
     other = json.loads(capsys.readouterr().out)["calibration"]
     assert other["compute_achieved_fraction"] is None
     assert other["compute_calibrated_for_other_workloads"] == ["gpt2-medium"]

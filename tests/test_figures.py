@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simulator.commands import figures
+from simulator.outputs import figures
 
 
 def test_a_range_in_the_value_s_unit_names_it_once() -> None:

@@ -125,7 +125,8 @@ def test_peak_is_the_larger_end_of_backward_not_the_sum() -> None:
     ("fused", lambda h, kv, f, a: 4 * h + 4 * h + 2 * f + 4 * h + 4 * kv + 4 * a + 4 * f),
 ])
 def test_one_llama_block_keeps_what_its_kernels_save(kernels: str, hand_count) -> None:  # type: ignore[no-untyped-def]
-    j = Job.from_config(load_workload("llama3-8b").with_training(kernels=kernels))
+    j = Job.from_config(load_workload("llama3-8b").with_training(
+        kernels=kernels, activation_checkpointing="none"))
     h, kv, f = j.hidden, j.kv_heads * 128, j.ffn_hidden
     stored, _ = memory.activations_per_token(j)
     assert stored == pytest.approx(hand_count(h, kv, f, j.heads))

@@ -56,7 +56,7 @@ def test_topo_png_to_a_missing_folder(tmp_path: Path, capsys: pytest.CaptureFixt
     (["collective", "-t", "2x5090", "--op", "allreduce", "--bytes", "1M", "--gpus", "0"],
      "must be at least 1"),
     (["run", "-t", "8x5090-switch", "-w", "gpt2-medium", "-s", "tp", "--tp", "16"],
-     "must divide the 8 GPUs"),
+     "tensor-parallel size 16"),
     (["memory", "-t", ".", "-w", "gpt2-medium"], "is a directory"),
 ])
 def test_bad_input_is_one_clear_line(argv: list[str], message: str,

@@ -92,11 +92,56 @@ def test_run_text_is_a_compact_table(capsys: pytest.CaptureFixture[str]) -> None
     assert out.index("step time") < out.index("memory per GPU")
 
 
-def test_a_job_that_does_not_fit_says_so_first(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "-t", "4x5090", "-w", "llama2-70b"]) == 0
+def test_a_job_that_does_not_fit_gets_its_verdict_not_figures(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """No step time, throughput or price for a step that runs out of memory: the verdict, its
+    memory by kind and what would fit (each checked by the memory model)."""
+    assert main(["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp",
+                 "--checkpointing", "none"]) == 0
+    out = capsys.readouterr().out
+    first, *rest = out.splitlines()
+    assert "DOES NOT FIT: needs 38.9 GiB of 32.0 GiB per GPU" in first
+    assert not any(line.startswith(("step time", "tokens/s", "price", "MFU"))
+                   for line in rest)
+    assert "$" not in out and "per million tokens" not in out
+    assert "not simulated" in out
+    assert "--checkpointing full: needs 16.7 of 32.0 GiB per GPU" in out
+    assert main(["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp",
+                 "--checkpointing", "none", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["simulated"] is False and doc["memory"]["fits"] is False
+    assert not {"step_time_s", "tokens_per_s", "cost"} & set(doc)
+    assert doc["what_would_fit"][0]["flags"] == "--checkpointing full"
+    assert main(["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp",
+                 "--checkpointing", "none", "--fail-if-no-fit"]) == 3
+
+
+def test_simulated_anyway_every_figure_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "-t", "4x5090", "-w", "llama2-70b", "--simulate-anyway",
+                 "--no-ranges"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("memory: DOES NOT FIT")
-    assert "step time" in out
+    assert "simulated anyway" in out.splitlines()[0]
+    figures = [line for line in out.splitlines()
+               if line.startswith(("step time", "tokens/s", "MFU", "price"))]
+    assert len(figures) >= 4 and all(line.endswith("(as if it fit)") for line in figures)
+    assert main(["run", "-t", "4x5090", "-w", "llama2-70b", "--simulate-anyway",
+                 "--no-ranges", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["simulated_anyway"] is True and doc["step_time_s"] > 0
+
+
+def test_micro_batch_max_runs_the_largest_that_fits(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp", "--no-ranges",
+            "--json"]
+    assert main([*argv, "--micro-batch", "max"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["micro_batch"] == 5 and doc["memory"]["fits"]
+    assert main(["memory", "-t", "8x5090-switch", "-w", "llama2-7b", "-s", "fsdp",
+                 "--micro-batch", "max", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["largest_micro_batch"] == 5
+    assert main([*argv, "--micro-batch", "6"]) == 0  # one more does not fit
+    assert json.loads(capsys.readouterr().out)["simulated"] is False
 
 
 def test_run_writes_trace_gantt_and_memory_files(tmp_path: Path,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import time
 
 import pytest
@@ -14,19 +15,45 @@ THREE = ["compare", "-t", "8x5090-switch", "-t", "8x5090-dual-socket", "-t", "8x
          "-w", "llama2-7b-lora"]
 
 
-@pytest.mark.parametrize("columns", [80, 120, 200])
-def test_a_three_machine_compare_fits_the_terminal(
-        columns: int, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("COLUMNS", str(columns))
-    assert main(THREE) == 0
+def _figures(text: str) -> list[str]:
+    """The words of the figure rows of a compare table (ranges, prices, verdicts)."""
+    rows = [line for line in text.splitlines()
+            if line.lstrip("│┃ ").startswith(("step time", "tokens/s", "price", "MFU"))]
+    return [w for line in rows for w in line.split() if any(c.isdigit() for c in w)]
+
+
+def test_piped_tables_never_wrap(monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Piped, a row is one line however narrow COLUMNS says the terminal is: every machine's
+    figure on the same line, whole."""
+    monkeypatch.setenv("COLUMNS", "60")
+    assert main([*THREE, "--no-ranges"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert max(len(line) for line in lines) <= columns
-    assert all(line == line.rstrip() for line in lines)  # no padding to the width
-    header = next(line for line in lines if "8x5090-dual-socket" in line)
-    assert "8x5090-switch" in header and "8xh100-nvswitch" in header  # one column each
+    assert all(line == line.rstrip() for line in lines)  # no padding to a width
     step = next(line for line in lines if line.startswith("step time"))
-    assert step.count(" s (") + step.count(" ms (") == 3  # every machine's figure on one line
+    assert step.count(" s") + step.count(" ms") == 3  # every machine's figure on one line
+    price = next(line for line in lines if line.startswith("price"))
+    assert price.count("per million tokens") == 3
+
+
+@pytest.mark.parametrize("columns", [80, 120, 200])
+def test_on_a_terminal_no_number_is_broken(columns: int, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """On a terminal of any width a cell wraps between words only: every figure of the piped
+    table is found whole in the boxed one, and the table is as wide as the terminal where the
+    words allow it."""
+    assert main(THREE) == 0
+    piped = _figures(capsys.readouterr().out)
+    out = _Terminal()
+    monkeypatch.setenv("COLUMNS", str(columns))
+    monkeypatch.setattr("sys.stdout", out)
+    assert main(THREE) == 0
+    drawn = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())  # colours apart
+    assert "┃" in drawn or "│" in drawn  # boxed: a terminal
+    words = {w for line in drawn.splitlines() for w in line.replace("│", " ").split()}
+    assert piped and all(w in words for w in piped)
+    if columns >= 120:
+        assert max(len(line) for line in drawn.splitlines()) <= columns
 
 
 def test_piped_tables_are_plain_text(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,8 @@ from simulator.job.workload import Job
 
 
 def llama7b(**training: object) -> Job:
+    """Llama 2 7B; without checkpointing unless asked (the preset checkpoints fully)."""
+    training.setdefault("activation_checkpointing", "none")
     cfg = load_workload("llama2-7b")
     return Job.from_config(cfg.copy(training=cfg.training.copy(**training)))
 

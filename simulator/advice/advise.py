@@ -9,8 +9,11 @@ of another kind, the best of the other kinds (the runner-up). "Could" is bound.p
 bound, so what is left out provably loses. Ranked by the objective (tokens/s, USD per million
 tokens, or time to train ``train_tokens``); the best and the runner-up are simulated again
 with their ranges (ranges.py). The answer is one JSON object, ``{candidates, best,
-nothing_fits, what_would_fit, explanation}``; explain.py words the explanation, fallback.py
-what would fit when nothing does.
+nothing_fits, what_would_fit, explanation, confidence, without_thin_mechanisms}``; explain.py
+words the explanation, caveats.py how sure the pick is (and the best candidate that avoids
+its thinly validated mechanisms), fallback.py what would fit when nothing does. The
+candidates run on any ``concurrent.futures`` executor given (Dask, Ray through an adapter),
+else on ``jobs`` local processes.
 """
 
 from __future__ import annotations
@@ -18,14 +21,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from simulator import api
-from simulator.advice import bound, boxes, explain, fallback, spec_text
+from simulator.advice import bound, boxes, caveats, explain, fallback, spec_text
 from simulator.advice import candidates as cand
 from simulator.api import RunSpec
 from simulator.errors import InputError, quoted
@@ -38,21 +41,18 @@ Point = tuple[RunSpec, Prices, bool]  # the spec, its prices, whether to check m
 
 @dataclass(frozen=True)
 class PricedMachine:
-    """One -t of the question: the topology and the prices that apply to it; ``nnodes``
-    boxes of it (None: the topology's own count)."""
+    """One -t of the question: the topology, the prices that apply to it, how many of its
+    GPUs to use (its first ``gpus``, of each box; None: all of them) and ``nnodes`` boxes of it
+    (None: the topology's own count)."""
 
     topology: str
     prices: Prices
+    gpus: int | None = None
     nnodes: int | None = None
 
     @property
-    def key(self) -> tuple[str, int | None]:
-        return self.topology, self.nnodes
-
-
-def where(spec: RunSpec) -> tuple[str, int | None]:
-    """The machine a spec runs on: its topology and box count (PricedMachine.key)."""
-    return spec.topology, spec.nnodes
+    def key(self) -> tuple[str, int | None, int | None]:
+        return self.topology, self.gpus, self.nnodes
 
 
 def _simulate(point: Point) -> tuple[str, dict[str, Any] | None]:
@@ -76,7 +76,11 @@ def _simulate(point: Point) -> tuple[str, dict[str, Any] | None]:
 
 
 @contextmanager
-def _pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
+def _pool(workers: int, executor: Executor | None) -> Iterator[Executor | None]:
+    """The caller's executor (left running), else a process pool of ``workers`` (none for 1)."""
+    if executor is not None:
+        yield executor
+        return
     if workers <= 1:
         yield None
         return
@@ -99,7 +103,7 @@ class _Counter:
             yield r
 
 
-def _map(pool: ProcessPoolExecutor | None, workers: int, fn: Callable[[Any], Any],
+def _map(pool: Executor | None, workers: int, fn: Callable[[Any], Any],
          items: list[Any], counter: _Counter) -> list[Any]:
     """``fn`` over ``items`` in order, in the pool's processes when there is one (neighbours
     go to one process, which then reuses the jobs and machines it built)."""
@@ -124,7 +128,7 @@ def _bounds(mapper: Callable[[Callable[[Any], Any], list[Any]], Iterable[Any]],
     return dict(zip(order, mapper(bound.tokens_per_s_bound, order), strict=True))
 
 
-def _simulate_all(pool: ProcessPoolExecutor | None, workers: int, points: list[Point],
+def _simulate_all(pool: Executor | None, workers: int, points: list[Point],
                   counter: _Counter, tally: explain.Tally) -> list[tuple[RunSpec, dict[str, Any]]]:
     """Simulate ``points``; the ranked (spec, report) pairs, with ``tally`` counting."""
     points = sorted(points, key=lambda p: _locality(p[0]))
@@ -172,26 +176,35 @@ def check_objective(objective: str, machines: Sequence[PricedMachine]) -> None:
                                  "--price-per-gpu-hour (once, or once per -t)")
 
 
-def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str = "throughput",
-           jobs: int | None = None, progress: Progress | None = None,
-           peft: str | None = None, load_in_4bit: bool = False) -> dict[str, Any]:
+def advise(given: Sequence[PricedMachine | str], workload: str, *,
+           objective: str = "throughput", jobs: int | None = None,
+           progress: Progress | None = None, peft: str | None = None,
+           load_in_4bit: bool = False, executor: Executor | None = None) -> dict[str, Any]:
     """The whole answer: ranked candidates, the best with its ranges, and the explanation.
-    ``peft``, ``load_in_4bit``: the job's adapters from a PEFT adapter_config.json (QLoRA on
-    a 4-bit base), as `run --peft` takes them; every candidate trains them."""
+    ``given``: the machines (PricedMachine), or topology names (their own prices).
+    ``peft``, ``load_in_4bit``: the job's adapters from a PEFT adapter_config.json (QLoRA on a 4-bit
+    base), as `run --peft` takes them; every candidate trains them. ``executor``: any
+    ``concurrent.futures`` executor to run the candidates on (a process pool, Dask's
+    ``client.get_executor()``, ...), left running; without one, ``jobs`` local processes
+    (default one per core). The answer is the same wherever the candidates run."""
+    machines = [m if isinstance(m, PricedMachine) else PricedMachine(m, Prices())
+                for m in given]
 
     def base(m: PricedMachine) -> RunSpec:
-        return RunSpec(m.topology, workload, peft=peft, load_in_4bit=load_in_4bit,
+        return RunSpec(m.topology, workload, gpus=m.gpus, peft=peft, load_in_4bit=load_in_4bit,
                        nnodes=m.nnodes)
 
     check_objective(objective, machines)
     started = time.perf_counter()
     workers = jobs if jobs is not None else os.cpu_count() or 1
+    if executor is not None:  # its size is its own: chunks for a few workers
+        workers = max(workers, 2)
     counter, tally = _Counter(progress), explain.Tally()
-    choices: dict[tuple[str, int | None], cand.Choices] = {}
+    choices: dict[tuple[str, int | None, int | None], cand.Choices] = {}
     ranked: list[tuple[RunSpec, dict[str, Any]]] = []
     leading: dict[Any, float] = {}  # tokens/s of the best ranked run of each kind and machine
     prices = {m.key: m.prices for m in machines}
-    with _pool(workers) as pool:
+    with _pool(workers, executor) as pool:
         def mapper(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
             return _map(pool, workers, fn, items, counter)
 
@@ -200,7 +213,7 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
             """Simulate the specs whose bound reaches their ``threshold`` (tokens/s): branch
             and bound, a spec whose compute alone is slower than a run already simulated
             cannot beat it; how many the bound left out."""
-            todo = [(s, prices[where(s)], check_memory) for s in specs
+            todo = [(s, prices[cand.machine_key(s)], check_memory) for s in specs
                     if bounds[s] >= threshold(s)]
             for spec, report in _simulate_all(pool, workers, todo, counter, tally):
                 ranked.append((spec, report))
@@ -227,7 +240,7 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
 
         def could_change_the_answer(spec: RunSpec) -> float:
             tops = sorted(((v, k) for k, v in leading.items()
-                           if k[0] == spec.topology and k[-1] == spec.nnodes), reverse=True)
+                           if k[0] == cand.machine_key(spec)), reverse=True)
             (v1, k1), *rest = tops or [(0.0, None)]
             return v1 if cand.kind(spec) == k1 else (rest[0][0] if rest else 0.0)
 
@@ -241,7 +254,7 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
             recipes.setdefault(cand.recipe_of(spec)[0], []).append(spec)
 
         def variants(spec: RunSpec) -> list[RunSpec]:
-            c = choices[where(spec)]
+            c = choices[cand.machine_key(spec)]
             # a recipe's other first-round specs fit smaller micro-batches: lighter modes
             lighter = [s for s in recipes[cand.recipe_of(spec)[0]] if s != spec]
             return [*cand.variants(spec, c.above[spec], accum, lighter),
@@ -255,17 +268,22 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
         ranked = _ranked(ranked, objective)
         reports = [r for _, r in ranked]
         second = runner_up(reports) if reports else None
-        finalists = reports[:1] + ([second] if second is not None else [])
-        # the best and the runner-up again with their ranges, in the processes that hold
-        # their jobs already
+        sure = caveats.alternative(reports[0], reports) if reports else None
+        finalists = reports[:1] + [r for r in (second, sure) if r is not None]
+        finalists = list({id(r): r for r in finalists}.values())
+        # the best, the runner-up and the best candidate that avoids the best's thinly
+        # validated mechanisms again with their ranges, in the processes that hold their jobs
         ranged = _map(pool, workers, partial(_ranged, prices=prices), finalists, counter)
+        by_id = {id(r): x for r, x in zip(finalists, ranged, strict=True)}
     elapsed = time.perf_counter() - started
     answer: dict[str, Any] = {"candidates": reports, "best": None, "nothing_fits": not reports,
-                              "what_would_fit": [], "explanation": []}
+                              "what_would_fit": [], "explanation": [], "confidence": None,
+                              "without_thin_mechanisms": None}
     lines = answer["explanation"]
-    names = ", ".join(api.load_machine(m.topology, nnodes=m.nnodes).name for m in machines)
+    names = ", ".join(explain.machine_name(m) for m in machines)
     verdicts = {t: c.verdicts for t, c in choices.items()}
-    lines += explain.search_lines(workload, names, tally, objective, workers, elapsed, len(reports))
+    where = "the executor given" if executor is not None else workers
+    lines += explain.search_lines(workload, names, tally, objective, where, elapsed, len(reports))
     if not reports:
         for m in machines:
             lines.extend(explain.not_fitting_lines(verdicts[m.key]))
@@ -283,20 +301,24 @@ def advise(machines: Sequence[PricedMachine], workload: str, *, objective: str =
     for m in machines:
         lines.extend(explain.not_fitting_lines(verdicts[m.key],
                                                prefix=explain.prefix(machines, m)))
-    if len(ranged) > 1:
-        lines.append(explain.runner_up_line(best, ranged[1], objective))
+    if second is not None:
+        lines.append(explain.runner_up_line(best, by_id[id(second)], objective))
     if len(machines) > 1:
         lines.extend(explain.machine_lines(reports, machines, objective))
     lines.extend(boxes.lines(reports, machines))  # several box counts: a second box?
     lines.append(best["range_basis"]["summary"])
+    alt = by_id[id(sure)] if sure is not None else None
+    answer["confidence"] = best["confidence"]
+    answer["without_thin_mechanisms"] = alt
+    lines.extend(caveats.lines(best, alt, caveats.shared(reports[0], reports)))
     return answer
 
 
-def _ranged(report: dict[str, Any], prices: dict[tuple[str, int | None], Prices]
+def _ranged(report: dict[str, Any], prices: dict[tuple[str, int | None, int | None], Prices]
             ) -> dict[str, Any]:
     """The candidate again, with its ranges (and its DDP buckets)."""
     spec = spec_text.spec_of(report["options"])
-    ranged = api.simulate(spec, baseline=False, prices=prices[where(spec)],
+    ranged = api.simulate(spec, baseline=False, prices=prices[cand.machine_key(spec)],
                           ranges=True).report
     ranged["options"] = report["options"]
     ranged["label"] = report["label"]

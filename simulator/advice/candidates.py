@@ -344,7 +344,13 @@ def recipe_of(spec: RunSpec) -> tuple[Recipe, str]:
             spec.checkpointing or "none")
 
 
+def machine_key(spec: RunSpec) -> tuple[str, int | None, int | None]:
+    """The machine a spec runs on: its topology, GPUs of each box and box count
+    (advise.PricedMachine.key)."""
+    return spec.topology, spec.gpus, spec.nnodes
+
+
 def kind(spec: RunSpec) -> tuple[Any, ...]:
     """What the answer tells apart: the machine, strategy, TP degree, pipeline and offload
     (the runner-up is the best of another kind, each machine has its own best)."""
-    return spec.topology, spec.strategy, spec.tp, spec.pp, spec.offload, spec.nnodes
+    return machine_key(spec), spec.strategy, spec.tp, spec.pp, spec.offload

@@ -32,14 +32,16 @@ class Tally:
     unfit: int = 0  # simulated, but over memory in the run's exact verdict
 
 
-def search_lines(workload: str, names: str, tally: Tally, objective: str, workers: int,
+def search_lines(workload: str, names: str, tally: Tally, objective: str, workers: int | str,
                  elapsed: float, ranked: int) -> list[str]:
     """What was weighed, simulated and left out, and why: the first lines of the answer."""
     t = tally
+    where = (workers if isinstance(workers, str) else
+             f"{workers} process{'es' if workers > 1 else ''}")
     head = (f"{workload} on {names}: {t.choices} strategy, recipe, kernel and checkpointing "
             f"choices; {t.first} fit in memory at their largest micro-batch; {t.simulated} "
-            f"configurations simulated in {elapsed:.1f} s ({workers} "
-            f"process{'es' if workers > 1 else ''}), {ranked} ranked by {objective}")
+            f"configurations simulated in {elapsed:.1f} s ({where}), {ranked} ranked by "
+            f"{objective}")
     if not t.first:
         return [head]
     search = (f"searched: each choice that fits, at its largest micro-batch (eager kernels "
@@ -59,9 +61,19 @@ def search_lines(workload: str, names: str, tally: Tally, objective: str, worker
     return [head, search]
 
 
+def machine_name(m: PricedMachine) -> str:
+    """The machine as the answer names it: its name, and ``:K`` where only K GPUs are used."""
+    name = api.load_machine(m.topology, nnodes=m.nnodes).name
+    return f"{name}:{m.gpus}" if m.gpus else name
+
+
+def machine_of(report: dict[str, Any]) -> str:
+    gpus = (report.get("options") or {}).get("gpus")
+    return f"{report['topology']}:{gpus}" if gpus else str(report["topology"])
+
+
 def prefix(machines: Sequence[PricedMachine], m: PricedMachine) -> str:
-    return f"on {api.load_machine(m.topology, nnodes=m.nnodes).name}, " if len(machines) > 1 \
-        else ""
+    return f"on {machine_name(m)}, " if len(machines) > 1 else ""
 
 
 def _tokens(report: dict[str, Any]) -> str:
@@ -87,7 +99,7 @@ def _price(report: dict[str, Any]) -> str:
 
 
 def winner_line(best: dict[str, Any], objective: str) -> str:
-    return (f"best ({objective}): {best['label']} on {best['topology']}: {_tokens(best)}, "
+    return (f"best ({objective}): {best['label']} on {machine_of(best)}: {_tokens(best)}, "
             f"{_price(best)}; run it alone: {best['command']}")
 
 
@@ -155,7 +167,7 @@ def _objective_range(report: dict[str, Any], objective: str) -> list[float] | No
 
 def runner_up_line(best: dict[str, Any], second: dict[str, Any], objective: str) -> str:
     slower = 1 - second["tokens_per_s"] / best["tokens_per_s"] if best["tokens_per_s"] else 0
-    line = (f"runner-up: {second['label']} on {second['topology']}: {_tokens(second)} "
+    line = (f"runner-up: {second['label']} on {machine_of(second)}: {_tokens(second)} "
             f"({abs(slower):.0%} {'fewer' if slower >= 0 else 'more'} tokens/s), "
             f"{_price(second)}")
     a, b = _objective_range(best, objective), _objective_range(second, objective)
@@ -168,8 +180,8 @@ def machine_reason(first: dict[str, Any], second: dict[str, Any], objective: str
     """Why the first machine beats the second: throughput against hourly price."""
     speed = first["tokens_per_s"] / second["tokens_per_s"]
     a, b = first["cost"]["usd_per_hour"], second["cost"]["usd_per_hour"]
-    text = (f"{first['topology']} wins on {objective}: {speed:.0%} of the tokens/s of "
-            f"{second['topology']}")
+    text = (f"{machine_of(first)} wins on {objective}: {speed:.0%} of the tokens/s of "
+            f"{machine_of(second)}")
     if a is not None and b is not None:
         text += f" at {a / b:.0%} of its hourly price"
     return text
@@ -178,19 +190,19 @@ def machine_reason(first: dict[str, Any], second: dict[str, Any], objective: str
 def machine_lines(reports: list[dict[str, Any]], machines: Sequence[PricedMachine], objective: str
                   ) -> list[str]:
     """Each machine's own best, in the objective's order."""
-    firsts: dict[tuple[str, int | None], dict[str, Any]] = {}
-    for r in reports:  # a machine is a topology and its box count
-        firsts.setdefault((r["options"]["topology"], r["options"].get("nnodes")), r)
+    firsts: dict[tuple[str, int | None, int | None], dict[str, Any]] = {}
+    for r in reports:  # a machine is a topology, its GPUs and its box count
+        o = r["options"]
+        firsts.setdefault((o["topology"], o["gpus"], o.get("nnodes")), r)
     lines = ["machines, best first:"]
     for rank, r in enumerate(firsts.values(), 1):
         usd = r["cost"]["usd_per_million_tokens"]
-        lines.append(f"  {rank}. {r['topology']}: {r['label']}: {r['tokens_per_s']:,.0f} "
+        lines.append(f"  {rank}. {machine_of(r)}: {r['label']}: {r['tokens_per_s']:,.0f} "
                      f"tokens/s" + ("" if usd is None else f", ${usd:.3g} per million tokens"))
     ordered = list(firsts.values())
     if len(ordered) > 1:
         lines.append(machine_reason(ordered[0], ordered[1], objective))
-    missing = [api.load_machine(m.topology, nnodes=m.nnodes).name for m in machines
-               if m.key not in firsts]
+    missing = [machine_name(m) for m in machines if m.key not in firsts]
     if missing:
         lines.append(f"  nothing fits on {', '.join(missing)}")
     return lines

@@ -2,13 +2,17 @@
 
 - ``simulate(RunSpec(...)) -> RunResult``: one training step (the `stepsim run` pipeline:
   machine and job from their YAML or preset names, the strategy's programs, the engine, the
-  report; ``ranges=True`` adds the ranges of ranges.py).
+  report with its confidence grade; ``ranges=True`` adds the ranges of ranges.py).
+- ``answer(RunSpec(...)) -> dict``: what the commands print for a spec: the simulated report
+  when the job fits, its memory verdict alone when it does not (answers.py).
 - ``memory(RunSpec(...)) -> MemoryResult``: the same spec's memory verdict without
   simulating (`stepsim memory`), optionally with the largest micro-batch or model that fits.
 - ``collective(CollectiveSpec(...)) -> list[Result]``: one NCCL collective over a range of
   sizes, each alone on idle links, as nccl-tests times it (`stepsim collective`).
 - ``load_machine(topology, gpus)``, ``load_communicator(topology, gpus, env=...)`` (NCCL over
   it: transports, rings) and ``presets(kind)``: a machine and the bundled inputs.
+- ``advise(machines, workload, executor=...)``: `stepsim advise`'s whole answer, its
+  candidates run on any ``concurrent.futures`` executor (advice/advise.py).
 
 Specs are frozen dataclasses (hashable, picklable), so they cross process boundaries: a
 sweep can fan out over ``concurrent.futures``, Dask or Ray and call ``simulate`` in each
@@ -30,6 +34,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from simulator.api.answers import answer, answer_all, fits, largest_micro_batch, outcome
+    from simulator.api.confidence import grade_run
     from simulator.api.runner import (
         RunResult,
         clear_caches,
@@ -81,8 +87,14 @@ if TYPE_CHECKING:
         unused_flags,
     )
 
-# name -> the module that holds it
+# name -> the module that holds it. ``advise`` and ``PricedMachine`` live in advice/, which is
+# built on this package: named here so that scripts reach everything through one entry point,
+# imported only when asked for (never while this package loads, so no import circle).
 _HOME = {
+    **dict.fromkeys(("advise", "PricedMachine"), "simulator.advice.advise"),
+    **dict.fromkeys(("answer", "answer_all", "fits", "largest_micro_batch", "outcome"),
+                    "simulator.api.answers"),
+    "grade_run": "simulator.api.confidence",
     **dict.fromkeys(("RunResult", "clear_caches", "degrees", "presets", "recipe", "run",
                      "simulate", "single_gpu_tokens_per_s", "step_time"), "simulator.api.runner"),
     **dict.fromkeys(("MAX_SIMULATED_OPS", "TRAINING_OVERRIDES", "RunSpec", "check_offload",
@@ -105,13 +117,16 @@ _HOME = {
                     "simulator.strategies.options"),
 }
 
-__all__ = ["CollectiveSpec", "Communicator", "MAX_SIMULATED_OPS", "MOMENTS", "Machine",
+__all__ = ["CollectiveSpec", "PricedMachine", "advise", "Communicator", "MAX_SIMULATED_OPS",
+           "MOMENTS", "Machine",
            "MemoryReport", "MemoryResult", "NO_ENV", "NcclEnv", "OPS", "Result", "RunResult",
-           "RunSpec", "STRATEGIES", "TRAINING_OVERRIDES", "alive", "blame", "check_offload",
+           "RunSpec", "STRATEGIES", "TRAINING_OVERRIDES", "alive", "answer", "answer_all", "blame",
+           "check_offload", "fits", "grade_run", "largest_micro_batch",
            "check_optimizer", "check_recipe", "check_size", "check_strategy", "clear_caches",
            "collective", "configured", "degrees", "fullest", "job_of", "load_communicator",
            "load_job", "load_machine", "load_topology", "load_workload", "memory", "memory_of",
-           "memory_reports", "memory_scheme", "options_of", "pipeline_of", "pipeline_split",
+           "memory_reports", "memory_scheme", "options_of", "outcome", "pipeline_of",
+           "pipeline_split",
            "presets", "recipe", "run", "simulate", "single_gpu_tokens_per_s", "step_time",
            "strategy_options", "tp_degree", "transport_effects", "unused_flags",
            "with_adapters"]

@@ -126,20 +126,32 @@ def spread(mechanism: str, machine: Machine,
                              f"{entry['high']:.2f}x the model")
 
 
-def mechanisms_used(result: RunResult) -> list[str]:
-    """Compute, and every transport the run's collectives' rings cross, in MECHANISMS order."""
-    from simulator.engine.program import Comm
+def hops(result: RunResult) -> set[tuple[int, int]]:
+    """Every (sender, receiver) pair the run's communication crosses: each hop of its
+    collectives' rings, and each pair of its point-to-point sends (a pipeline's
+    activations)."""
+    from simulator.engine.program import Comm, SendRecv
 
     comm = result.comm
-    used = {"compute"}
-    groups = {g for program in result.programs for t in program.tasks
-              if isinstance(t.work, Comm) for g in t.work.groups if len(g) > 1}
+    out: set[tuple[int, int]] = set()
+    groups: set[tuple[int, ...]] = set()
+    for program in result.programs:
+        for t in program.tasks:
+            if isinstance(t.work, Comm):
+                groups.update(g for g in t.work.groups if len(g) > 1)
+            elif isinstance(t.work, SendRecv):
+                out.update(pair for send in t.work.sends for pair in send.pairs)
     for group in groups:
         order = comm.ring(group).order
-        for i, a in enumerate(order):
-            mechanism = comm.mechanism(a, order[(i + 1) % len(order)])
-            if mechanism:
-                used.add(mechanism)
+        out.update((a, order[(i + 1) % len(order)]) for i, a in enumerate(order))
+    return out
+
+
+def mechanisms_used(result: RunResult) -> list[str]:
+    """Compute, and every transport the run's communication crosses (its collectives' rings,
+    its point-to-point sends), in MECHANISMS order."""
+    comm = result.comm
+    used = {"compute"} | {m for a, b in hops(result) if (m := comm.mechanism(a, b))}
     return [m for m in MECHANISMS if m in used]
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from simulator import engine, memo, strategies
 from simulator.api import spec as specs
 from simulator.api import verdict
+from simulator.api.confidence import grade_run
 from simulator.api.spec import (
     RunSpec,
     _tp_degree,
@@ -268,15 +269,15 @@ def _programs(spec: RunSpec, job: Job, machine: Machine) -> list[Program]:
     return strategies.build(spec.strategy, job, machine, strategy_options(spec, job, machine))
 
 
-def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
-              ranges: bool) -> RunResult:
-    job, machine, comm = _job_and_machine(spec)
+def check(spec: RunSpec, job: Job, machine: Machine) -> None:
+    """Every check a spec passes before it is simulated (InputError, one line, otherwise):
+    the same whether it is then simulated or only judged by its memory (answer.py)."""
     check_recipe(spec.strategy, tp=_tp_degree(spec, machine), overlap=spec.overlap,
-                       grad_compression=spec.grad_compression,
-                       gradient_as_bucket_view=spec.gradient_as_bucket_view,
-                       sequence_parallel=spec.sequence_parallel,
-                       reshard_after_forward=spec.reshard_after_forward,
-                       zero_overlap_comm=spec.zero_overlap_comm)
+                 grad_compression=spec.grad_compression,
+                 gradient_as_bucket_view=spec.gradient_as_bucket_view,
+                 sequence_parallel=spec.sequence_parallel,
+                 reshard_after_forward=spec.reshard_after_forward,
+                 zero_overlap_comm=spec.zero_overlap_comm)
     check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
                    virtual_stages=spec.virtual_stages)
     check_offload(spec)
@@ -284,6 +285,12 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
         raise InputError("--offload with --pp: offloading inside a pipeline is not modelled")
     check_optimizer(spec, job, machine)
     check_size(job)
+
+
+def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
+              ranges: bool) -> RunResult:
+    job, machine, comm = _job_and_machine(spec)
+    check(spec, job, machine)
     # a job the strategy cannot split, too long a step; or a route the machine lacks
     with blame(spec.workload, "workloads", machine, spec.topology):
         programs = _programs(spec, job, machine)
@@ -345,6 +352,7 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
         for entry in metrics.get("ranks", []):
             entry["gpu"] = machine.gpu_of(entry["gpus"][0]).name
     result = RunResult(spec, machine, comm, job, programs, timeline, mem, metrics)
+    metrics["confidence"] = grade_run(result)
     if ranges:
         from simulator.api.ranges import add_ranges
 

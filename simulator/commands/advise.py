@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from simulator import api
 from simulator.advice import advise as core
-from simulator.advice import whatif
-from simulator.commands import price_flags, recipe_flags, script_output, terminal
+from simulator.advice import explain, spec_text, whatif
+from simulator.commands import html_flag, price_flags, recipe_flags, script_output, terminal
+from simulator.commands.parsing import machine_gpus
 from simulator.inputs.schema import MAX_BOXES
 from simulator.units import positive_int
 
@@ -33,7 +35,8 @@ def add_parser(subparsers: Any) -> None:
         "then by a compute bound) and rank them, e.g. "
         "`stepsim advise -t 8x5090-dual-socket -w llama2-7b`.")
     parser.add_argument("-t", "--topology", required=True, action="append",
-                        help="topology YAML or preset name (repeatable)")
+                        help="topology YAML or preset name (repeatable); NAME:K uses its "
+                        "first K GPUs")
     parser.add_argument("-w", "--workload", required=True,
                         help="workload YAML, preset name or hf:config.json")
     parser.add_argument("--nnodes", default=None, metavar="N[,N...]",
@@ -50,6 +53,7 @@ def add_parser(subparsers: Any) -> None:
                         help="add the upgrades a buyer can choose for the winner: P2P driver, "
                         "PCIe switch or two sockets, next PCIe generation, NVLink bridge, "
                         "twice the GPUs, a card with more memory")
+    html_flag.add_argument(parser)
     script_output.add_arguments(parser, row="candidate")
     parser.set_defaults(handler=run)
 
@@ -66,33 +70,76 @@ def _fewest_boxes_best(answer: dict[str, Any], machines: list[core.PricedMachine
                  if c["parallelism"].get("nnodes", 1) == fewest), None)
 
 
-def run(args: argparse.Namespace) -> int:
-    script_output.check(args)
+def machines_of(args: argparse.Namespace) -> list[core.PricedMachine]:
+    """Each -t (NAME or NAME:K) at each --nnodes count."""
     counts: list[int | None] = [None]
     if args.nnodes is not None:
         counts = [positive_int(v.strip(), "--nnodes", maximum=MAX_BOXES)
                   for v in str(args.nnodes).split(",")]
-    machines = [core.PricedMachine(t, price_flags.prices(args, i, len(args.topology)), n)
-                for i, t in enumerate(args.topology) for n in dict.fromkeys(counts)]
+    out = []
+    for i, text in enumerate(args.topology):
+        topology, gpus = machine_gpus(text)
+        prices = price_flags.prices(args, i, len(args.topology))
+        out += [core.PricedMachine(topology, prices, gpus, n) for n in dict.fromkeys(counts)]
+    return out
+
+
+def _machine_of(machines: list[core.PricedMachine], report: dict[str, Any]
+                ) -> core.PricedMachine:
+    o = report["options"]
+    return next(m for m in machines if m.key == (o["topology"], o["gpus"], o.get("nnodes")))
+
+
+def answer_of(args: argparse.Namespace, *, progress: Any = None,
+              executor: Any = None) -> dict[str, Any]:
+    """advise's whole answer for the flags (with --what-if's upgrades): what every output of
+    `advise` shows."""
+    machines = machines_of(args)
     jobs = positive_int(args.jobs, "--jobs")
-    with terminal.progress("simulating candidates") as update:
-        answer = core.advise(machines, args.workload, objective=args.objective, jobs=jobs,
-                             progress=update, peft=args.peft, load_in_4bit=args.load_in_4bit)
+    answer = core.advise(machines, args.workload, objective=args.objective, jobs=jobs,
+                         progress=progress, peft=args.peft, load_in_4bit=args.load_in_4bit,
+                         executor=executor)
     if args.what_if and answer["best"] is not None:
-        with terminal.progress("simulating upgrades"):
-            best_machine = next(m for m in machines
-                                if m.topology == answer["best"]["options"]["topology"]
-                                and m.nnodes == answer["best"]["options"].get("nnodes"))
-            answer["best"]["what_if"] = whatif.upgrades(answer["best"], best_machine.prices)
-            answer["explanation"] += whatif.lines(answer["best"], answer["best"]["what_if"])
-            first = _fewest_boxes_best(answer, machines)
-            if first is not None and first is not answer["best"]:  # or upgrade the first box?
-                prices = next(m.prices for m in machines
-                              if m.key == (first["options"]["topology"],
-                                           first["options"].get("nnodes")))
-                first["what_if"] = whatif.upgrades(first, prices)
-                answer["explanation"] += ["or upgrade the box instead of adding one:",
-                                          *whatif.lines(first, first["what_if"])]
+        best = answer["best"]
+        best["what_if"] = whatif.upgrades(best, _machine_of(machines, best).prices)
+        answer["explanation"] += whatif.lines(best, best["what_if"])
+        first = _fewest_boxes_best(answer, machines)
+        if first is not None and first is not best:  # or upgrade the box there is?
+            first["what_if"] = whatif.upgrades(first, _machine_of(machines, first).prices)
+            answer["explanation"] += ["or upgrade the box instead of adding one:",
+                                      *whatif.lines(first, first["what_if"])]
+    return answer
+
+
+def finalists(answer: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The pick, the runner-up and the best candidate without the pick's thin mechanisms,
+    each with its step's lanes: what the HTML report draws."""
+    picked = [("pick", answer["best"])]
+    if answer.get("without_thin_mechanisms"):
+        picked.append(("without its thin mechanisms", answer["without_thin_mechanisms"]))
+    seen = {id(r) for _, r in picked}
+    for r in answer["candidates"][1:]:
+        if len(picked) >= 3 or id(r) in seen:
+            break
+        picked.append((f"candidate {answer['candidates'].index(r) + 1}", r))
+    labels, reports = [], []
+    for word, r in picked:
+        if r is None:
+            continue
+        drawn = api.answer(spec_text.spec_of(r["options"]), baseline=False, gantt=True)
+        labels.append(f"{word}: {r['label']} on {explain.machine_of(r)}")
+        reports.append({**r, "gantt": drawn.get("gantt")})
+    return labels, reports
+
+
+def run(args: argparse.Namespace) -> int:
+    script_output.check(args)
+    html_flag.check(args)
+    with terminal.progress("simulating candidates") as update:
+        answer = answer_of(args, progress=update)
+    if args.html:
+        labels, reports = finalists(answer) if answer["best"] is not None else ([], [])
+        html_flag.write(args, labels, reports, answer["explanation"], doc=answer)
     if args.json:
         script_output.print_json(answer)
     elif args.csv:  # the ranked candidates, best first

@@ -78,10 +78,19 @@ class Parser(argparse.ArgumentParser):
     def _unknown(self, extra: list[str]) -> str:
         first = extra[0]
         flags = [s for a in self._actions for s in a.option_strings]
-        import difflib  # only to suggest a flag for a mistyped one
+        from simulator.commands import synonyms  # a framework's name for one of our flags
 
-        near = difflib.get_close_matches(first.split("=", 1)[0], flags, n=1)
-        hint = f"; did you mean {near[0]}?" if near else ""
+        known = synonyms.meaning(first) if first.startswith("-") else None
+        if known is not None:
+            name, ours, whose = known
+            flag = ours.split()[0]
+            where = "" if flag in flags else f"; `stepsim {self.prog.split()[-1]}` has no {flag}"
+            hint = f"; did you mean {ours}? ({name} in {whose}{where})"
+        else:
+            import difflib  # only to suggest a flag for a mistyped one
+
+            near = difflib.get_close_matches(first.split("=", 1)[0], flags, n=1)
+            hint = f"; did you mean {near[0]}?" if near else ""
         return (f"unrecognized argument{'s' if len(extra) > 1 else ''}: {cut(' '.join(extra))}"
                 f"{hint}")
 
@@ -126,3 +135,20 @@ def no_fit_status(args: argparse.Namespace, memory: dict[str, Any]) -> int:
     """0, or NO_FIT_EXIT under --fail-if-no-fit when GPU or host memory does not hold it."""
     fits = memory["fits"] and memory.get("host_fits", True) is not False
     return NO_FIT_EXIT if getattr(args, "fail_if_no_fit", False) and not fits else 0
+
+
+def machine_gpus(text: str) -> tuple[str, int | None]:
+    """``-t 8x4090-dual-socket:4``: a topology and how many of its GPUs to use (its first K;
+    None: as --gpus says). A file whose own name ends in ``:K`` is taken as the file."""
+    import os
+    import re
+
+    from simulator.inputs.schema import MAX_GPUS
+
+    found = re.fullmatch(r"(.+):(\d+)", text.strip())
+    if found is None or os.path.exists(text):
+        return text, None
+    count = int(found.group(2))
+    if not 1 <= count <= MAX_GPUS:
+        raise InputError(f"-t {text}: the GPU count after ':' must be from 1 to {MAX_GPUS:,}")
+    return found.group(1), count

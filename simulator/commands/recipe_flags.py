@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, get_args
 
-from simulator.errors import InputError, quoted
+from simulator.errors import InputError, did_you_mean, quoted
 from simulator.inputs.schema import (
     CHECKPOINTING_MODES,
     CrossEntropy,
@@ -56,18 +56,30 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
                         "torchtitan's op-level selective checkpointing)")
 
 
+# what other programs call the checkpointing modes
+CHECKPOINTING_SYNONYMS = {
+    "True": ("full", "Hugging Face gradient_checkpointing and torchtune "
+             "enable_activation_checkpointing"),
+    "False": ("none", "Hugging Face gradient_checkpointing"),
+    "recompute-activations": ("selective", "Megatron"),
+    "uniform": ("full", "Megatron --recompute-method"),
+}
+
+
 def training_fields(args: argparse.Namespace) -> dict[str, Any]:
     """RunSpec fields of the training flags, each checked against its choices."""
     out: dict[str, Any] = {}
     for flag, (field, choices) in TRAINING_FLAGS.items():
         value = getattr(args, field)
         if value is not None and value not in choices:
-            raise InputError(f"{flag}: expected one of {', '.join(choices)}, got {quoted(value)}")
+            raise InputError(f"{flag}: expected one of {', '.join(choices)}, got {quoted(value)}"
+                             + did_you_mean(value, choices))
         out[field] = value
     mode = args.checkpointing
     if mode is not None and mode not in CHECKPOINTING_MODES:
         raise InputError(f"--checkpointing: expected one of {', '.join(CHECKPOINTING_MODES)}, "
-                         f"got {quoted(mode)}")
+                         f"got {quoted(mode)}" + did_you_mean(mode, CHECKPOINTING_MODES,
+                                                             CHECKPOINTING_SYNONYMS))
     out["checkpointing"] = mode
     out["optimizer_in_bwd"] = args.optimizer_in_bwd
     return out

@@ -1,10 +1,13 @@
 """How text reaches the user: tables as wide as the terminal, progress for long work.
 
 Tables are drawn by rich at the terminal's width (rich reads ``COLUMNS``, then the size of
-the terminal, else 80 columns), with box lines on a terminal and as plain aligned columns
-when stdout is piped or redirected, so `stepsim compare ... | cat`, `grep` and `awk` read
-words, not drawing characters. Progress goes to stderr, only when stderr is a terminal (never
-under CI) and only once the work has run for two seconds: short commands stay silent.
+the terminal), with box lines on a terminal and as plain aligned columns when stdout is piped
+or redirected, so `stepsim compare ... | cat`, `grep` and `awk` read words, not drawing
+characters. A number is never broken across lines: piped, nothing wraps at all (a line is as
+long as its content); on a terminal a cell wraps only between words, and a table whose words
+cannot fit the terminal is drawn as wide as they need (``show``). Progress goes to stderr,
+only when stderr is a terminal (never under CI) and only once the work has run for two
+seconds: short commands stay silent.
 rich is imported only when text is printed or a progress bar is due.
 
 A reader that leaves (`stepsim ... | head`) is a ``BrokenPipeError`` out of a table's print,
@@ -29,6 +32,9 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 PROGRESS_AFTER_S = 2.0  # work shorter than this shows no progress at all
+# piped text is never wrapped: rich's width is set beyond any line a command prints (a
+# table is only as wide as its content, plain lines are not padded)
+PIPED_WIDTH = 100_000
 
 Update = Callable[[int, int | None], None]  # (done, total or None when not yet known)
 
@@ -78,7 +84,7 @@ def console(file: IO[str] | None = None) -> Console:
         return _console_class(drawing=False)(file=out, highlight=False)
     # rich decides colour from the stream it is given: a wrapper is no terminal
     return _console_class(drawing=False)(file=_Trimmed(out),  # type: ignore[arg-type]
-                                         highlight=False)
+                                         highlight=False, width=PIPED_WIDTH, soft_wrap=True)
 
 
 def table(*, title: str | None = None, show_header: bool = True, **options: Any) -> Table:
@@ -91,11 +97,64 @@ def table(*, title: str | None = None, show_header: bool = True, **options: Any)
                  box=None if plain else box.HEAVY_HEAD, pad_edge=not plain, **options)
 
 
+def _words(cell: Any) -> list[str]:
+    return str(cell.plain if hasattr(cell, "plain") else cell).split()
+
+
+def _drawn(console: Console, table: Table, width: int) -> str:
+    from rich.console import Console
+
+    probe = Console(file=io.StringIO(), width=width, color_system=None, highlight=False)
+    with probe.capture() as captured:
+        probe.print(table)
+    return captured.get()
+
+
+def show(table: Table, console: Console) -> None:
+    """Print ``table`` so that no number (no word) is broken across lines. Piped, nothing
+    wraps (``console``'s width is beyond any line). On a terminal a cell may wrap between
+    words; where the terminal is too narrow for that, the table is drawn as much wider as
+    keeps every word whole (the check is on the drawn text itself)."""
+    from rich.measure import Measurement
+
+    widest = Measurement.get(console, console.options.update(width=PIPED_WIDTH), table).maximum
+    width = console.width
+    if widest > width:
+        words = {w for column in table.columns for cell in (column.header, *column.cells)
+                 for w in _words(cell)}
+        while width < widest:
+            lines = _drawn(console, table, width).splitlines()
+            if all(any(w in line for line in lines) for w in words):
+                break
+            width = min(widest, width + 4)
+    if width == console.width:
+        console.print(table)
+        return
+    old = console.width
+    console.width = width
+    try:
+        console.print(table)
+    finally:
+        console.width = old
+
+
+# `stepsim serve` runs commands as processes and reads their progress: with this variable set
+# to "lines", progress is a line ``stepsim-progress DONE TOTAL`` on stderr at each update
+PROGRESS_LINES = "STEPSIM_PROGRESS"
+
+
 @contextlib.contextmanager
 def progress(description: str) -> Iterator[Update]:
     """``update(done, total)`` for a piece of work; a bar on stderr appears once it has run
     two seconds (updates or not: a timer starts it), if stderr is a terminal and CI is not
-    set, and is erased when the work ends."""
+    set, and is erased when the work ends. Under ``STEPSIM_PROGRESS=lines``, a line per
+    update instead, for the program reading stderr."""
+    if os.environ.get(PROGRESS_LINES) == "lines":
+        def line(done: int, total: int | None) -> None:
+            print(f"stepsim-progress {done} {total or 0}", file=sys.stderr, flush=True)
+
+        yield line
+        return
     if not sys.stderr.isatty() or os.environ.get("CI"):
         yield lambda done, total: None
         return

@@ -54,9 +54,12 @@ def resolve(name_or_path: str, kind: str) -> Path:
     with contextlib.suppress(OSError):  # a name too long for a file is no preset either
         if candidate.is_file():
             return candidate
+    from simulator.errors import did_you_mean
+
     names = ", ".join(preset_names(kind))
     singular = {"topologies": "topology", "workloads": "workload"}.get(kind, kind)
-    raise InputError(f"unknown {singular} {quoted(name_or_path)}; presets: {names} "
+    raise InputError(f"unknown {singular} {quoted(name_or_path)}"
+                     f"{did_you_mean(name_or_path, preset_names(kind))}; presets: {names} "
                      "(`stepsim presets` describes them)")
 
 

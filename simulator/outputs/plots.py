@@ -18,80 +18,22 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from simulator.engine.timeline import Timeline, merge  # noqa: E402
+from simulator.engine.timeline import Timeline  # noqa: E402
+from simulator.outputs.lanes import (  # noqa: E402
+    COLOURS,
+    EXPOSED,
+    EXPOSED_LANE,
+    _idle,
+    _lanes,
+    exposed_intervals,
+)
 
-# Compute in cool colours and greys, communication in warm ones; pure red is kept for exposed
-# communication alone (the optimizer is dark grey, not red), so the eye finds it at once.
-COLOURS = {
-    "forward": "#4C72B0", "backward": "#55A868", "recompute": "#A6A6A6",
-    "optimizer": "#4D4D4D", "other": "#C8C8C8",
-    "allreduce": "#DD8452", "allgather": "#8172B3", "reducescatter": "#DA8BC3",
-    "broadcast": "#937860", "p2p": "#2CA9B7", "d2h": "#E6B800", "h2d": "#A67C00",
-    "nvme": "#6B4E16", "cpu_optimizer": "#2F4F4F", "repeat": "#DDDDDD",
-}
-EXPOSED = "#E00000"  # the exposed-communication lane and its legend entry
+__all__ = ["COLOURS", "EXPOSED", "EXPOSED_LANE", "compare_chart", "exposed_intervals", "gantt",
+           "image_format", "sweep_chart", "sweep_layout"]
+
 _EXPOSED_SHADE = "#E0000018"  # the same intervals, faintly, across the group's lanes
 _IDLE = "#9A9A9A"  # hatch over a lane's waits when ranks differ (pipeline bubble, slow peers)
 _MS = 1e3
-
-
-def _gpus(group: Sequence[int]) -> str:
-    if len(group) > 1 and list(group) == list(range(group[0], group[-1] + 1)):
-        return f"GPU {group[0]}-{group[-1]}"
-    return "GPU " + ",".join(map(str, group))
-
-
-def _streams(timeline: Timeline, rep: int) -> list[str]:
-    """The streams one representative uses, in the timeline's order (compute first)."""
-    used = {s.stream for s in timeline.spans_of(rep)}
-    return [s for s in timeline.streams() if s in used]
-
-
-EXPOSED_LANE = "exposed comm"  # a lane of its own under each group's streams
-
-
-def _lanes(timeline: Timeline, collapse: bool) -> list[tuple[str, int, str]]:
-    """(label, representative GPU, stream) per lane, top to bottom; each GPU (or group) ends
-    with its exposed-communication lane when it has any."""
-    if collapse or timeline.world == 1:
-        owners = [(_gpus(g), g[0]) for g in timeline.rank_groups]
-    else:
-        owners = [(f"GPU {gpu}", timeline.representative(gpu)) for gpu in range(timeline.world)]
-    lanes = []
-    for name, rep in owners:
-        lanes += [(f"{name} · {s}", rep, s) for s in _streams(timeline, rep)]
-        if exposed_intervals(timeline, rep):
-            lanes.append((f"{name} · {EXPOSED_LANE}", rep, EXPOSED_LANE))
-    return lanes
-
-
-def exposed_intervals(timeline: Timeline, gpu: int | None = None) -> list[tuple[float, float]]:
-    """Intervals where one GPU (default: the first) communicates and does no compute."""
-    gpu = timeline.rank_groups[0][0] if gpu is None else gpu
-    compute = merge((s.start, s.end) for s in timeline.compute_spans(gpu))
-    out: list[tuple[float, float]] = []
-    for start, end in merge((s.start, s.end) for s in timeline.comm_spans(gpu)):
-        cursor = start
-        for c_start, c_end in compute:
-            if c_end <= cursor or c_start >= end:
-                continue
-            if c_start > cursor:
-                out.append((cursor, c_start))
-            cursor = max(cursor, c_end)
-        if cursor < end:
-            out.append((cursor, end))
-    return out
-
-
-def _idle(by_kind: Mapping[str, list[tuple[float, float]]]) -> list[tuple[float, float]]:
-    """(start, width) of the gaps between a lane's first and last span."""
-    bars = sorted(b for kind in by_kind.values() for b in kind)
-    gaps, end = [], bars[0][0] + bars[0][1] if bars else 0.0
-    for start, width in bars[1:]:
-        if start > end:
-            gaps.append((end, start - end))
-        end = max(end, start + width)
-    return gaps
 
 
 def gantt(timeline: Timeline, path: str | Path, *, title: str = "",

@@ -64,9 +64,27 @@ FSDP_STRATEGIES = ("fsdp", "hsdp", "tp+fsdp")
 ZERO_STRATEGIES = ("zero1", "zero2")
 
 
+# other programs' names for the strategies (the "did you mean" of a name not in STRATEGIES)
+STRATEGY_SYNONYMS = {
+    "DistributedDataParallel": ("ddp", "PyTorch"),
+    "FullyShardedDataParallel": ("fsdp", "PyTorch"),
+    "fully_shard": ("fsdp", "PyTorch FSDP2"), "fsdp2": ("fsdp", "PyTorch"),
+    "FULL_SHARD": ("fsdp", "PyTorch FSDP's ShardingStrategy"),
+    "SHARD_GRAD_OP": ("zero2", "PyTorch FSDP's ShardingStrategy"),
+    "NO_SHARD": ("ddp", "PyTorch FSDP's ShardingStrategy"),
+    "stage3": ("zero3", "DeepSpeed zero_optimization"),
+    "stage2": ("zero2", "DeepSpeed zero_optimization"),
+    "stage1": ("zero1", "DeepSpeed zero_optimization"),
+    "tensor_parallel": ("tp", "Megatron and PyTorch"),
+}
+
+
 def check_strategy(name: str) -> str:
     if name not in STRATEGIES:
-        raise InputError(f"unknown strategy {quoted(name)}; choose from {', '.join(STRATEGIES)}")
+        from simulator.errors import did_you_mean
+
+        raise InputError(f"unknown strategy {quoted(name)}; choose from {', '.join(STRATEGIES)}"
+                         + did_you_mean(name, STRATEGIES, STRATEGY_SYNONYMS))
     return name
 
 

@@ -1,4 +1,5 @@
-"""How the commands print figures: three significant digits, the range beside each.
+"""How figures are written, in the commands' text and the HTML report: three significant
+digits, the range beside each.
 
 A simulated figure is good to a few percent at best (docs/accuracy.md), so text shows three
 significant digits and, where the report has one, its range: ``1.35 s (1.20-1.52)``.

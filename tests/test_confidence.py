@@ -1,0 +1,98 @@
+"""The confidence grade: from the validation residuals of each mechanism a run leans on (how
+many points, how far off), the run's grade its weakest mechanism's."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator import api
+from simulator.api import confidence
+from simulator.api.confidence import Evidence
+
+
+@pytest.mark.parametrize(("points", "low", "high", "grade"), [
+    (3, 0.95, 1.05, "high"),  # enough points, none more than 10% off
+    (3, 0.91, 1.0, "high"),  # 1/0.91 = 9.9% off
+    (2, 0.95, 1.05, "medium"),  # two points only
+    (5, 0.80, 1.06, "medium"),  # 25% off at the slow end
+    (5, 0.79, 1.0, "low"),  # 26.6% off
+    (22, 0.24, 1.26, "low"),  # many points, far off (SHM without P2P)
+    (1, 0.99, 1.0, "low"),  # one point, however close
+    (0, None, None, "none"),
+])
+def test_grades_count_points_and_how_far_off_they_were(points: int, low: float | None,
+                                                       high: float | None, grade: str) -> None:
+    assert Evidence(points, 1, low, high, "").grade == grade
+
+
+def _block(topology: str, workload: str = "gpt2-medium", strategy: str = "ddp",
+           **kw: object) -> dict:
+    spec = api.RunSpec(topology, workload, strategy, **kw)  # type: ignore[arg-type]
+    return api.simulate(spec, baseline=False).report["confidence"]
+
+
+def test_a_box_without_p2p_rests_on_shm_which_is_graded_low() -> None:
+    block = _block("8x5090-switch")
+    assert list(block["mechanisms"]) == ["compute", "shm"]
+    assert block["mechanisms"]["compute"]["grade"] == "high"  # GeForce: 4 points within 5%
+    shm = block["mechanisms"]["shm"]
+    assert shm["grade"] == "low" and shm["points"] == 22 and shm["low"] < 0.5
+    assert block["grade"] == "low" and block["thin"] == ["shm"]
+    assert block["summary"].startswith("confidence: low: collectives through host memory")
+
+
+def test_the_grade_is_the_weakest_mechanisms() -> None:
+    block = _block("8xh100-nvswitch")
+    grades = {m: info["grade"] for m, info in block["mechanisms"].items()}
+    assert grades == {"compute": "medium", "nvlink": "medium"}
+    assert block["grade"] == "medium" and block["thin"] == []
+    assert _block("1x4090")["grade"] == "high"  # one GPU: compute alone
+
+
+def test_offload_is_graded_by_whose_offload_it_is() -> None:
+    """DeepSpeed's ZeRO-3 parameter offload ran 16-87% slower than simulated in its three
+    validation runs; FSDP's CPU offload within 5% in four."""
+    from simulator.api import ranges
+
+    table = ranges.residual_table()
+    assert table["offload:deepspeed-params"]["points"] == 3
+    deepspeed = _block("4x5090", "llama2-7b", "zero3", offload="params", micro_batch=1)
+    info = deepspeed["mechanisms"]["offload:deepspeed-params"]
+    assert info["grade"] == "low" and info["high"] < 0.9  # real runs were slower, every one
+    assert "offload:deepspeed-params" in deepspeed["thin"]
+    fsdp = _block("4x5090", "llama2-7b", "fsdp", offload="params", micro_batch=1)
+    assert fsdp["mechanisms"]["offload:fsdp-params"]["grade"] == "high"
+    assert confidence.offload_mechanism("zero2", "optimizer") == "offload:deepspeed-optimizer"
+    # no validation run offloads only the optimizer: nothing to grade it by
+    ev = confidence.evidence("offload:deepspeed-optimizer", api.load_machine("4x5090"))
+    assert ev.grade == "none"
+
+
+def test_a_pipelines_sends_count_as_the_transport_they_cross() -> None:
+    """Eight stages of one GPU have no collective, but their activations cross SHM."""
+    block = _block("8x5090-dual-socket", "llama2-7b", "ddp", pp=8, grad_accum=8)
+    assert "shm" in block["mechanisms"]
+
+
+def test_a_machine_fitted_on_its_own_points_is_graded_by_them() -> None:
+    """8xh200-nvswitch's NVLink points fixed a constant of the model: its own 5 points,
+    within 1%, grade it high where every box together grades NVLink medium."""
+    block = _block("8xh200-nvswitch", "llama3-8b", "fsdp")
+    nvlink = block["mechanisms"]["nvlink"]
+    assert nvlink["grade"] == "high" and nvlink["basis"].startswith("fitted on this box")
+
+
+def test_every_command_prints_the_grade(capsys: pytest.CaptureFixture[str]) -> None:
+    from simulator.cli import main
+
+    assert main(["run", "-t", "2x5090", "-w", "gpt2-medium", "--no-ranges"]) == 0
+    assert "confidence: low: collectives through host memory (SHM) low" in \
+        capsys.readouterr().out
+    assert main(["compare", "-t", "2x5090", "-t", "1x4090", "-w", "gpt2-medium",
+                 "--no-ranges"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines()
+               if line.startswith("confidence "))
+    assert "low (collectives through host memory (SHM))" in row and row.endswith("high")
+    assert main(["sweep", "-t", "2x5090", "-w", "gpt2-medium", "--bucket-mb", "5,25",
+                 "--no-ranges"]) == 0
+    assert "confidence: low" in capsys.readouterr().out
