@@ -552,6 +552,9 @@ SECTION_WORDS = {
     "gemm": "one m = n = k = 8192 GEMM per GPU (validation/frameworks.yaml)",
     "boxes": "no-P2P boxes as a user would describe them, uncalibrated "
              "(validation/box-spread.yaml)",
+    "multinode": "nccl-tests across boxes: NET/IB with and without GPUDirect RDMA, TCP "
+                 "sockets (validation/multinode.yaml; why the worst rows are off: "
+                 "weak-spots.md, Between boxes)",
 }
 
 
