@@ -1,14 +1,16 @@
 """Run stepsim on every published measurement in validation/measurements.yaml,
 validation/pcie-p2p.yaml, validation/frameworks.yaml, validation/offload.yaml and
-validation/alltoall.yaml.
+validation/alltoall.yaml and validation/multinode.yaml.
 
 Prints one row per point (id, op, gpus, bytes, measured, simulated, error %) and then the
 median and worst |error|. Sections: ``collectives`` (nccl-tests numbers), ``training`` (step
 throughput), ``frameworks`` (training runs as frameworks publish them), ``offload``
 (offloaded runs: FSDP CPU offload on a dual-4090 workstation and 8 A100s), ``gemm`` (one
 large GEMM per GPU), ``boxes`` (no-P2P boxes of
-validation/box-spread.yaml, simulated from the machine a user would describe) and ``alltoall``
-(validation/alltoall.yaml: nccl-tests all-to-all, and every GPU pair writing at once); each
+validation/box-spread.yaml, simulated from the machine a user would describe), ``alltoall``
+(validation/alltoall.yaml: nccl-tests all-to-all, and every GPU pair writing at once) and
+``multinode`` (collectives across boxes, validation/multinode.yaml:
+scripts/validate_multinode.py); each
 section is one function returning rows, listed in SECTIONS. Always exits 0: it reports, the
 tests hold the tolerances.
 
@@ -91,6 +93,9 @@ CALIBRATION = {
     ("gemm-4090-8192", "gemm", None), ("gemm-5090-8192", "gemm", None),
     ("gemm-h100sxm-8192", "gemm", None), ("gemm-a800pcie-8192", "gemm", None),
 }
+import validate_multinode  # noqa: E402  (its fit rows join the calibration points)
+
+CALIBRATION |= validate_multinode.fits(validate_multinode.load())  # wire.py NET_* constants
 # Points published without a size are plateau numbers; run them at this size.
 PLATEAU_BYTES = 1 << 30
 
@@ -428,6 +433,13 @@ def framework_rows(data: dict[str, Any]) -> list[Row]:
     return list(validate_frameworks.rows(data, Row, compute_mechanism))
 
 
+def multinode_rows(data: dict[str, Any]) -> list[Row]:
+    """validation/multinode.yaml's collectives across boxes (scripts/validate_multinode.py)."""
+    import validate_multinode
+
+    return list(validate_multinode.rows(validate_multinode.load(), Row))
+
+
 def offload_rows(data: dict[str, Any]) -> list[Row]:
     """validation/offload.yaml's offloaded runs (scripts/validate_offload.py)."""
     import validate_offload
@@ -481,6 +493,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "gemm": gemm_rows,
     "boxes": box_rows,
     "alltoall": alltoall_rows,
+    "multinode": multinode_rows,
 }
 
 
@@ -599,6 +612,9 @@ SECTION_WORDS = {
              "(validation/box-spread.yaml)",
     "alltoall": "nccl-tests all-to-all, and every GPU pair of a box writing at once "
                 "(validation/alltoall.yaml); not yet in the residual table",
+    "multinode": "nccl-tests across boxes: NET/IB with and without GPUDirect RDMA, TCP "
+                 "sockets (validation/multinode.yaml; why the worst rows are off: "
+                 "weak-spots.md, Between boxes)",
 }
 
 

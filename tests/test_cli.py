@@ -108,7 +108,8 @@ def test_the_fast_listing_is_what_the_validated_presets_say() -> None:
     for name, line in zip(preset_names("topologies"), presets.listing()["topologies"],
                           strict=True):
         cfg = load_topology(name)
-        assert line["gpus"] == f"{sum(n.kind == 'gpu' for n in cfg.nodes)} x {cfg.gpu}"
+        gpus = sum(n.kind == 'gpu' for n in cfg.nodes) * cfg.nnodes  # every box's
+        assert line["gpus"] == f"{gpus} x {cfg.gpu}"
     for name, line in zip(preset_names("workloads"), presets.listing()["workloads"],
                           strict=True):
         t = load_workload(name).training

@@ -5,6 +5,8 @@ import re
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
+import pytest
+
 from simulator.inputs import schema
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "inputs.md").read_text()
@@ -137,3 +139,39 @@ def test_the_readme_is_a_front_door() -> None:
     assert 'pip install -e ".[dev,torch]" && pytest' in readme
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert 'pip install -e ".[dev,torch]" && pytest' in ci
+
+
+def _squeezed(text: str) -> list[str]:
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+
+
+def test_the_readme_example_is_what_the_quick_start_prints(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Every line of the README's example table is a line the quick-start command prints."""
+    from simulator.cli import main
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    example = readme.split("```\nstep time", 1)[1].split("```", 1)[0]
+    assert main(["run", "-t", "8x5090-switch", "-w", "llama2-7b-lora", "-s", "ddp"]) == 0
+    printed = set(_squeezed(capsys.readouterr().out))
+    missing = [line for line in _squeezed("step time" + example) if line not in printed]
+    assert not missing, f"README.md's example is stale: {missing}"
+
+
+def test_the_readme_answers_are_what_stepsim_says_now() -> None:
+    """The figures of 'A few answers it gives', each from the command it stands for."""
+    from simulator import api
+
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    busbw = [api.collective(api.CollectiveSpec(t, "allreduce", (2**30,)))[0].busbw_gbps
+             for t in ("8x5090-switch", "8x5090-switch-p2p", "8x5090-dual-socket")]
+    assert f"all-reduce 1 GiB at **{busbw[0]:.1f} GB/s**" in readme
+    assert f"reaches {busbw[1]:.1f} GB/s" in readme and f"{busbw[2]:.1f} GB/s (NCCL's" in readme
+    peaks = [api.memory(api.RunSpec("8x5090-dual-socket", "llama2-7b", "fsdp",
+                                    checkpointing=mode)).summary["peak_bytes"] / 2**30
+             for mode in ("none", "full")]
+    assert f"the peak to {peaks[0]:.1f} GiB" in readme and f"fits in {peaks[1]:.1f} GiB" in readme
+    steps = [round(api.step_time(api.RunSpec("8x5090-dual-socket", "gpt2-medium", "ddp",
+                                             bucket_mb=mb)) * 1e3)
+             for mb in (1, 5, 25, 100, 400)]
+    assert "{} / {} / **{}** / {} / {} ms a step".format(*steps) in readme

@@ -132,6 +132,13 @@ def test_ignored_flags_are_said_once(capsys):
     assert "warmup iters: 10 iters: 50" in out
 
 
+def test_g_picks_the_gpus_of_each_process(capsys):
+    """-g G runs G GPUs (nGpus G), as nccl-tests does; --gpus says the same, and the two must
+    agree."""
+    out = collective(capsys, "-t", "8x5090-switch", "--op", "allreduce", "-b", "1M", "-g", "4")
+    assert "nGpus 4 " in out and "#  Rank  3" in out and "#  Rank  4" not in out
+
+
 def test_stepsim_facts_are_comments_after_the_footer(capsys):
     out = collective(capsys, "-t", "8x5090-switch-p2p", "--op", "allreduce", "-b", "1G")
     lines = out.splitlines()

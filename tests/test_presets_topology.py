@@ -29,9 +29,13 @@ def test_preset_loads_and_says_what_machine_it_is(name: str) -> None:
     assert config.name == name
     assert len(config.description) > 40 and config.source
     machine = Machine.from_config(config)
-    # "8x5090-switch": 8; a mixed box names each kind: "2x5090-2x4090": 4
-    expected_gpus = sum(int(n) for n in re.findall(r"(?:^|-)(\d+)x", name))
+    # "8x5090-switch": 8; a mixed box names each kind: "2x5090-2x4090": 4; several boxes
+    # name their count first: "2x8x5090-100g-roce": 2 boxes of 8
+    boxes = re.match(r"^(\d+)x(\d+)x", name)
+    expected_gpus = int(boxes.group(1)) * int(boxes.group(2)) if boxes else \
+        sum(int(n) for n in re.findall(r"(?:^|-)(\d+)x", name))
     assert machine.n_gpus == expected_gpus
+    assert machine.nnodes == (int(boxes.group(1)) if boxes else 1)
     ring = Communicator(machine).ring()
     assert sorted(ring.order) == list(range(expected_gpus)) and ring.n_channels >= 1
 

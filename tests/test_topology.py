@@ -245,8 +245,11 @@ def test_routes_are_consistent_for_any_pair(name: str, data: st.DataObject) -> N
     assert all(lid in m.links for lid in ids)
     assert m.links[ids[0]].src == m.gpu_nodes[i] and m.links[ids[-1]].dst == m.gpu_nodes[j]
     mem = [(lid, w) for lid, w in route if lid.startswith("mem:")]
-    if Communicator(m).transport(i, j) == "SHM":
+    transport = Communicator(m).transport(i, j)
+    if transport == "SHM":
         assert mem == [(f"mem:{m.local_cpu(j)}", 2.0)]
+    elif transport.startswith("NET/"):  # between boxes: staged on both ends, or not at all
+        assert {lid for lid, _ in mem} <= {f"mem:{m.local_cpu(i)}", f"mem:{m.local_cpu(j)}"}
     else:
         assert mem == []
     comm = Communicator(m)

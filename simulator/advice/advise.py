@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any
 
 from simulator import api
-from simulator.advice import bound, caveats, explain, fallback, spec_text
+from simulator.advice import bound, boxes, caveats, explain, fallback, spec_text
 from simulator.advice import candidates as cand
 from simulator.api import RunSpec
 from simulator.errors import InputError, quoted
@@ -41,16 +41,18 @@ Point = tuple[RunSpec, Prices, bool]  # the spec, its prices, whether to check m
 
 @dataclass(frozen=True)
 class PricedMachine:
-    """One -t of the question: the topology, the prices that apply to it, and how many of its
-    GPUs to use (its first ``gpus``; None: all of them)."""
+    """One -t of the question: the topology, the prices that apply to it, how many of its
+    GPUs to use (its first ``gpus``, of each box; None: all of them) and ``nnodes`` boxes of it
+    (None: the topology's own count)."""
 
     topology: str
     prices: Prices
     gpus: int | None = None
+    nnodes: int | None = None
 
     @property
-    def key(self) -> tuple[str, int | None]:
-        return self.topology, self.gpus
+    def key(self) -> tuple[str, int | None, int | None]:
+        return self.topology, self.gpus, self.nnodes
 
 
 def _simulate(point: Point) -> tuple[str, dict[str, Any] | None]:
@@ -168,7 +170,7 @@ def check_objective(objective: str, machines: Sequence[PricedMachine]) -> None:
         raise InputError("--objective time-to-train needs --train-tokens (e.g. 2B)")
     if objective == "cost":
         for m in machines:
-            machine = api.load_machine(m.topology)
+            machine = api.load_machine(m.topology, nnodes=m.nnodes)
             if m.prices.usd_per_gpu_hour is None and machine.config.price_usd_per_hour is None:
                 raise InputError(f"--objective cost needs a price for {machine.name}: give "
                                  "--price-per-gpu-hour (once, or once per -t)")
@@ -189,7 +191,8 @@ def advise(given: Sequence[PricedMachine | str], workload: str, *,
                 for m in given]
 
     def base(m: PricedMachine) -> RunSpec:
-        return RunSpec(m.topology, workload, gpus=m.gpus, peft=peft, load_in_4bit=load_in_4bit)
+        return RunSpec(m.topology, workload, gpus=m.gpus, peft=peft, load_in_4bit=load_in_4bit,
+                       nnodes=m.nnodes)
 
     check_objective(objective, machines)
     started = time.perf_counter()
@@ -197,7 +200,7 @@ def advise(given: Sequence[PricedMachine | str], workload: str, *,
     if executor is not None:  # its size is its own: chunks for a few workers
         workers = max(workers, 2)
     counter, tally = _Counter(progress), explain.Tally()
-    choices: dict[tuple[str, int | None], cand.Choices] = {}
+    choices: dict[tuple[str, int | None, int | None], cand.Choices] = {}
     ranked: list[tuple[RunSpec, dict[str, Any]]] = []
     leading: dict[Any, float] = {}  # tokens/s of the best ranked run of each kind and machine
     prices = {m.key: m.prices for m in machines}
@@ -210,7 +213,7 @@ def advise(given: Sequence[PricedMachine | str], workload: str, *,
             """Simulate the specs whose bound reaches their ``threshold`` (tokens/s): branch
             and bound, a spec whose compute alone is slower than a run already simulated
             cannot beat it; how many the bound left out."""
-            todo = [(s, prices[s.topology, s.gpus], check_memory) for s in specs
+            todo = [(s, prices[cand.machine_key(s)], check_memory) for s in specs
                     if bounds[s] >= threshold(s)]
             for spec, report in _simulate_all(pool, workers, todo, counter, tally):
                 ranked.append((spec, report))
@@ -237,8 +240,7 @@ def advise(given: Sequence[PricedMachine | str], workload: str, *,
 
         def could_change_the_answer(spec: RunSpec) -> float:
             tops = sorted(((v, k) for k, v in leading.items()
-                           if k[0] == (spec.topology, spec.gpus)),
-                          reverse=True)
+                           if k[0] == cand.machine_key(spec)), reverse=True)
             (v1, k1), *rest = tops or [(0.0, None)]
             return v1 if cand.kind(spec) == k1 else (rest[0][0] if rest else 0.0)
 
@@ -252,7 +254,7 @@ def advise(given: Sequence[PricedMachine | str], workload: str, *,
             recipes.setdefault(cand.recipe_of(spec)[0], []).append(spec)
 
         def variants(spec: RunSpec) -> list[RunSpec]:
-            c = choices[spec.topology, spec.gpus]
+            c = choices[cand.machine_key(spec)]
             # a recipe's other first-round specs fit smaller micro-batches: lighter modes
             lighter = [s for s in recipes[cand.recipe_of(spec)[0]] if s != spec]
             return [*cand.variants(spec, c.above[spec], accum, lighter),
@@ -303,6 +305,7 @@ def advise(given: Sequence[PricedMachine | str], workload: str, *,
         lines.append(explain.runner_up_line(best, by_id[id(second)], objective))
     if len(machines) > 1:
         lines.extend(explain.machine_lines(reports, machines, objective))
+    lines.extend(boxes.lines(reports, machines))  # several box counts: a second box?
     lines.append(best["range_basis"]["summary"])
     alt = by_id[id(sure)] if sure is not None else None
     answer["confidence"] = best["confidence"]
@@ -311,11 +314,11 @@ def advise(given: Sequence[PricedMachine | str], workload: str, *,
     return answer
 
 
-def _ranged(report: dict[str, Any], prices: dict[tuple[str, int | None], Prices]
+def _ranged(report: dict[str, Any], prices: dict[tuple[str, int | None, int | None], Prices]
             ) -> dict[str, Any]:
     """The candidate again, with its ranges (and its DDP buckets)."""
     spec = spec_text.spec_of(report["options"])
-    ranged = api.simulate(spec, baseline=False, prices=prices[spec.topology, spec.gpus],
+    ranged = api.simulate(spec, baseline=False, prices=prices[cand.machine_key(spec)],
                           ranges=True).report
     ranged["options"] = report["options"]
     ranged["label"] = report["label"]

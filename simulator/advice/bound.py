@@ -45,7 +45,7 @@ def work_key(spec: RunSpec) -> RunSpec:
     """The spec of one micro-batch's work: the same under every data-parallel flavour,
     accumulation and pipeline, only the job and the TP shard set it (specs with one key
     share a bound)."""
-    n_gpus = api.load_machine(spec.topology, spec.gpus).n_gpus
+    n_gpus = api.load_machine(spec.topology, spec.gpus, nnodes=spec.nnodes).n_gpus
     tp = api.tp_degree(spec.strategy, spec.tp, n_gpus, spec.pp)
     return replace(spec, strategy="ddp", tp=tp, pp=1, schedule="1f1b", virtual_stages=1,
                    grad_accum=None, offload="none", pin_memory=None, bucket_mb=None,
@@ -53,9 +53,10 @@ def work_key(spec: RunSpec) -> RunSpec:
 
 
 def _bound(key: RunSpec) -> float:
-    n_gpus, tp = api.load_machine(key.topology, key.gpus).n_gpus, key.tp or 1
+    n_gpus, tp = api.load_machine(key.topology, key.gpus, nnodes=key.nnodes).n_gpus, key.tp or 1
     job = api.job_of(key)
-    machine = api.load_machine(key.topology, key.gpus).for_job(job.name, job.software)
+    machine = api.load_machine(key.topology, key.gpus, nnodes=key.nnodes).for_job(
+        job.name, job.software)
     fwd, bwd = job.forward_ops(), job.backward_ops()
     if tp > 1:  # sharded as the TP build shards them, so both share the shards' times
         fwd, bwd = (shard_ops(fwd, tp, key.sequence_parallel),

@@ -101,11 +101,12 @@ def kernel_regimes(base: RunSpec) -> tuple[str | None, ...]:
     return (None, "compiled") if recipe.kernels == "eager" else (None,)
 
 
-def recipes(n_gpus: int, regimes: Iterable[str | None] = (None,), experts: int = 0
-            ) -> list[Recipe]:
-    """Every strategy and recipe for a machine of ``n_gpus``, under each kernel regime; with
-    ``experts`` (a mixture of experts), FSDP and ZeRO-3 beside every expert-parallel degree
-    that divides both the GPUs and the experts."""
+def recipes(n_gpus: int, regimes: Iterable[str | None] = (None,), experts: int = 0,
+            boxes: int = 1) -> list[Recipe]:
+    """Every strategy and recipe for a machine of ``n_gpus`` in ``boxes`` boxes, under each
+    kernel regime: tensor parallelism inside one box (strategies refuse it across), HSDP only
+    across boxes (on one it is FSDP); with ``experts`` (a mixture of experts), FSDP and ZeRO-3
+    beside every expert-parallel degree that divides both the GPUs and the experts."""
     out = [Recipe("ddp"), Recipe("zero1"), Recipe("zero2"), Recipe("zero3"),
            Recipe("fsdp"), Recipe("fsdp", reshard_after_forward=False)]
     for ep in range(2, n_gpus + 1):
@@ -116,10 +117,12 @@ def recipes(n_gpus: int, regimes: Iterable[str | None] = (None,), experts: int =
     out += [Recipe("zero1", offload="optimizer"), Recipe("zero2", offload="optimizer"),
             Recipe("zero3", offload="optimizer"), Recipe("zero3", offload="params"),
             Recipe("fsdp", offload="params")]
+    per_box = n_gpus // boxes
     if n_gpus > 1:
         for sp in (False, True):
-            out.append(Recipe("tp", tp=n_gpus, sequence_parallel=sp))
-            for degree in range(2, n_gpus):
+            if boxes == 1:
+                out.append(Recipe("tp", tp=n_gpus, sequence_parallel=sp))
+            for degree in range(2, min(n_gpus, per_box + 1)):
                 if n_gpus % degree == 0:
                     out.append(Recipe("tp+ddp", tp=degree, sequence_parallel=sp))
                     out.append(Recipe("tp+fsdp", tp=degree, sequence_parallel=sp))
@@ -134,7 +137,7 @@ def recipes(n_gpus: int, regimes: Iterable[str | None] = (None,), experts: int =
         if m % pp == 0:
             out += [Recipe(s, pp=pp, grad_accum=m, schedule="interleaved", virtual_stages=2)
                     for s in inner]
-    known = {r.strategy for r in out}
+    known = {r.strategy for r in out} | ({"hsdp"} if boxes == 1 else set())
     out += [Recipe(name) for name in STRATEGIES if name not in known]
     return [replace(r, kernels=k) for k in regimes for r in out]
 
@@ -259,10 +262,11 @@ def enumerate_machine(base: RunSpec, mapper: Mapper | None = None) -> Choices:
     """The specs worth simulating first on ``base.topology``, and every recipe's memory
     verdict. ``mapper`` (``map`` by default; a process pool's ``map``) takes the verdicts,
     which are independent of each other; the pruning that compares them runs here."""
-    n_gpus = api.load_machine(base.topology, base.gpus).n_gpus
+    machine = api.load_machine(base.topology, base.gpus, nnodes=base.nnodes)
     arch = api.job_of(replace(base, ep=1)).arch
     experts = arch.moe.experts if arch is not None and arch.moe is not None else 0
-    tasks = [(base, recipe, mode) for recipe in recipes(n_gpus, kernel_regimes(base), experts)
+    tasks = [(base, recipe, mode) for recipe in recipes(machine.n_gpus, kernel_regimes(base),
+                                                        experts, machine.nnodes)
              for mode in CHECKPOINTING_MODES]  # none, selective, op, full: more recompute
     # those of one regime and mode side by side: a worker builds their jobs once
     order = sorted(tasks, key=lambda t: (t[1].kernels or "", t[2]))
@@ -331,7 +335,7 @@ def variants(spec: RunSpec, above: int, base_accum: int, lighter: Iterable[RunSp
         if (light.micro_batch or 1) < largest and (
                 v := _at_batch(light, light.micro_batch or 1, sequences)) is not None:
             yield v
-    n_gpus = api.load_machine(spec.topology, spec.gpus).n_gpus
+    n_gpus = api.load_machine(spec.topology, spec.gpus, nnodes=spec.nnodes).n_gpus
     dp = n_gpus // (api.tp_degree(spec.strategy, spec.tp, n_gpus, spec.pp) * spec.pp)
     if spec.strategy in ("ddp", "tp+ddp") and dp > 1:  # also each pipeline stage's DDP
         yield from (replace(spec, bucket_mb=mb) for mb in DDP_BUCKETS_MB)
@@ -349,7 +353,13 @@ def recipe_of(spec: RunSpec) -> tuple[Recipe, str]:
             spec.checkpointing or "none")
 
 
+def machine_key(spec: RunSpec) -> tuple[str, int | None, int | None]:
+    """The machine a spec runs on: its topology, GPUs of each box and box count
+    (advise.PricedMachine.key)."""
+    return spec.topology, spec.gpus, spec.nnodes
+
+
 def kind(spec: RunSpec) -> tuple[Any, ...]:
     """What the answer tells apart: the machine, strategy, TP degree, pipeline and offload
     (the runner-up is the best of another kind, each machine has its own best)."""
-    return (spec.topology, spec.gpus), spec.strategy, spec.tp, spec.pp, spec.offload, spec.ep
+    return machine_key(spec), spec.strategy, spec.tp, spec.pp, spec.offload, spec.ep

@@ -63,7 +63,7 @@ def search_lines(workload: str, names: str, tally: Tally, objective: str, worker
 
 def machine_name(m: PricedMachine) -> str:
     """The machine as the answer names it: its name, and ``:K`` where only K GPUs are used."""
-    name = api.load_machine(m.topology).name
+    name = api.load_machine(m.topology, nnodes=m.nnodes).name
     return f"{name}:{m.gpus}" if m.gpus else name
 
 
@@ -190,9 +190,10 @@ def machine_reason(first: dict[str, Any], second: dict[str, Any], objective: str
 def machine_lines(reports: list[dict[str, Any]], machines: Sequence[PricedMachine], objective: str
                   ) -> list[str]:
     """Each machine's own best, in the objective's order."""
-    firsts: dict[tuple[str, int | None], dict[str, Any]] = {}
-    for r in reports:
-        firsts.setdefault((r["options"]["topology"], r["options"]["gpus"]), r)
+    firsts: dict[tuple[str, int | None, int | None], dict[str, Any]] = {}
+    for r in reports:  # a machine is a topology, its GPUs and its box count
+        o = r["options"]
+        firsts.setdefault((o["topology"], o["gpus"], o.get("nnodes")), r)
     lines = ["machines, best first:"]
     for rank, r in enumerate(firsts.values(), 1):
         usd = r["cost"]["usd_per_million_tokens"]

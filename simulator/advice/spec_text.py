@@ -23,7 +23,7 @@ def options(spec: RunSpec) -> dict[str, Any]:
             "overlap_comm": spec.zero_overlap_comm,
             "sequence_parallel": spec.sequence_parallel,
             "reshard_after_forward": spec.reshard_after_forward, "gpus": spec.gpus,
-            "peft": spec.peft, "load_in_4bit": spec.load_in_4bit,
+            "peft": spec.peft, "load_in_4bit": spec.load_in_4bit, "nnodes": spec.nnodes,
             **({"ep": spec.ep} if spec.ep > 1 else {})}
 
 
@@ -39,7 +39,7 @@ def spec_of(o: dict[str, Any]) -> RunSpec:
                    sequence_parallel=o["sequence_parallel"],
                    reshard_after_forward=o["reshard_after_forward"],
                    peft=o.get("peft"), load_in_4bit=bool(o.get("load_in_4bit")),
-                   ep=int(o.get("ep", 1)))
+                   nnodes=o.get("nnodes"), ep=int(o.get("ep", 1)))
 
 
 def run_command(spec: RunSpec) -> str:
@@ -47,6 +47,8 @@ def run_command(spec: RunSpec) -> str:
     words = ["stepsim", "run", "-t", spec.topology, "-w", spec.workload, "-s", spec.strategy]
     if spec.gpus is not None:
         words += ["--gpus", str(spec.gpus)]
+    if spec.nnodes is not None:
+        words += ["--nnodes", str(spec.nnodes)]
     if spec.tp is not None:
         words += ["--tp", str(spec.tp)]
     if spec.ep > 1:

@@ -30,7 +30,9 @@ from simulator.api.ranges import (
     LINES,
     WORDS,
     calibrated_mechanisms,
+    evidence_text,
     hops,
+    machines_measured,
     mechanisms_used,
     residual_table,
 )
@@ -118,11 +120,8 @@ def evidence(mechanism: str, machine: Machine,
         # a fitted log has many sizes: the fit's error, taken twice either way, decides
         return Evidence(HIGH_POINTS, 1, 1 - 2 * rms, 1 + 2 * rms,
                         f"calibrated on this box's logs: fit rms {rms:.1%}")
-    boxes = len({b["topology"] for b in entry["boxes"].values()})
-    return Evidence(entry["points"], boxes, entry["low"], entry["high"],
-                    f"{entry['points']} point{'s' if entry['points'] != 1 else ''} on {boxes} "
-                    f"box{'es' if boxes != 1 else ''} measure {entry['low']:.2f}-"
-                    f"{entry['high']:.2f}x the model")
+    return Evidence(entry["points"], machines_measured(entry), entry["low"], entry["high"],
+                    evidence_text(entry))
 
 
 def _crosses_network(result: RunResult) -> bool:

@@ -37,16 +37,18 @@ def _raw(text: bytes, path: str) -> dict[str, Any]:
 
 
 def topology(name: str, text: bytes) -> dict[str, Any]:
-    """A bundled topology's name, GPU count, card and description (``text``: its file)."""
+    """A bundled topology's name, GPU count (of all its boxes), card and description
+    (``text``: its file)."""
     raw = _raw(text, str(preset_dir("topologies") / f"{name}.yaml"))
+    boxes = raw.get("nnodes", 1) if isinstance(raw.get("nnodes", 1), int) else 1
     if isinstance(raw.get("gpu"), str) and isinstance(raw.get("nodes"), list):
         gpus = sum(1 for n in raw["nodes"] if isinstance(n, dict) and n.get("kind") == "gpu")
-        return {"name": name, "gpus": gpus, "gpu": raw["gpu"],
+        return {"name": name, "gpus": gpus * boxes, "gpu": raw["gpu"],
                 "description": str(raw.get("description", ""))}
     from simulator.inputs.config import load_topology
 
     cfg = load_topology(name)  # a card with overrides: the model says how to print it
-    return {"name": name, "gpus": sum(1 for n in cfg.nodes if n.kind == "gpu"),
+    return {"name": name, "gpus": sum(1 for n in cfg.nodes if n.kind == "gpu") * cfg.nnodes,
             "gpu": str(cfg.gpu), "description": cfg.description}
 
 

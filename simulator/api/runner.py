@@ -81,6 +81,25 @@ def _card_price_source(machine: Machine) -> str | None:
                                       for name in names)
 
 
+def _machine_usd_per_hour(machine: Machine) -> float | None:
+    """The whole machine's rent per hour: the file's box price per box, plus the network's."""
+    per_box = machine.config.price_usd_per_hour
+    if per_box is None or machine.nnodes == 1:
+        return per_box
+    network = machine.config.network
+    extra = network.price_usd_per_hour if network and network.price_usd_per_hour else 0.0
+    return per_box * machine.nnodes + extra
+
+
+def _network_price(machine: Machine) -> tuple[float, str] | None:
+    """What buying the network between the boxes adds to the purchase (None: one box, or the
+    topology gives no `network.price_usd`)."""
+    network = machine.config.network
+    if machine.nnodes == 1 or network is None or network.price_usd is None:
+        return None
+    return network.price_usd, "topology network.price_usd"
+
+
 def calibration_summary(machine: Machine, workload: str) -> dict[str, Any]:
     """The topology's calibration as a run uses it: what was fitted, and whether this job's
     compute rests on a measured step."""
@@ -127,7 +146,8 @@ def degrees(spec: RunSpec, job: Job, machine: Machine, dp: int) -> dict[str, Any
 
         bucket_mb = spec.bucket_mb or DEFAULT_BUCKET_CAP_MB
     return {"parallelism": {"world": machine.n_gpus, "tp": _tp_degree(spec, machine), "dp": dp,
-                            "pp": spec.pp},
+                            "pp": spec.pp,
+                            **({"nnodes": machine.nnodes} if machine.nnodes > 1 else {})},
             "micro_batch": job.micro_batch, "seq_len": job.seq_len,
             "grad_accum": job.grad_accum,
             "bucket_mb": bucket_mb}
@@ -168,13 +188,14 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
                                schedule="1f1b", virtual_stages=1,
                                offload="none", pin_memory=None, deepspeed=None,
                                explicit=frozenset(), reduce_bucket_size=None,
-                               allgather_bucket_size=None, prefetch_bucket_size=None))
+                               allgather_bucket_size=None, prefetch_bucket_size=None,
+                               nnodes=1, allow_tp_across_nodes=False))
 
 
 @lru_cache(maxsize=64)
 def _single_gpu(one: RunSpec) -> float | None:
     job = job_of(one)
-    comm = load_communicator(one.topology, 1, one.scales, one.nccl)
+    comm = load_communicator(one.topology, 1, one.scales, one.nccl, nnodes=1)
     one_gpu = comm.machine.for_job(job.name, job.software)
     if not _memory(job, one_gpu, one)["fits"]:
         return None
@@ -223,7 +244,8 @@ def simulate(spec: RunSpec, *, baseline: bool = True, prices: cost.Prices | None
     simulations at the ends of the mechanisms' validation spreads).
     """
     spec = configured(spec)
-    if (spec.gpus or load_machine(spec.topology).n_gpus) == 1 and spec.bucket_mb is not None:
+    if load_machine(spec.topology, spec.gpus, nnodes=spec.nnodes).n_gpus == 1 and \
+            spec.bucket_mb is not None:
         # buckets do nothing on one GPU: a sweep's one-GPU points over bucket sizes are one run
         key = (replace(spec, bucket_mb=None), baseline, prices, ranges)
         known = _ONE_GPU_RUNS.get(key)
@@ -242,7 +264,7 @@ def _job_and_machine(spec: RunSpec) -> tuple[Job, Machine, Communicator]:
     """The spec's job, its machine as that job runs on it (scaled, the compute fraction
     measured for the job), and NCCL over it under the spec's variables."""
     job = job_of(spec)
-    comm = load_communicator(spec.topology, spec.gpus, spec.scales, spec.nccl)
+    comm = load_communicator(spec.topology, spec.gpus, spec.scales, spec.nccl, spec.nnodes)
     return job, comm.machine.for_job(job.name, job.software), comm
 
 
@@ -280,17 +302,17 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
     mem = _memory_verdict(spec, job, machine, meta.get("pipeline"))
     dp = int(meta.get("dp", machine.n_gpus))  # replicas that each take a batch
     tokens = job.tokens_per_micro_batch * job.grad_accum * dp
-    machine_gpus = load_machine(spec.topology).n_gpus
+    machine_gpus = load_machine(spec.topology, nnodes=spec.nnodes).n_gpus
     power = energy.step_energy(timeline, machine, tokens,
                                host_share=machine.n_gpus / machine_gpus)
     step = timeline.step_time
     costs, basis = cost.run_cost(
         step_time_s=step, tokens_per_s=tokens / step if step > 0 else 0.0,
         gpus=machine.n_gpus, machine_gpus=machine_gpus, prices=prices or cost.Prices(),
-        machine_usd_per_hour=machine.config.price_usd_per_hour,
+        machine_usd_per_hour=_machine_usd_per_hour(machine),
         card_price_usd=_card_price(machine),
         card_price_source=_card_price_source(machine),
-        avg_power_w=power["avg_power_w"])
+        avg_power_w=power["avg_power_w"], network=_network_price(machine))
     metrics = report.step_report(
         timeline,
         tokens_per_step=tokens,
@@ -317,10 +339,17 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
         metrics["config_files"] = files
     link = metrics["bottleneck"]["link"]
     metrics["bottleneck"]["description"] = machine.describe(link) if link else None
+    if machine.nnodes > 1:  # several boxes: how NCCL crosses between them
+        net = comm.net
+        nic = net.nearest(0)
+        metrics["network"] = {"nnodes": machine.nnodes, "gpus_per_box": machine.gpus_per_box,
+                              "plugin": net.name, "nic": nic,
+                              "gpudirect_rdma": net.gdr(0, nic, read=False).used,
+                              "transport": net.describe()}
     if machine.calibration is not None:  # a calibrated machine says so, and what it holds
         metrics["calibration"] = calibration_summary(machine, job.name)
     if spec.nccl.active:  # what NCCL's variables did to this machine
-        plain = load_communicator(spec.topology, spec.gpus, spec.scales)
+        plain = load_communicator(spec.topology, spec.gpus, spec.scales, nnodes=spec.nnodes)
         metrics["nccl_env"] = {"variables": dict(spec.nccl.settings),
                                "ignored": list(spec.nccl.ignored),
                                "effects": transport_effects(comm, plain)

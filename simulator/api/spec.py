@@ -85,6 +85,10 @@ class RunSpec:
     load_in_4bit: bool = False
     deepspeed: str | None = None
     explicit: frozenset[str] = frozenset()
+    # several boxes (machine/cluster.py): how many (None: the topology's nnodes); `gpus` then
+    # counts each box's; a tensor-parallel group may span them only when allowed
+    nnodes: int | None = None
+    allow_tp_across_nodes: bool = False
 
 
 @lru_cache(maxsize=32)
@@ -260,8 +264,10 @@ def tp_degree(strategy: str, tp: int | None, n_gpus: int, pp: int = 1) -> int:
 
 def memory_scheme(strategy: str) -> str:
     """memory.py's name for a strategy: the data-parallel scheme beside the TP degree (TP alone
-    and TP x DDP are DDP over the world / tp replicas, TP x FSDP is FSDP over them)."""
-    return {"tp": "ddp", "tp+ddp": "ddp", "tp+fsdp": "fsdp"}.get(strategy, strategy)
+    and TP x DDP are DDP over the world / tp replicas, TP x FSDP is FSDP over them; HSDP is
+    FSDP over the GPUs of one box)."""
+    return {"tp": "ddp", "tp+ddp": "ddp", "tp+fsdp": "fsdp", "hsdp": "fsdp"}.get(strategy,
+                                                                                  strategy)
 
 
 def _tp_degree(spec: RunSpec, machine: Machine) -> int:
@@ -280,7 +286,8 @@ def options_of(spec: RunSpec) -> strategies.Options:
         virtual_stages=spec.virtual_stages, offload=spec.offload, pin_memory=spec.pin_memory,
         reduce_bucket_size=spec.reduce_bucket_size,
         allgather_bucket_size=spec.allgather_bucket_size,
-        prefetch_bucket_size=spec.prefetch_bucket_size)
+        prefetch_bucket_size=spec.prefetch_bucket_size,
+        allow_tp_across_nodes=spec.allow_tp_across_nodes)
 
 
 def forget_jobs() -> None:

@@ -47,7 +47,9 @@ def strategy_options(spec: RunSpec, job: Job, machine: Machine) -> strategies.Op
 
 def _memory_options(spec: RunSpec, machine: Machine) -> dict[str, Any]:
     """memory.estimate's keywords for a spec: the same recipe the simulation runs."""
-    return dict(world=machine.n_gpus, tp=_tp_degree(spec, machine),
+    # HSDP shards over one box's GPUs and replicates across boxes (strategies/hsdp.py)
+    world = machine.gpus_per_box if spec.strategy == "hsdp" else machine.n_gpus
+    return dict(world=world, tp=_tp_degree(spec, machine),
                 sequence_parallel=spec.sequence_parallel,
                 gradient_as_bucket_view=spec.gradient_as_bucket_view,
                 reshard_after_forward=spec.reshard_after_forward,
@@ -59,7 +61,8 @@ def _memory_options(spec: RunSpec, machine: Machine) -> dict[str, Any]:
 
 def _channels(spec: RunSpec) -> int:
     """The channels NCCL runs over the spec's GPUs (its buffers scale with them)."""
-    return load_communicator(spec.topology, spec.gpus, spec.scales, spec.nccl).channels()
+    return load_communicator(spec.topology, spec.gpus, spec.scales, spec.nccl,
+                             spec.nnodes).channels()
 
 
 def memory_reports(job: Job, machine: Machine, spec: RunSpec,
@@ -143,7 +146,7 @@ def pipeline_split(spec: RunSpec) -> dict[str, Any] | None:
         return None
     check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
                    virtual_stages=spec.virtual_stages)
-    machine = load_machine(spec.topology, spec.gpus, spec.scales)
+    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nnodes)
     return pipeline_of(job_of(spec), machine, spec)
 
 
@@ -151,7 +154,7 @@ def memory_of(spec: RunSpec, split: dict[str, Any] | None = None) -> dict[str, A
     """The memory verdict of a spec without simulating it (what advise prunes by). A
     pipeline's rests on its stage split: ``split`` (from ``pipeline_split``), else built."""
     spec = configured(spec)
-    machine = load_machine(spec.topology, spec.gpus, spec.scales)
+    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nnodes)
     if spec.pp > 1 and split is None:
         split = pipeline_split(spec)
     job = job_of(spec)
@@ -181,7 +184,7 @@ def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
     check_pipeline(spec.strategy, pp=spec.pp, schedule=spec.schedule,
                    virtual_stages=spec.virtual_stages)
     check_offload(spec)
-    machine = load_machine(spec.topology, spec.gpus, spec.scales)
+    machine = load_machine(spec.topology, spec.gpus, spec.scales, spec.nnodes)
     job = job_of(spec)
     check_optimizer(spec, job, machine)
     card = machine.smallest_card()  # every rank holds the same share: the smallest card binds

@@ -12,7 +12,9 @@ cannot give: another transport, another topology, a mechanism the model lacks):
   a node naming no family is taken as the catalog's default family), or the node's own figure
   where it gives a higher one;
 - a socket link at most its spec (catalog/links.py), a channel at most the fastest PCIe link of
-  the box (one thread block moves no more than the link it stores over).
+  the box (one thread block moves no more than the link it stores over);
+- between boxes: NET/IB's efficiency is a share of the network link, one TCP stream moves at
+  most the network port's payload rate, and NET/IB's step sync is a latency like the others.
 Latencies have no physical ceiling; 500 us a step (and a call) is beyond any published row.
 """
 
@@ -67,6 +69,7 @@ def bounds(comm: Communicator) -> dict[str, Bound]:
     channel = Bound(0.1, max(pcie, default=1e12) / GB, "a channel moves almost nothing",
                     "one channel would move a whole PCIe link")
     sockets = [lk for lk in m.links.values() if lk.kind in ("upi", "xgmi")]
+    network = [lk.capacity for lk in m.links.values() if lk.kind == "network"]
     socket_spec = max((lk.capacity for lk in sockets), default=0.0) / GB
     return {
         "p2p_pcie_simple_efficiency": share, "nvlink_simple_efficiency": share,
@@ -77,7 +80,12 @@ def bounds(comm: Communicator) -> dict[str, Bound]:
                                       "more than the socket link's spec"),
         "simple_channel_cap_gbps": channel, "ll_channel_cap_gbps": channel,
         "p2p_simple_sync_us": sync, "p2p_ll_sync_us": sync, "shm_simple_sync_us": sync,
-        "shm_ll_sync_us": sync, "net_sync_us": sync,
+        "shm_ll_sync_us": sync, "net_sync_us": sync, "net_ib_sync_us": sync,
+        "net_efficiency": share,
+        # one TCP stream moves at most the fastest network port it leaves by
+        "socket_stream_gbps": Bound(0.05, max(max(network, default=0.0) / GB, 0.05),
+                                    "a TCP stream nearly stalls",
+                                    "one stream would fill the whole network port"),
         "call_latency_us": Bound(CALL_FLOOR_US, LATENCY_CEILING_US,
                                  "a call no slower than a bare kernel launch",
                                  "calls slower than any published one"),

@@ -1,7 +1,8 @@
 """Is a log a measurement of this machine? The run a log describes, and what contradicts it.
 
 A log runs on the GPUs its command line made visible (``CUDA_VISIBLE_DEVICES``), else on the
-first ones in the topology's order, as nccl-tests numbers them; under the ``NCCL_*`` variables
+first ones in the topology's order, as nccl-tests numbers them (on several boxes, as many on
+each box, the first of each, as mpirun places ranks by node); under the ``NCCL_*`` variables
 it names, read as `stepsim collective` reads them (nccl/env.py). Calibrating the topology on it
 is refused, naming both, where:
 
@@ -60,6 +61,9 @@ def run_of(log: NcclTestsLog, base: Communicator, topology: str) -> Run:
         raise InputError(f"{log.source}: the log ran on {log.gpus} GPUs; {topology} has "
                          f"{machine.n_gpus}")
     env = NcclEnv.from_environ(dict(log.env))
+    if machine.nnodes > 1:
+        return Run(log, Communicator(machine, env, base.wire), _across(log, machine.nnodes,
+                   machine.gpus_per_box), "the first of each box, as mpirun places them")
     visible = log.visible_devices
     if visible is not None and len(visible) == log.gpus:
         if max(visible) >= machine.n_gpus:
@@ -70,6 +74,16 @@ def run_of(log: NcclTestsLog, base: Communicator, topology: str) -> Run:
     else:
         ranks, how = tuple(range(log.gpus)), f"the first {log.gpus}, as nccl-tests numbers them"
     return Run(log, Communicator(machine, env, base.wire), ranks, how)
+
+
+def _across(log: NcclTestsLog, nnodes: int, per_box: int) -> tuple[int, ...]:
+    """Ranks of a log run on several boxes: as many on each, box by box (mpirun's default
+    placement by node), the first GPUs of each box."""
+    if log.gpus % nnodes:
+        raise InputError(f"{log.source}: the log ran on {log.gpus} GPUs, not the same number "
+                         f"on each of {nnodes} boxes (--nnodes)")
+    k = log.gpus // nnodes
+    return tuple(b * per_box + g for b in range(nnodes) for g in range(k))
 
 
 def contradictions(run: Run, topology: str) -> list[str]:

@@ -42,9 +42,10 @@ from simulator.units import GB
 
 # Bandwidth-like parameters first (the plateau is what a log pins best), then latencies.
 ORDER = ("p2p_pcie_simple_efficiency", "nvlink_simple_efficiency", "shm_pcie_efficiency",
-         "host_memory_gb_per_s", "socket_link_gb_per_s", "simple_channel_cap_gbps",
-         "ll_channel_cap_gbps", "p2p_simple_sync_us", "p2p_ll_sync_us", "shm_simple_sync_us",
-         "shm_ll_sync_us", "net_sync_us", "call_latency_us")
+         "host_memory_gb_per_s", "socket_link_gb_per_s", "net_efficiency", "socket_stream_gbps",
+         "simple_channel_cap_gbps", "ll_channel_cap_gbps", "p2p_simple_sync_us",
+         "p2p_ll_sync_us", "shm_simple_sync_us", "shm_ll_sync_us", "net_sync_us",
+         "net_ib_sync_us", "call_latency_us")
 MIN_EFFECT = 1e-3  # a 10% change must move some row's time by 0.1%
 MIN_INDEPENDENCE = 0.05  # smallest singular value of the chosen normalised columns
 STEP = 0.1  # relative change for the sensitivity check
@@ -112,7 +113,7 @@ def _applies(machine: Machine, plans: Sequence[collectives.Plan]) -> set[str]:
                                            for lid, _ in p.usage) for p in plans)
     rules = {"p2p_pcie_simple_efficiency": "P2P" in hops and "Simple" in protocols and pcie,
              "nvlink_simple_efficiency": "nvlink" in kinds and "Simple" in protocols,
-             "shm_pcie_efficiency": bool(hops & {"SHM", "NET"}),
+             "shm_pcie_efficiency": bool(hops & {"SHM", "NET", "NET/IB", "NET/Socket"}),
              "host_memory_gb_per_s": "memory" in kinds,
              "socket_link_gb_per_s": bool(kinds & {"upi", "xgmi"}),
              "simple_channel_cap_gbps": "Simple" in protocols and pcie,
@@ -121,7 +122,9 @@ def _applies(machine: Machine, plans: Sequence[collectives.Plan]) -> set[str]:
              "p2p_ll_sync_us": "P2P" in hops and bool(protocols & {"LL", "LL128"}),
              "shm_simple_sync_us": "SHM" in hops and "Simple" in protocols,
              "shm_ll_sync_us": "SHM" in hops and "LL" in protocols,
-             "net_sync_us": "NET" in hops, "call_latency_us": bool(plans)}
+             "net_sync_us": bool(hops & {"NET", "NET/Socket"}),
+             "net_efficiency": "NET/IB" in hops, "net_ib_sync_us": "NET/IB" in hops,
+             "socket_stream_gbps": "NET/Socket" in hops, "call_latency_us": bool(plans)}
     return {name for name, used in rules.items() if used}
 
 
@@ -184,7 +187,7 @@ def fit(runs: Sequence[Run], fit_max: int | None) -> FitResult:
     def residuals(params: dict[str, float]) -> np.ndarray:
         return np.log(times(params, pairs) / measured)
 
-    plans = [collectives.plan(run.comm, run.log.op, size, run.ranks) for run, size in pairs]
+    plans = [run.comm.ring_plan(run.log.op, size, run.ranks) for run, size in pairs]
     used = _applies(base.machine, plans)
     chosen_names, left = _screen({}, starts, used, residuals, limits, [])
     history: list[tuple[frozenset[str], float, dict[str, float]]] = []
@@ -207,7 +210,7 @@ def fit(runs: Sequence[Run], fit_max: int | None) -> FitResult:
     for name in chosen_names:
         left.pop(name, None)
     rows = _rows(table, fitted, times, plans_of=lambda run, size: _applies(
-        base.machine, [collectives.plan(run.comm, run.log.op, size, run.ranks)]))
+        base.machine, [run.comm.ring_plan(run.log.op, size, run.ranks)]))
     fit_rows = [r.error for r in rows if r.role == "fit"]
     rms = float(np.sqrt(np.mean(np.square(fit_rows)))) if fit_rows else 0.0
     at_bound = {n: w for n, v in fitted.items() if (w := limits[n].where(v)) is not None}

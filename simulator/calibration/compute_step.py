@@ -27,7 +27,7 @@ def _step(spec: api.RunSpec, machine: Machine, fraction: float) -> float:
     cards = replace(machine, gpu=replace(machine.gpu, achieved_fraction=fraction),
                     gpus=tuple(replace(g, achieved_fraction=fraction) for g in machine.gpus))
     programs = strategies.build(spec.strategy, job, cards, api.options_of(spec))
-    comm = api.load_communicator(spec.topology, spec.gpus, spec.scales, spec.nccl)
+    comm = api.load_communicator(spec.topology, spec.gpus, spec.scales, spec.nccl, spec.nnodes)
     return float(engine.simulate(programs, comm, compute_slowdown=spec.compute_slowdown)
                  .step_time)
 
@@ -36,7 +36,7 @@ def fit(spec: api.RunSpec, measured_step_s: float) -> ComputeCalibration:
     """The achieved fraction of ``spec``'s job on its machine's GPU from one measured step."""
     if measured_step_s <= 0:
         raise InputError(f"--step-time must be positive, got {measured_step_s}")
-    machine = api.load_machine(spec.topology, spec.gpus)
+    machine = api.load_machine(spec.topology, spec.gpus, nnodes=spec.nnodes)
     if len(machine.cards()) > 1:
         raise InputError("--step-time on a box of mixed cards: give --gpus K so the first K "
                          "GPUs are one kind of card")

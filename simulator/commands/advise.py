@@ -1,11 +1,13 @@
 """`stepsim advise`: which strategy, recipe and micro-batch to run a job with, on each machine.
 
 ``-t`` repeats (one machine each, each with its own ``--price-per-gpu-hour`` if given once per
-machine). Prints the explanation lines (the winner and its bottleneck, what does not fit, the
+machine); ``--nnodes 1,2,4`` weighs each at those box counts (advice/boxes.py: a second
+box?). Prints the explanation lines (the winner and its bottleneck, what does not fit, the
 runner-up and its cost, what would fit when nothing does), or with ``--json`` the whole
 answer: ``{candidates, best, nothing_fits, what_would_fit, explanation}``; ``--csv`` a row per
 ranked candidate (``rank`` first). ``--what-if`` adds
-the upgrades a buyer can choose for the winner (simulator/advice/whatif.py). The work is in
+the upgrades a buyer can choose for the winner (simulator/advice/whatif.py), and with several
+box counts the fewest boxes' upgrades too: add a box, or upgrade the one you have? The work is in
 simulator/advice/advise.py.
 """
 
@@ -19,6 +21,7 @@ from simulator.advice import advise as core
 from simulator.advice import explain, spec_text, whatif
 from simulator.commands import html_flag, price_flags, recipe_flags, script_output, terminal
 from simulator.commands.parsing import machine_gpus
+from simulator.inputs.schema import MAX_BOXES
 from simulator.units import positive_int
 
 
@@ -36,6 +39,9 @@ def add_parser(subparsers: Any) -> None:
                         "first K GPUs")
     parser.add_argument("-w", "--workload", required=True,
                         help="workload YAML, preset name or hf:config.json")
+    parser.add_argument("--nnodes", default=None, metavar="N[,N...]",
+                        help="box counts to weigh each topology at, e.g. 1,2,4 (a second box, "
+                        "or not?); default the topology's nnodes")
     parser.add_argument("--objective", default="throughput", metavar="GOAL",
                         help=f"what to rank by: {' | '.join(core.OBJECTIVES)} "
                         "(default throughput)")
@@ -52,13 +58,36 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+def _fewest_boxes_best(answer: dict[str, Any], machines: list[core.PricedMachine]
+                       ) -> dict[str, Any] | None:
+    """With several box counts weighed: the best candidate on the fewest boxes (None: one
+    count only, or nothing fits there)."""
+    counts = {m.nnodes for m in machines}
+    if len(counts) < 2:
+        return None
+    fewest = min(c or 1 for c in counts)
+    return next((c for c in answer["candidates"]
+                 if c["parallelism"].get("nnodes", 1) == fewest), None)
+
+
 def machines_of(args: argparse.Namespace) -> list[core.PricedMachine]:
+    """Each -t (NAME or NAME:K) at each --nnodes count."""
+    counts: list[int | None] = [None]
+    if args.nnodes is not None:
+        counts = [positive_int(v.strip(), "--nnodes", maximum=MAX_BOXES)
+                  for v in str(args.nnodes).split(",")]
     out = []
     for i, text in enumerate(args.topology):
         topology, gpus = machine_gpus(text)
-        out.append(core.PricedMachine(topology, price_flags.prices(args, i, len(args.topology)),
-                                      gpus))
+        prices = price_flags.prices(args, i, len(args.topology))
+        out += [core.PricedMachine(topology, prices, gpus, n) for n in dict.fromkeys(counts)]
     return out
+
+
+def _machine_of(machines: list[core.PricedMachine], report: dict[str, Any]
+                ) -> core.PricedMachine:
+    o = report["options"]
+    return next(m for m in machines if m.key == (o["topology"], o["gpus"], o.get("nnodes")))
 
 
 def answer_of(args: argparse.Namespace, *, progress: Any = None,
@@ -71,11 +100,14 @@ def answer_of(args: argparse.Namespace, *, progress: Any = None,
                          progress=progress, peft=args.peft, load_in_4bit=args.load_in_4bit,
                          executor=executor)
     if args.what_if and answer["best"] is not None:
-        options = answer["best"]["options"]
-        best_machine = next(m for m in machines
-                            if m.key == (options["topology"], options["gpus"]))
-        answer["best"]["what_if"] = whatif.upgrades(answer["best"], best_machine.prices)
-        answer["explanation"] += whatif.lines(answer["best"], answer["best"]["what_if"])
+        best = answer["best"]
+        best["what_if"] = whatif.upgrades(best, _machine_of(machines, best).prices)
+        answer["explanation"] += whatif.lines(best, best["what_if"])
+        first = _fewest_boxes_best(answer, machines)
+        if first is not None and first is not best:  # or upgrade the box there is?
+            first["what_if"] = whatif.upgrades(first, _machine_of(machines, first).prices)
+            answer["explanation"] += ["or upgrade the box instead of adding one:",
+                                      *whatif.lines(first, first["what_if"])]
     return answer
 
 

@@ -20,7 +20,12 @@ from typing import Any
 from simulator import api
 from simulator.errors import InputError
 from simulator.inputs import nccl_tests_log
-from simulator.inputs.schema import CALIBRATION_PARAMETERS, FittedValue, UnfittedValue
+from simulator.inputs.schema import (
+    CALIBRATION_PARAMETERS,
+    MAX_BOXES,
+    FittedValue,
+    UnfittedValue,
+)
 from simulator.units import format_size, parse_size, positive_int
 
 
@@ -44,6 +49,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("-w", "--workload", help="the job --step-time measured (YAML or preset)")
     parser.add_argument("-s", "--strategy", default="ddp", help="as in `stepsim run` (ddp)")
     parser.add_argument("--gpus", default=None, help="GPUs the step ran on (default 1)")
+    parser.add_argument("--nnodes", default=None,
+                        help="boxes the logs ran on (torchrun's --nnodes; mpirun -np N with "
+                        "-g GPUs each): fits the network between them as well")
     parser.add_argument("--micro-batch", help="sequences per GPU per micro-step")
     parser.add_argument("--grad-accum", help="micro-steps per optimizer step")
     parser.add_argument("--seq-len", help="tokens per sequence")
@@ -57,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give nccl-tests LOG files, or -w WORKLOAD --step-time SECONDS")
     if args.step_time is not None and not args.workload:
         raise InputError("--step-time needs the job it measured: -w WORKLOAD")
-    comm = api.load_communicator(args.topology)
+    nnodes = positive_int(args.nnodes, "--nnodes", maximum=MAX_BOXES)
+    with api.blame(args.topology, "topologies"):
+        comm = api.load_communicator(args.topology, nnodes=nnodes)
     calibration = comm.machine.calibration
     report: list[str] = []
     if args.logs:

@@ -3,7 +3,8 @@
 Flags are nccl-tests' where they mean something to a simulation (``-b -e -f -i`` sizes, ``-d``
 datatype, ``-o`` reduction, ``-c 0`` for ``#wrong`` N/A, ``-g`` GPUs: nccl-tests runs on
 ``-g`` GPUs per thread times its threads, an integer ``-t``, the first of the machine, in its
-order, as ``--gpus``); ``-n -w -m -N -z -G`` are accepted and named once as ignored. ``--op``
+order, as ``--gpus``; with ``--nnodes N`` that many in each box, as ``mpirun -np N ... -g G``
+runs it); ``-n -w -m -N -z -G`` are accepted and named once as ignored. ``--op``
 takes the collective or the nccl-tests binary name. NCCL's environment variables
 (NCCL_P2P_DISABLE, NCCL_ALGO, ...) apply as NCCL reads them, and the ``# stepsim:`` lines after
 nccl-tests' footer say what they changed, with the algorithm, protocol, channels and transport
@@ -22,7 +23,7 @@ from simulator.commands import terminal
 from simulator.commands.nccl_notes import env_notes, env_of
 from simulator.commands.parsing import whole
 from simulator.errors import InputError, cut, quoted
-from simulator.inputs.schema import MAX_GPUS
+from simulator.inputs.schema import MAX_BOXES, MAX_GPUS
 from simulator.outputs import jsondoc, nccl_tests
 from simulator.units import format_size, parse_size
 
@@ -56,7 +57,10 @@ def add_parser(subparsers: Any) -> None:
                         help="reduction shown in the redop column "
                              f"({', '.join(nccl_tests.REDOPS)})")
     parser.add_argument("--gpus", type=whole(1, MAX_GPUS), default=None,
-                        help="use the first K GPUs")
+                        help="use the first K GPUs (of each box with --nnodes)")
+    parser.add_argument("--nnodes", type=whole(1, MAX_BOXES), default=None,
+                        help="boxes joined by the topology's network (default: its nnodes); "
+                             "nccl-tests' output for the whole job, as mpirun -np N would print")
     parser.add_argument("--algo", default="auto", help="ring | tree | auto (NCCL's choice)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--nthreads", type=int, default=None, help=argparse.SUPPRESS)
@@ -141,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
     gpus = _gpus(args, threads)
     requested, step, is_factor = sizes(args)
     env = env_of(os.environ)
-    comm = api.load_communicator(topology, gpus, env=env)
+    with api.blame(topology, "topologies"):
+        comm = api.load_communicator(topology, gpus, env=env, nnodes=args.nnodes)
     machine = comm.machine
 
     def simulate(nbytes: list[int]) -> list[api.Result]:
@@ -151,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
         with terminal.progress(f"{op} over {len(nbytes)} sizes") as update:
             for i in range(0, len(nbytes), piece):
                 out += api.collective(api.CollectiveSpec(
-                    topology, op, tuple(nbytes[i:i + piece]), gpus, args.algo, env))
+                    topology, op, tuple(nbytes[i:i + piece]), gpus, args.algo, env,
+                    args.nnodes))
                 update(len(out), len(nbytes))
         return out
 
@@ -174,37 +180,42 @@ def run(args: argparse.Namespace) -> int:
         machine.n_gpus, requested[0], requested[-1], step, is_factor,
         warmup_iters=echo("-w", 5), iters=echo("-n", 20), agg_iters=echo("-m", 1),
         validation=echo("-c", 1), graph=echo("-G", 0),
-        device_name=f"{machine.gpu.name} (simulated)")
+        device_name=f"{machine.gpu.name} (simulated)", boxes=machine.nnodes)
     with api.blame(topology, "topologies"):  # paths and rings are found on demand
         counted = threads if args.ngpus is None else []  # with -g, -t counts the GPUs
-        notes = _notes(topology, gpus, comm, op, args.algo, results, given, counted + (
-            [str(args.nthreads)] if args.nthreads is not None else []))
+        notes = _notes(topology, gpus, args.nnodes, comm, op, args.algo, results, given,
+                       counted + ([str(args.nthreads)] if args.nthreads is not None else []))
         if args.ngpus is not None:  # which GPUs nccl-tests' -g means here
-            chosen = ", ".join(comm.machine.gpu_nodes)
+            chosen = ", ".join(comm.machine.gpu_nodes[:comm.machine.gpus_per_box])
+            each = " of each box" if comm.machine.nnodes > 1 else ""
             notes.insert(1, f"-g {args.ngpus}" + (f" x -t {' x '.join(threads)}" if threads
                                                   else "") +
-                         f": {comm.machine.n_gpus} GPUs, the first of {topology} in its order "
-                         f"({chosen}), as nccl-tests numbers them")
+                         f": {comm.machine.gpus_per_box} GPUs{each}, the first of {topology} "
+                         f"in its order ({chosen}), as nccl-tests numbers them")
     print(nccl_tests.render(header, op, args.datatype, args.redop, rows, notes,
                             check=given["-c"] != 0))
     return 0
 
 
-def _notes(topology: str, gpus: int | None, comm: api.Communicator, op: str, algo: str,
-           results: list[api.Result], given: dict[str, int | None],
+def _notes(topology: str, gpus: int | None, nnodes: int | None, comm: api.Communicator,
+           op: str, algo: str, results: list[api.Result], given: dict[str, int | None],
            threads: list[str]) -> list[str]:
     machine = comm.machine
-    notes = [f"simulated {op} on {machine.name} ({machine.n_gpus} x {machine.gpu.name}); "
+    boxes = f"{machine.nnodes} boxes of {machine.gpus_per_box}" if machine.nnodes > 1 else \
+        f"{machine.n_gpus}"
+    notes = [f"simulated {op} on {machine.name} ({boxes} x {machine.gpu.name}); "
              "the in-place half repeats the other (the model has no difference)"]
+    if machine.nnodes > 1:  # how NCCL crosses between boxes, and why
+        notes.append(f"between boxes: {comm.net.describe()}")
     flags = [f"{k} {v}" for k, v in given.items() if v is not None]
     flags += [f"-t {t}" for t in threads]
     if flags:
         notes.append(f"ignored nccl-tests flags: {' '.join(flags)} (a simulation runs no "
                      "threads, iterations, graphs or data checks; -g or --gpus picks GPUs)")
     if comm.env.active:  # what NCCL would choose without the variables
-        plain = api.load_communicator(topology, gpus)
+        plain = api.load_communicator(topology, gpus, nnodes=nnodes)
         baseline = api.collective(api.CollectiveSpec(topology, op, tuple(r.bytes for r in results),
-                                                     gpus, algo))
+                                                     gpus, algo, nnodes=nnodes))
         notes += env_notes(comm, plain, results, baseline)
     notes.append(f"{'size':>12}  {'algo':>5}  {'proto':>6}  {'nch':>3}  transport")
     names = {"ring": "Ring", "tree": "Tree", "p2p": "P2P"}
@@ -212,10 +223,16 @@ def _notes(topology: str, gpus: int | None, comm: api.Communicator, op: str, alg
               f"{r.n_channels:>3}  {r.transport}" for r in results]
     last = results[-1]
     plan = comm.plan(op, last.bytes, algo=algo)
+    moving = last.time_us * 1e-6 - plan.flow.latency
+    bound = (len(plan.flows) == 1 and plan.flow.nbytes and moving > 0
+             and plan.flow.nbytes / moving >= plan.flow.max_rate * 0.99)
     if len(plan.flows) != 1:  # a flow per pair (all-to-all, gather, scatter, sendrecv)
         notes += _pairs_note(machine, plan, last)
-    elif (moving := last.time_us * 1e-6 - plan.flow.latency) > 0 and plan.flow.nbytes and \
-            plan.flow.nbytes / moving >= plan.flow.max_rate * 0.99:
+    elif bound and "NET/Socket" in plan.transport:
+        notes.append(f"at {format_size(last.bytes)} the socket transport binds, not a link: "
+                     f"{plan.flow.max_rate / 1e9:.2f} GB/s of progress (one TCP stream a "
+                     "proxy thread: NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD add streams)")
+    elif bound:
         notes.append(f"at {format_size(last.bytes)} the {plan.n_channels} channels bind, not a "
                      f"link: {plan.flow.max_rate / plan.n_channels / 1e9:.1f} GB/s each over PCIe "
                      "(NCCL_MIN_NCHANNELS raises their number)")

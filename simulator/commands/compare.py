@@ -1,8 +1,8 @@
 """`stepsim compare`: several machines, workloads or strategies side by side in one table.
 
-Every combination of the repeated ``-t``, ``-w`` and ``-s`` options is answered with the same
-flags; ``-t NAME:K`` uses the first K GPUs of that machine (4x 4090 against one A100 in one
-command: ``-t 8x4090-dual-socket:4 -t 8xa100-nvswitch:1``). The table has a column per
+Every combination of the repeated ``-t``, ``-w``, ``-s`` and ``--nnodes`` options is answered
+with the same flags; ``-t NAME:K`` uses the first K GPUs of that machine (4x 4090 against one
+A100 in one command: ``-t 8x4090-dual-socket:4 -t 8xa100-nvswitch:1``). The table has a column per
 combination and a row per metric, then the winner and the mechanism that decides it
 (advice/decide.py), the ranges' and the confidence lines. A combination that does not fit
 shows its verdict and what would fit, no figures (``--simulate-anyway``: figures marked).
@@ -44,20 +44,26 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _label(combo: tuple[str, str, str], varying: set[str]) -> str:
-    parts = [v for k, v in zip(("topology", "workload", "strategy"), combo, strict=True)
+def _label(combo: tuple[str, str, str, str | None], varying: set[str]) -> str:
+    parts = [str(v) for k, v in zip(("topology", "workload", "strategy"), combo[:3], strict=True)
              if k in varying]
+    if "nnodes" in varying:  # the flag's values were checked by spec_from_args
+        parts.append(f"{combo[3]} box{'' if str(combo[3]).strip() == '1' else 'es'}")
     return " / ".join(parts) or combo[0]
 
 
-def specs_of(args: argparse.Namespace) -> tuple[list[tuple[str, str, str]], list[RunSpec]]:
+def specs_of(args: argparse.Namespace
+             ) -> tuple[list[tuple[str, str, str, str | None]], list[RunSpec]]:
     """Every combination (as given on the command line) and its spec."""
-    combos = list(itertools.product(args.topology, args.workload, args.strategy or ["ddp"]))
+    boxes: list[str | None] = list(args.nnodes or [None])
+    combos = list(itertools.product(args.topology, args.workload, args.strategy or ["ddp"],
+                                    boxes))
     strategies = tuple(args.strategy or ["ddp"])
     specs = []
-    for t, w, s in combos:
+    for t, w, s, n in combos:
         topology, gpus = machine_gpus(t)
-        specs.append(spec_from_args(args, topology, w, s, others=strategies, gpus=gpus))
+        specs.append(spec_from_args(args, topology, w, s, others=strategies, gpus=gpus,
+                                    nnodes=n))
     return combos, specs
 
 
@@ -67,7 +73,8 @@ def answers(args: argparse.Namespace, *, progress: Any = None
     would fit added where it does not: what every output of `compare` shows."""
     combos, specs = specs_of(args)
     machines = len(args.topology)
-    prices = [price_flags.prices(args, args.topology.index(t), machines) for t, _, _ in combos]
+    prices = [price_flags.prices(args, args.topology.index(t), machines)
+              for t, _, _, _ in combos]
     reports = api.answer_all(specs, prices=prices, ranges=not args.no_ranges,
                              simulate_anyway=args.simulate_anyway, progress=progress,
                              gantt=bool(getattr(args, "html", None)))
@@ -77,7 +84,8 @@ def answers(args: argparse.Namespace, *, progress: Any = None
             report["what_would_fit"] = changes
     varying = {name for name, values in (("topology", args.topology),
                                          ("workload", args.workload),
-                                         ("strategy", args.strategy or ["ddp"]))
+                                         ("strategy", args.strategy or ["ddp"]),
+                                         ("nnodes", args.nnodes or [None]))
                if len(set(values)) > 1}
     return [_label(c, varying) for c in combos], reports
 
@@ -85,7 +93,8 @@ def answers(args: argparse.Namespace, *, progress: Any = None
 def run(args: argparse.Namespace) -> int:
     script_output.check(args)
     html_flag.check(args)
-    runs = len(args.topology) * len(args.workload) * len(args.strategy or ["ddp"])
+    runs = len(args.topology) * len(args.workload) * len(args.strategy or ["ddp"]) * \
+        len(args.nnodes or [None])
     with terminal.progress(f"simulating {runs} runs") as update:
         labels, reports = answers(args, progress=update)
     simulated = [(label, r) for label, r in zip(labels, reports, strict=True)

@@ -16,9 +16,9 @@ from typing import Any
 from simulator import api
 from simulator.api import RunSpec
 from simulator.commands import recipe_flags
-from simulator.commands.parsing import NO_FIT_EXIT, no_fit_status, whole
+from simulator.commands.parsing import NO_FIT_EXIT, machine_gpus, no_fit_status, whole
 from simulator.errors import InputError
-from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
+from simulator.inputs.schema import MAX_BATCH, MAX_BOXES, MAX_GPUS, MAX_TOKENS
 from simulator.outputs import jsondoc
 from simulator.units import GiB, positive_int
 
@@ -28,7 +28,8 @@ def add_parser(subparsers: Any) -> None:
         "memory", help="memory per GPU of a training job and whether it fits",
         description="Itemise the memory one GPU needs for a training step (weights, gradients, "
                     "optimizer states, activations, buffers, reserve) and say whether it fits.")
-    parser.add_argument("-t", "--topology", required=True, help="topology YAML or preset name")
+    parser.add_argument("-t", "--topology", required=True,
+                        help="topology YAML or preset name; NAME:K uses its first K GPUs")
     parser.add_argument("-w", "--workload", required=True,
                         help="workload YAML, preset name or hf:config.json")
     parser.add_argument("-s", "--strategy", default=None,
@@ -39,6 +40,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--ep", type=whole(1, MAX_GPUS), default=1,
                         help="expert-parallel degree: a mixture of experts' experts over this "
                         "many ranks (with fsdp or zero3)")
+    parser.add_argument("--nnodes", type=whole(1, MAX_BOXES), default=None,
+                        help="boxes like the topology's (default its nnodes); --gpus counts "
+                        "each box's")
     parser.add_argument("--tp", type=whole(1, MAX_GPUS), default=None,
                         help="tensor-parallel degree (tp, tp+ddp, tp+fsdp; default as run: "
                         "all GPUs for tp, 2 for the others)")
@@ -80,9 +84,12 @@ def spec_of(args: argparse.Namespace) -> RunSpec:
     files = recipe_flags.config_fields(args)
     if args.micro_batch == "max":  # searched: a DeepSpeed config's micro-batch does not apply
         files["explicit"] |= {"micro_batch"}
+    topology, count = machine_gpus(args.topology)
+    gpus = count or args.gpus
     spec = api.configured(RunSpec(
-        args.topology, args.workload, api.check_strategy(args.strategy or "ddp"), gpus=args.gpus,
-        tp=args.tp, ep=args.ep, micro_batch=micro_batch, seq_len=args.seq_len,
+        topology, args.workload, api.check_strategy(args.strategy or "ddp"), gpus=gpus,
+        nnodes=args.nnodes, tp=args.tp, ep=args.ep, micro_batch=micro_batch,
+        seq_len=args.seq_len,
         sequence_parallel=args.sequence_parallel, grad_accum=args.grad_accum,
         offload=args.offload or "none", pp=args.pp, schedule=args.schedule,
         virtual_stages=args.virtual_stages, **recipe_flags.training_fields(args), **files))
@@ -90,10 +97,11 @@ def spec_of(args: argparse.Namespace) -> RunSpec:
     for message in dict(api.unused_flags(strategy, tp=args.tp, bucket_mb=None,
                                      overlap=True)).values():
         raise InputError(message)
-    api.check_recipe(strategy, tp=api.tp_degree(strategy, args.tp, api.load_machine(
-        args.topology, args.gpus).n_gpus), overlap=True, grad_compression="none",
-        gradient_as_bucket_view=False, sequence_parallel=args.sequence_parallel,
-        reshard_after_forward=True, zero_overlap_comm=None)
+    world = api.load_machine(topology, gpus, nnodes=args.nnodes).n_gpus
+    api.check_recipe(strategy, tp=api.tp_degree(strategy, args.tp, world), overlap=True,
+                     grad_compression="none", gradient_as_bucket_view=False,
+                     sequence_parallel=args.sequence_parallel, reshard_after_forward=True,
+                     zero_overlap_comm=None)
     return spec
 
 
@@ -115,7 +123,10 @@ def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> s
     r = report
     rows = [r.verdict(),
             f"{out['workload']} on {out['topology']} ({out['gpu']}): {out['strategy']}, {r.world} "
-            f"GPU(s) = tp {r.tp} x dp {r.dp}; micro-batch {r.micro_batch}, seq {r.seq_len}, "
+            f"GPU(s) = tp {r.tp} x dp {r.dp}"
+            + (" (sharded in one box, replicated across the boxes)"
+               if out["strategy"] == "hsdp" else "")
+            + f"; micro-batch {r.micro_batch}, seq {r.seq_len}, "
             f"checkpointing {r.checkpointing}",
             f"recipe: {recipe_flags.training_words(out['recipe'])}",
             f"parameters {r.parameters:,} ({r.trainable_parameters:,} trainable"

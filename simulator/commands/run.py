@@ -21,10 +21,10 @@ from typing import Any
 from simulator import api
 from simulator.api import RunResult, RunSpec
 from simulator.commands import html_flag, price_flags, recipe_flags, terminal
-from simulator.commands.parsing import NO_FIT_EXIT, no_fit_status
+from simulator.commands.parsing import NO_FIT_EXIT, machine_gpus, no_fit_status
 from simulator.commands.run_text import print_text
 from simulator.errors import InputError, quoted
-from simulator.inputs.schema import MAX_BATCH, MAX_GPUS, MAX_TOKENS
+from simulator.inputs.schema import MAX_BATCH, MAX_BOXES, MAX_GPUS, MAX_TOKENS
 from simulator.outputs import jsondoc
 from simulator.outputs.files import Writer, check_outputs, text_writer, write_files
 from simulator.units import fraction, positive_float, positive_int
@@ -37,14 +37,23 @@ def add_job_arguments(parser: argparse.ArgumentParser, *, many: bool = False) ->
     """The options that define a job and a machine (shared by run, compare and sweep)."""
     action = "append" if many else "store"
     parser.add_argument("-t", "--topology", required=True, action=action,
-                        help="topology YAML or preset name" + (" (repeatable)" if many else ""))
+                        help="topology YAML or preset name; NAME:K uses its first K GPUs"
+                        + (" (repeatable)" if many else ""))
     parser.add_argument("-w", "--workload", required=True, action=action,
                         help="workload YAML, preset name or hf:config.json (a Hugging Face config)"
                         + (" (repeatable)" if many else ""))
     parser.add_argument("-s", "--strategy", action=action,
                         help=f"one of {', '.join(api.STRATEGIES)} (default ddp)"
                         + (" (repeatable)" if many else ""))
-    parser.add_argument("--gpus", help="use the first K GPUs of the machine")
+    parser.add_argument("--gpus", help="use the first K GPUs of the machine (of each box with "
+                        "--nnodes)")
+    parser.add_argument("--nnodes", action=action,
+                        help="boxes like the topology's, joined by its network (torchrun's "
+                        "--nnodes; default the topology's nnodes)" + (" (repeatable)" if many
+                                                                      else ""))
+    parser.add_argument("--allow-tp-across-nodes", action="store_true",
+                        help="let a tensor-parallel group span boxes (never worth it; refused "
+                        "without this)")
     parser.add_argument("--bucket-mb", help="DDP bucket_cap_mb (MiB; default: PyTorch's 25)")
     parser.add_argument("--tp", help="tensor-parallel degree (tp, tp+ddp, tp+fsdp)")
     parser.add_argument("--ep", help="expert-parallel degree: a mixture of experts' experts "
@@ -105,6 +114,7 @@ def add_parser(subparsers: Any) -> None:
 # RunSpec field -> parser of its flag's value, within the limits of docs/inputs.md
 NUMBER_FLAGS: dict[str, Callable[[str | None, str], Any]] = {
     "gpus": partial(positive_int, maximum=MAX_GPUS),
+    "nnodes": partial(positive_int, maximum=MAX_BOXES),
     "bucket_mb": partial(positive_float, minimum=MIN_BUCKET_MB, maximum=MAX_BUCKET_MB),
     "tp": partial(positive_int, maximum=MAX_GPUS),
     "micro_batch": partial(positive_int, maximum=MAX_BATCH),
@@ -134,12 +144,16 @@ _UNSET: dict[str, tuple[str, Any]] = {"--tp": ("tp", None), "--bucket-mb": ("buc
 
 def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
                    strategy: str | None, *, others: tuple[str, ...] = (),
-                   gpus: int | None = None) -> RunSpec:
+                   gpus: int | None = None, nnodes: str | None = None) -> RunSpec:
     """The RunSpec of the flags, refusing a flag the strategy has no use for. ``others``: the
     other strategies of a `compare`; a flag one of them uses is left out here, not refused.
-    ``gpus``: this machine's own count (``-t NAME:K``), over --gpus. ``--micro-batch max`` is
-    searched here (``largest``)."""
-    numbers = {field: number_flag(field, getattr(args, field)) for field in NUMBER_FLAGS}
+    ``gpus``: this machine's own count (``-t NAME:K``), over --gpus. ``nnodes``: this run's box
+    count where the flag was given several (`compare`). ``--micro-batch max`` is searched here
+    (``largest``)."""
+    given = {field: getattr(args, field) for field in NUMBER_FLAGS}
+    if isinstance(given["nnodes"], list):
+        given["nnodes"] = nnodes
+    numbers = {field: number_flag(field, given[field]) for field in NUMBER_FLAGS}
     if gpus is not None:
         numbers["gpus"] = gpus
     searched = numbers["micro_batch"] == MAX
@@ -150,6 +164,7 @@ def spec_from_args(args: argparse.Namespace, topology: str, workload: str,
     spec = RunSpec(
         topology=topology, workload=workload, strategy=api.check_strategy(strategy or "ddp"),
         **numbers,
+        allow_tp_across_nodes=args.allow_tp_across_nodes,
         overlap=not args.no_overlap,
         compute_slowdown=fraction(args.compute_slowdown, "--compute-slowdown"),
         pp=positive_int(args.pp, "--pp", maximum=MAX_GPUS) or 1, schedule=args.schedule,
@@ -258,9 +273,11 @@ def run(args: argparse.Namespace) -> int:
     if args.trace_per_gpu and (not args.trace or args.trace_format != "perfetto"):
         raise InputError("--trace-per-gpu changes the perfetto trace: give --trace FILE.json "
                          "(kineto writes every rank's file already)")
-    spec = spec_from_args(args, args.topology, args.workload, args.strategy)
+    topology, gpus = machine_gpus(args.topology)
+    spec = spec_from_args(args, topology, args.workload, args.strategy, gpus=gpus)
     traces = trace_paths(args.trace, args.trace_format,
-                         api.load_machine(spec.topology, spec.gpus).n_gpus) if args.trace else []
+                         api.load_machine(spec.topology, spec.gpus,
+                                          nnodes=spec.nnodes).n_gpus) if args.trace else []
     check_outputs([*traces, args.gantt, args.memory_png, args.html])  # before minutes of work
     what = "the step" if args.no_ranges else "the step and its range"
     with terminal.progress(f"simulating {what}"):  # shows only past two seconds

@@ -51,6 +51,12 @@ def paged_summary(mem: dict[str, Any], paging: dict[str, Any] | None) -> str:
             f"({fig.seconds(paging['d2h_s'])}), in line with compute")
 
 
+def network_summary(net: dict[str, Any]) -> str:
+    """Several boxes: how many, and how NCCL crosses between them."""
+    how = "GPUDirect RDMA" if net["gpudirect_rdma"] else "staged through host memory"
+    return f"{net['nnodes']} x {net['gpus_per_box']} GPUs, NET/{net['plugin']}, {how}"
+
+
 def pipeline_summary(pipe: dict[str, Any]) -> str:
     chunks = f" x {pipe['virtual_stages']} chunks" if pipe["virtual_stages"] > 1 else ""
     return (f"{pipe['stages']} stages{chunks}, {pipe['schedule']}, {pipe['micro_batches']} "
@@ -100,6 +106,7 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         *([("paged optimizer", paged_summary(r["memory"], r.get("paging")))]
           if r["memory"].get("paged_optimizer") else []),
         *([("pipeline", pipeline_summary(r["pipeline"]))] if r.get("pipeline") else []),
+        *([("boxes", network_summary(r["network"]))] if r.get("network") else []),
         ("bottleneck link", "none" if bn["link"] is None else
          f"{bn['link']} ({bn.get('description') or bn['link']}): "
          f"{bn['utilization']:.0%} of the step, "

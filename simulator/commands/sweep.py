@@ -57,7 +57,8 @@ def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "sweep", help="one job over list-valued options (e.g. --bucket-mb 1,5,25,100,400)",
         description="Simulate one job at every combination of list-valued options: "
-        "--bucket-mb, --gpus, --tp, --micro-batch, --grad-accum, --seq-len take comma lists.")
+        "--bucket-mb, --gpus, --nnodes, --tp, --micro-batch, --grad-accum, --seq-len take comma "
+        "lists.")
     add_job_arguments(parser)
     parser.add_argument("--png", metavar="FILE.png", help="chart of the sweep")
     html_flag.add_argument(parser)
@@ -97,7 +98,8 @@ def _specs(args: argparse.Namespace, combos: list[dict[str, Any]]) -> list[RunSp
     base = api.configured(RunSpec(
         args.topology, args.workload, api.check_strategy(args.strategy or "ddp"),
         overlap=not args.no_overlap, compute_slowdown=slowdown,
-        nccl=api.NcclEnv.from_environ(os.environ), **fields))  # the same at every point
+        nccl=api.NcclEnv.from_environ(os.environ),
+        allow_tp_across_nodes=args.allow_tp_across_nodes, **fields))  # the same at every point
     specs = []
     for combo in combos:
         values: dict[str, Any] = {LIST_OPTIONS[k][0]: (None if v == MAX else v)

@@ -22,7 +22,7 @@ from simulator import api
 from simulator.commands.nccl_notes import env_of
 from simulator.commands.parsing import whole
 from simulator.errors import InputError
-from simulator.inputs.schema import MAX_GPUS
+from simulator.inputs.schema import MAX_BOXES, MAX_GPUS
 from simulator.outputs import jsondoc
 from simulator.outputs.files import write_atomically
 from simulator.units import GB
@@ -35,7 +35,9 @@ def add_parser(subparsers: Any) -> None:
                     "GPU pair, and the ring order and channels it would choose.")
     parser.add_argument("-t", "--topology", help="topology YAML file or bundled preset name")
     parser.add_argument("--gpus", type=whole(1, MAX_GPUS), default=None, metavar="K",
-                        help="use only the first K GPUs")
+                        help="use only the first K GPUs (of each box with --nnodes)")
+    parser.add_argument("--nnodes", type=whole(1, MAX_BOXES), default=None, metavar="N",
+                        help="boxes like the topology's, joined by its network")
     parser.add_argument("--png", metavar="FILE", help="draw the machine graph to a PNG file")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.set_defaults(handler=run)
@@ -47,11 +49,12 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.topology is None:
         raise InputError("give -t TOPOLOGY (a preset or YAML), or `stepsim topo import FILE`")
-    comm = api.load_communicator(args.topology, args.gpus, env=env_of(os.environ))
     with api.blame(args.topology, "topologies"):  # paths and rings are found on demand
+        comm = api.load_communicator(args.topology, args.gpus, env=env_of(os.environ),
+                                     nnodes=args.nnodes)
         report = summary(comm)
         if comm.env.active:  # what the variables changed, as `collective` says it
-            plain = api.load_communicator(args.topology, args.gpus)
+            plain = api.load_communicator(args.topology, args.gpus, nnodes=args.nnodes)
             report["nccl_env"] = {"variables": comm.env.line(),
                                   "ignored": list(comm.env.ignored),
                                   "changes": api.transport_effects(comm, plain)}

@@ -41,6 +41,7 @@ class PciNode:
     rank: int | None = None  # gpu: NCCL rank in the dump
     nvlinks: list[tuple[str, int, str]] = field(default_factory=list)  # (target, count, class)
     nic_name: str | None = None
+    nic_facts: dict[str, float | bool] = field(default_factory=dict)  # net_facts()
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Cpu:
     modelid: int | None
     children: list[PciNode] = field(default_factory=list)
     nics: list[str] = field(default_factory=list)  # NICs without a PCI path
+    nic_facts: dict[str, dict[str, float | bool]] = field(default_factory=dict)  # by name
 
     @property
     def model(self) -> str | None:
@@ -126,8 +128,28 @@ def _cpu(el: ET.Element, source: str) -> Cpu:
         if child.tag == "pci":
             cpu.children.append(_pci(child, source))
         elif child.tag == "nic":
-            cpu.nics.extend(net.get("name", "nic") for net in child if net.tag == "net")
+            for net in (n for n in child if n.tag == "net"):
+                cpu.nics.append(net.get("name", "nic"))
+                cpu.nic_facts[cpu.nics[-1]] = net_facts(net, "", source)
     return cpu
+
+
+# verbs devices' names (rdma-core providers): Mellanox/NVIDIA, Broadcom, Intel, Marvell
+VERBS_PREFIXES = ("mlx", "bnxt_re", "irdma", "qedr", "ib")
+IB_CLASS = "0x0207"  # PCI class 0x0207: InfiniBand controller
+
+
+def net_facts(net: ET.Element, pci_class: str, source: str) -> dict[str, float | bool]:
+    """A <net>'s line rate (``speed`` Mb/s, topo.cc) and whether it speaks verbs (an
+    InfiniBand controller, a verbs device's name, or GDR, which only the IB plugin reports)."""
+    facts: dict[str, float | bool] = {}
+    speed = _int(net, "speed", source)
+    if speed is not None and speed > 0:
+        facts["gbps"] = speed / 1000
+    name = net.get("name", "")
+    facts["rdma"] = pci_class.startswith(IB_CLASS) or name.startswith(VERBS_PREFIXES) or \
+        net.get("gdr") == "1"
+    return facts
 
 
 def _pci(el: ET.Element, source: str) -> PciNode:
@@ -160,5 +182,9 @@ def _pci(el: ET.Element, source: str) -> PciNode:
     if nic is not None:
         net = nic.find("net")
         node.nic_name = net.get("name") if net is not None else None
+        if net is not None:
+            node.nic_facts = net_facts(net, cls, source)
+    elif kind == "nic" and cls.startswith(IB_CLASS):
+        node.nic_facts = {"rdma": True}
     node.children = [_pci(c, source) for c in el if c.tag == "pci"]
     return node

@@ -19,7 +19,9 @@ from simulator.errors import quoted
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
-NodeKind = Literal["gpu", "cpu", "pcie_switch", "nvswitch", "nic"]
+# network_switch: the switch that joins the boxes of a cluster (machine/cluster.py makes it)
+NodeKind = Literal["gpu", "cpu", "pcie_switch", "nvswitch", "nic", "network_switch"]
+NetworkKind = Literal["ethernet", "roce", "infiniband"]
 LinkKind = Literal["pcie", "nvlink", "upi", "xgmi", "network"]
 PathLevel = Literal["LOC", "NVL", "PIX", "PXB", "PHB", "SYS"]
 
@@ -48,6 +50,9 @@ MAX_PER_SAMPLE = 1e18  # a generic layer's FLOPs or bytes per sample (1 exa)
 MAX_USD = 1e6
 MAX_CORES = 4096  # CPU cores of one socket: 20x the largest (EPYC 9965: 192)
 MAX_HOST_GIB = 2**20  # host memory of one socket, GiB: 1 PiB, 170x a 6 TB server socket
+MAX_BOXES = 1024  # boxes of a cluster (nnodes); the GPUs of all of them stay within MAX_GPUS
+MAX_NIC_GBPS = 3200.0  # one NIC port: 4x today's fastest (ConnectX-8, 800 Gb/s)
+MAX_PORTS = 16  # ports of one NIC
 
 
 class Bounds:
@@ -134,6 +139,10 @@ CALIBRATION_PARAMETERS = {
     "ll_channel_cap_gbps": ("LL throughput of one channel over PCIe", "GB/s"),
     "host_memory_gb_per_s": ("host-memory bandwidth of every socket (SHM staging)", "GB/s"),
     "socket_link_gb_per_s": ("socket-link bandwidth, each way", "GB/s"),
+    # the network between boxes (nccl/wire.py; stepsim calibrate --nnodes N)
+    "net_efficiency": ("share of the network's payload rate NCCL's IB transport moves", ""),
+    "net_ib_sync_us": ("per-step cost of NET/IB between boxes (proxy, flag, flush)", "us"),
+    "socket_stream_gbps": ("one TCP stream of NCCL's socket transport (proxy thread)", "GB/s"),
 }
 
 
@@ -258,8 +267,9 @@ class NodeConfig(Frozen):
     kind: NodeKind
     # cpu only: achievable host-memory bandwidth of this socket (GB/s), shared by SHM traffic
     memory_bandwidth_gb_per_s: Annotated[Bandwidth | None, NUMBER] = None
-    # cpu only: CPU family (catalog/cpus.py) or socket link (catalog/links.py SOCKET_LINKS);
-    # sets the socket link between CPUs and the vendor NCCL's rules depend on
+    # cpu: CPU family (catalog/cpus.py) or socket link (catalog/links.py SOCKET_LINKS);
+    # sets the socket link between CPUs and the vendor NCCL's rules depend on; nic: the NIC
+    # catalog's name (catalog/nics.py), its line rate, ports and RDMA
     model: str | None = None
     # cpu only: cores of this socket (the CPU optimizer of offloaded training runs on them)
     cores: Annotated[Annotated[int, Bounds(gt=0, le=MAX_CORES)] | None, NUMBER] = None
@@ -267,6 +277,11 @@ class NodeConfig(Frozen):
     memory_gib: Annotated[Annotated[float, Bounds(gt=0, le=MAX_HOST_GIB)] | None, NUMBER] = None
     # gpu only: this GPU when it differs from the machine's default `gpu` (name or mapping)
     gpu: GpuSpec | None = None
+    # nic only (catalog/nics.py gives the defaults of a `model`): line rate per port (Gb/s),
+    # ports joined to the network, verbs (RoCE or InfiniBand) or not
+    gbps: Annotated[Annotated[float, Bounds(gt=0, le=MAX_NIC_GBPS)] | None, NUMBER] = None
+    ports: Annotated[Annotated[int, Bounds(gt=0, le=MAX_PORTS)] | None, NUMBER] = None
+    rdma: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -341,6 +356,23 @@ class CalibrationConfig(Frozen):
 
 
 @dataclass(frozen=True, kw_only=True)
+class NetworkConfig(Frozen):
+    """The network that joins the boxes of a cluster: one non-blocking switch."""
+
+    kind: NetworkKind
+    gbps: Annotated[float, Bounds(gt=0, le=MAX_NIC_GBPS), NUMBER]  # a switch port's rate
+    # one way, NIC to NIC through the switch; default by kind (catalog/nics.py)
+    latency_us: Annotated[Annotated[float, Bounds(ge=0, le=MAX_LATENCY_US)] | None,
+                          NUMBER] = None
+    # Ethernet MTU, bytes (ethernet, roce); default Linux's 1500
+    mtu: Annotated[Annotated[int, Bounds(ge=576, le=9216)] | None, NUMBER] = None
+    # what the network costs: to buy (switch, NICs, cables) or per hour when rented
+    price_usd: Annotated[Annotated[float, Bounds(ge=0, le=MAX_USD)] | None, NUMBER] = None
+    price_usd_per_hour: Annotated[Annotated[float, Bounds(ge=0, le=MAX_USD)] | None,
+                                  NUMBER] = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class TopologyConfig(Frozen):
     """A machine: its GPU, its nodes and the links between them."""
 
@@ -356,6 +388,9 @@ class TopologyConfig(Frozen):
     nodes: Annotated[list[NodeConfig], Bounds(min_length=1, max_length=MAX_NODES)]
     links: Annotated[list[LinkConfig], Bounds(max_length=MAX_LINKS)] = field(
         default_factory=list)
+    # boxes like this one joined through their NICs by `network` (torchrun's --nnodes)
+    nnodes: Annotated[int, Bounds(ge=1, le=MAX_BOXES), NUMBER] = 1
+    network: NetworkConfig | None = None
     calibration: CalibrationConfig | None = None  # written by `stepsim calibrate`
 
     def reference_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
@@ -376,6 +411,10 @@ class TopologyConfig(Frozen):
             errors.append((("nodes",), "the machine has no GPU node"))
         if gpus > MAX_GPUS:
             errors.append((("nodes",), f"{gpus:,} GPUs; at most {MAX_GPUS:,} are simulated"))
+        elif gpus * self.nnodes > MAX_GPUS:
+            errors.append((("nnodes",), f"{self.nnodes} boxes of {gpus} GPUs; at most "
+                           f"{MAX_GPUS:,} GPUs are simulated"))
+        errors += self.network_errors()
         if self.calibration is not None:
             for i, fit in enumerate(self.calibration.fitted):
                 if fit.parameter not in CALIBRATION_PARAMETERS:
@@ -384,10 +423,33 @@ class TopologyConfig(Frozen):
                                    f"{', '.join(CALIBRATION_PARAMETERS)}"))
         return errors + self._catalog_errors()
 
+    def network_errors(self, nnodes: int | None = None) -> list[tuple[tuple[str | int, ...], str]]:
+        """NIC keys on NIC nodes only; several boxes need a NIC and a network to join them."""
+        errors: list[tuple[tuple[str | int, ...], str]] = []
+        for i, node in enumerate(self.nodes):
+            for key in ("gbps", "ports", "rdma"):
+                if getattr(node, key) is not None and node.kind != "nic":
+                    errors.append((("nodes", i, key), f"{key} is a key of nic nodes, not of a "
+                                   f"{node.kind}"))
+        boxes = self.nnodes if nnodes is None else nnodes
+        for i, node in enumerate(self.nodes):  # a NIC on the network needs its speed
+            if boxes > 1 and node.kind == "nic" and node.model is None and node.gbps is None:
+                errors.append((("nodes", i), f"{boxes} boxes: nic {quoted(node.id)} needs "
+                               "its `model` (simulator/catalog/nics.py) or its `gbps`"))
+        if boxes > 1 and not any(n.kind == "nic" for n in self.nodes):
+            errors.append((("nodes",), f"{boxes} boxes need a NIC in each: add a node `{{id: "
+                           "nic0, kind: nic, model: connectx-6-dx}` and a link `{a: cpu0, b: "
+                           "nic0, kind: pcie}` to a switch or root port"))
+        if boxes > 1 and self.network is None:
+            errors.append((("network",), f"{boxes} boxes need the network that joins them: "
+                           "add `network: {kind: ethernet | roce | infiniband, gbps: 100}`"))
+        return errors
+
     def _catalog_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Names that must exist in the catalog (catalog/), and link shapes the model needs."""
         from simulator.catalog import gpus as gpu_catalog
         from simulator.catalog import links as link_catalog
+        from simulator.catalog import nics as nic_catalog
 
         def known(name: str, catalog: dict[str, object]) -> str:
             return f"unknown {quoted(name)}; known: {', '.join(sorted(catalog))}"
@@ -400,7 +462,15 @@ class TopologyConfig(Frozen):
         for i, node in enumerate(self.nodes):
             if node.gpu is not None and node.gpu.base not in gpu_catalog.GPUS:
                 errors.append((("nodes", i, "gpu"), known(node.gpu.base, dict(gpu_catalog.GPUS))))
-            if node.model is not None and link_catalog.socket_link(node.model) is None:
+            if node.kind == "nic":
+                card = nic_catalog.NICS.get(node.model or "")
+                if node.model is not None and card is None:
+                    errors.append((("nodes", i, "model"), known(node.model,
+                                                                dict(nic_catalog.NICS))))
+                if card is not None and (node.ports or 1) > card.ports:
+                    errors.append((("nodes", i, "ports"), f"ports {node.ports}: a {card.name} "
+                                   f"has {card.ports}"))
+            elif node.model is not None and link_catalog.socket_link(node.model) is None:
                 from simulator.catalog.cpus import CPUS
 
                 errors.append((("nodes", i, "model"),

@@ -171,7 +171,13 @@ def from_matrix(m: TopoMatrix, opts: ImportOptions, source: str) -> Imported:
         b.cpu(cid, cpu_choice(opts.cpu_model))
         _place(m, members, cid, node_id, b)
     b.add_gpus([node_id[g] for g in m.gpus])
-    b.nics.extend({"id": node_id[n], "kind": "nic"} for n in m.nics)
+    # nvidia-smi lists NICs by their verbs device names (mlx5_0, ...): RDMA; their speed is not
+    # in the matrix
+    b.nics.extend({"id": node_id[n], "kind": "nic", "rdma": True} for n in m.nics)
+    if m.nics:
+        b.assumptions.append("NIC speed unknown (`topo -m` does not print it): give each nic "
+                             "a `model` (NIC catalog) or `gbps` before --nnodes; rdma: true "
+                             "(nvidia-smi lists verbs devices)")
     _nvlinks(m, node_id, b)
     b.socket_links()
     if any(m.relation[(x, y)] == "NODE" for x in m.devices for y in m.devices):
@@ -319,7 +325,7 @@ def from_nccl_xml(system: nx_xml.NcclSystem, opts: ImportOptions, source: str) -
         elif node.kind == "nic":
             nid = (node.nic_name or f"nic{nic_count[0]}").replace(":", "_")
             nic_count[0] += 1
-            b.nics.append({"id": nid, "kind": "nic"})
+            b.nics.append({"id": nid, "kind": "nic", **node.nic_facts})
             b.pcie(parent, nid, node.gen, node.width)
         elif node.kind == "switch" or node.children:
             sw = b.switch()
@@ -335,7 +341,7 @@ def from_nccl_xml(system: nx_xml.NcclSystem, opts: ImportOptions, source: str) -
         for child in cpu.children:
             walk(child, cid)
         for name in cpu.nics:
-            b.nics.append({"id": name, "kind": "nic"})
+            b.nics.append({"id": name, "kind": "nic", **cpu.nic_facts.get(name, {})})
             b.pcie(cid, name)
     b.add_gpus(list(gpu_id.values()))
     _xml_nvlinks(gpus, gpu_id, b)

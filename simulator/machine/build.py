@@ -15,24 +15,38 @@ from simulator.machine.topology import Machine
 
 
 def load_machine(topology: str, gpus: int | None = None,
-                 scales: RateScales = NEUTRAL) -> Machine:
+                 scales: RateScales = NEUTRAL, nnodes: int | None = None) -> Machine:
     """The machine of a topology YAML or preset, cut to its first ``gpus`` GPUs (cached),
-    with its mechanisms' rates scaled by ``scales``.
+    with its mechanisms' rates scaled by ``scales``; ``nnodes`` boxes of it (default the
+    file's ``nnodes``, else one) joined by its ``network`` (machine/cluster.py), ``gpus`` then
+    counting the GPUs of each box (torchrun's --nproc-per-node).
 
     The file is read and the machine built once per process: every variant (fewer GPUs,
-    scaled rates) derives from that one build and shares its paths."""
-    return _machine(topology, gpus, scales)
+    scaled rates, more boxes) derives from that one build and shares its paths."""
+    return _machine(topology, gpus, scales, nnodes)
 
 
 @lru_cache(maxsize=64)
-def _machine(topology: str, gpus: int | None, scales: RateScales) -> Machine:
+def _machine(topology: str, gpus: int | None, scales: RateScales,
+             nnodes: int | None = None) -> Machine:
     if not scales.neutral:
-        return _machine(topology, gpus, NEUTRAL).with_scales(scales)
+        return _machine(topology, gpus, NEUTRAL, nnodes).with_scales(scales)
     if gpus is not None:
-        built = _machine(topology, None, NEUTRAL)
-        if gpus > built.n_gpus:
-            raise InputError(f"--gpus {gpus}: the machine has only {built.n_gpus} GPUs")
+        built = _machine(topology, None, NEUTRAL, nnodes)
+        if gpus > built.gpus_per_box:
+            raise InputError(f"--gpus {gpus}: the machine has only {built.gpus_per_box} GPUs"
+                             + (" in each box" if built.nnodes > 1 else ""))
         return built.subset(gpus)
+    if nnodes is not None:
+        if nnodes < 1:
+            raise InputError(f"--nnodes {nnodes}: must be at least 1")
+        built = _machine(topology, None, NEUTRAL, None)
+        if nnodes == built.nnodes:
+            return built
+        box = built.box or built.config
+        name = f"{box.name} ({nnodes} box{'es' if nnodes > 1 else ''})"  # not the file's count
+        with blame(topology, "topologies"):
+            return Machine.from_config(box.copy(nnodes=nnodes, name=name))
     with blame(topology, "topologies"):
         return Machine.from_config(load_topology(topology))
 

@@ -11,14 +11,15 @@ them from it:
 
 Mechanisms are grouped as the validation residuals are (scripts/validate.py): collectives
 staged through host memory (``shm``), peer-to-peer over PCIe (``pcie_p2p``), over NVLink or
-NVSwitch (``nvlink``), and the GPU's compute (``compute``).
+NVSwitch (``nvlink``), between boxes over NCCL's verbs transport (``net_ib``) or its sockets
+(``net_socket``), and the GPU's compute (``compute``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-TRANSPORTS = ("shm", "pcie_p2p", "nvlink")
+TRANSPORTS = ("shm", "pcie_p2p", "nvlink", "net_ib", "net_socket")
 MECHANISMS = ("compute", *TRANSPORTS)
 
 
@@ -30,6 +31,8 @@ class RateScales:
     shm: float = 1.0
     pcie_p2p: float = 1.0
     nvlink: float = 1.0
+    net_ib: float = 1.0
+    net_socket: float = 1.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

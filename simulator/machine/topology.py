@@ -64,6 +64,9 @@ class Machine:
     # other rates (with_scales) or with other cards must work its own out
     _jobs: dict[tuple[str, Stack], Machine] = field(default_factory=dict, init=False,
                                                     repr=False)
+    # several boxes (machine/cluster.py): how many, and the file's one box they copy
+    nnodes: int = 1
+    box: TopologyConfig | None = None
 
     @property
     def calibration(self) -> CalibrationConfig | None:
@@ -105,8 +108,34 @@ class Machine:
 
     # --- construction -----------------------------------------------------------------
 
+    @property
+    def gpus_per_box(self) -> int:
+        return self.n_gpus // self.nnodes
+
+    def box_of(self, rank: int) -> int:
+        """The box of a rank: torchrun's node rank (boxes fill in rank order)."""
+        return rank // self.gpus_per_box
+
+    def boxes_of(self, ranks: tuple[int, ...] | list[int]) -> int:
+        """How many boxes a group of ranks spans."""
+        return len({self.box_of(r) for r in ranks})
+
+    @cached_property
+    def nic_nodes(self) -> tuple[str, ...]:
+        """The NIC nodes, in the file's order (box by box on a cluster)."""
+        return tuple(n for n, kind in self.graph.nodes(data="kind") if kind == "nic")
+
     @classmethod
     def from_config(cls, config: TopologyConfig) -> Machine:
+        """The machine of a topology: one box, or ``config.nnodes`` of them on its network."""
+        if config.nnodes > 1:
+            problems = config.network_errors()
+            if problems:
+                raise InputError(f"{cut(config.name)}: {problems[0][1]}")
+            from simulator.machine.cluster import cluster_config
+
+            flat = cls.from_config(cluster_config(config, config.nnodes))
+            return replace(flat, nnodes=config.nnodes, box=config)
         gpu = resolve_gpu(config.gpu)
         nodes = {node.id: node for node in config.nodes}
         graph = nx.DiGraph(name=config.name)
@@ -175,7 +204,14 @@ class Machine:
         return replace(self, gpu=replace(self.gpu, rate_scale=scales.compute), scales=scales)
 
     def subset(self, k: int) -> Machine:
-        """The same machine with only its first ``k`` GPUs (their links dropped with them)."""
+        """The same machine with only its first ``k`` GPUs (their links dropped with them);
+        on several boxes, the first ``k`` of each box."""
+        if self.box is not None:
+            if k == self.gpus_per_box:
+                return self
+            box = Machine.from_config(self.box.copy(nnodes=1)).subset(k)
+            part = Machine.from_config(box.config.copy(nnodes=self.nnodes))
+            return part if self.scales.neutral else part.with_scales(self.scales)
         if k < 1:
             raise InputError(f"--gpus {k}: must be at least 1")
         if k > self.n_gpus:
@@ -291,6 +327,12 @@ class Machine:
         way = "up" if dst == "cpu" or (dst == "pcie_switch" and src == "gpu") else "down"
         if link.kind in ("upi", "xgmi"):
             return f"the socket link {link.src} to {link.dst}"
+        if link.kind == "network":
+            nic = link.src if src == "nic" else link.dst
+            return f"{nic}'s network link, {'out' if src == 'nic' else 'in'}"
+        if "nic" in (src, dst):
+            nic = link.src if src == "nic" else link.dst
+            return f"{nic}'s own PCIe link, {'up' if src == 'nic' else 'down'}"
         if link.kind == "nvlink":
             return f"NVLink {link.src} to {link.dst}"
         if {src, dst} == {"pcie_switch", "cpu"}:

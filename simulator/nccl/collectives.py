@@ -16,7 +16,8 @@ physics, not NCCL's belief:
 - a rate cap: channels x a channel's throughput over PCIe (wire.py), and on NVLink NCCL's own
   per-arch kernel caps for LL, LL128 and tree.
 
-Single node only. Assumes every channel uses the same ring order (symmetric link loads).
+One box; a group across boxes is multinode.py's (``Communicator.plan`` sends it there).
+Assumes every channel uses the same ring order (symmetric link loads).
 """
 
 from __future__ import annotations
@@ -90,8 +91,19 @@ def comm_channels(search_channels: int) -> int:
 
 def plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,
          algo: str = "auto", protocol: str | None = None) -> Plan:
-    """NCCL's decisions for one call, kept by the communicator (training steps repeat
-    sizes)."""
+    """NCCL's decisions for one call inside a box, kept by the communicator (training steps
+    repeat sizes). Communicator.ring_plan picks between this and multinode.py."""
+    check_call(op, nbytes, algo, protocol)
+    ranks = tuple(range(comm.n_gpus)) if ranks is None else tuple(ranks)
+    key = (op, nbytes, ranks, algo, protocol)
+    if key not in comm.plans:
+        comm.plans[key] = _make_plan(comm, op, nbytes, ranks, algo, protocol)
+    made: Plan = comm.plans[key]
+    return made
+
+
+def check_call(op: str, nbytes: int, algo: str, protocol: str | None) -> None:
+    """Refuse a call NCCL would not make: an unknown collective, algorithm or protocol."""
     if op not in OPS:
         raise InputError(f"unknown collective {quoted(op)}; expected one of {', '.join(OPS)}")
     if algo not in ("auto", *nt.ALGORITHMS):
@@ -100,12 +112,6 @@ def plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...] | None
         raise InputError(f"unknown protocol {quoted(protocol)}; expected LL, LL128 or Simple")
     if nbytes < 0:
         raise InputError(f"message size must be >= 0, got {nbytes}")
-    ranks = tuple(range(comm.n_gpus)) if ranks is None else tuple(ranks)
-    key = (op, nbytes, ranks, algo, protocol)
-    if key not in comm.plans:
-        comm.plans[key] = _make_plan(comm, op, nbytes, ranks, algo, protocol)
-    made: Plan = comm.plans[key]
-    return made
 
 
 def _make_plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...], algo: str,
@@ -185,28 +191,35 @@ def _cycle(order: tuple[int, ...]) -> list[tuple[int, int]]:
 
 def _usage(comm: Communicator, hops: list[tuple[int, int]],
            protocol: str) -> tuple[tuple[str, float], ...]:
-    machine, costs = comm.machine, comm.wire
     total: dict[str, float] = {}
     for a, b in hops:
-        shm = comm.transport(a, b) in ("SHM", "NET")  # GPU stores to host memory
-        mechanism = comm.mechanism(a, b)  # its achieved-rate factor (machine/scales.py)
-        scale = machine.scales.factor(mechanism) if mechanism else 1.0
-        for link_id, weight in comm.route(a, b):
-            kind = machine.links[link_id].kind
-            occupancy = weight * WIRE_OVERHEAD[protocol]
-            if kind == "nvlink":
-                occupancy /= NVLINK_EFFICIENCY
-            if protocol == "Simple":  # flag + fence stalls: calibrated per transport
-                if kind == "nvlink":
-                    occupancy /= costs.nvlink_simple_efficiency
-                elif kind == "pcie" and not shm:  # the link's generation's share
-                    occupancy /= wire.p2p_link_efficiency(costs, comm.pcie_generation(link_id))
-                else:
-                    occupancy /= SIMPLE_EFFICIENCY
-            if kind == "pcie" and shm:
-                occupancy /= costs.shm_pcie_efficiency
-            total[link_id] = total.get(link_id, 0.0) + occupancy / scale
+        add_hop(comm, a, b, protocol, 1.0, total)
     return tuple(total.items())
+
+
+def add_hop(comm: Communicator, a: int, b: int, protocol: str, share: float,
+            total: dict[str, float]) -> None:
+    """Add to ``total`` the occupancy of each link of the hop a -> b (one box) per byte of
+    progress, for ``share`` of the bytes."""
+    machine, costs = comm.machine, comm.wire
+    shm = comm.transport(a, b) in ("SHM", "NET")  # GPU stores to host memory
+    mechanism = comm.mechanism(a, b)  # its achieved-rate factor (machine/scales.py)
+    scale = machine.scales.factor(mechanism) if mechanism else 1.0
+    for link_id, weight in comm.route(a, b):
+        kind = machine.links[link_id].kind
+        occupancy = weight * WIRE_OVERHEAD[protocol]
+        if kind == "nvlink":
+            occupancy /= NVLINK_EFFICIENCY
+        if protocol == "Simple":  # flag + fence stalls: calibrated per transport
+            if kind == "nvlink":
+                occupancy /= costs.nvlink_simple_efficiency
+            elif kind == "pcie" and not shm:  # the link's generation's share
+                occupancy /= wire.p2p_link_efficiency(costs, comm.pcie_generation(link_id))
+            else:
+                occupancy /= SIMPLE_EFFICIENCY
+        if kind == "pcie" and shm:
+            occupancy /= costs.shm_pcie_efficiency
+        total[link_id] = total.get(link_id, 0.0) + share * occupancy / scale
 
 
 def _pcie_channel_cap(comm: Communicator, hops: list[tuple[int, int]], protocol: str,
@@ -234,17 +247,16 @@ def _max_rate(graph: nt.Graph, algorithm: str, protocol: str, channels: int) -> 
 
     tuning.cc llMaxBw and perChMax*Bw are NVIDIA's characterisation of what the LL / LL128 /
     tree kernels can push over NVLink (on PCIe the channel caps of wire.py bind first); we apply
-    them to the channels really running.
+    them to the channels really running (across boxes, their columns for the box count).
     """
-    arch = graph.arch
+    ll_max, ring_ll128, tree_max, tree_ll128 = nt.caps(graph)
     if algorithm == "tree":
-        per_channel = (nt.PER_CH_MAX_TREE_LL128_BW if protocol == "LL128"
-                       else nt.PER_CH_MAX_TREE_BW)[arch]
+        per_channel = tree_ll128 if protocol == "LL128" else tree_max
         return 0.5 * channels * per_channel * GB  # tuning.cc: tree algBw = busBw / 2
     if protocol == "LL":
-        return nt.LL_MAX_BW[arch] * GB
+        return ll_max * GB
     if protocol == "LL128":
-        return channels * nt.PER_CH_MAX_RING_LL128_BW[arch] * GB
+        return channels * ring_ll128 * GB
     return math.inf
 
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from simulator.machine.topology import Machine
     from simulator.nccl.alltoall import PatternPlan
     from simulator.nccl.collectives import Plan
+    from simulator.nccl.net import NetTransport
     from simulator.nccl.rings import Ring
 
 Route = tuple[tuple[str, float], ...]
@@ -46,6 +47,16 @@ class Communicator:
         self._routes: dict[tuple[int, int], Route] = {}
         self._rings: dict[tuple[int, ...], Ring] = {}
         self._gens: dict[str, int] | None = None
+        self._net: NetTransport | None = None
+
+    @property
+    def net(self) -> NetTransport:
+        """NCCL's network transport between the machine's boxes (nccl/net.py)."""
+        if self._net is None:
+            from simulator.nccl.net import NetTransport
+
+            self._net = NetTransport(self)
+        return self._net
 
     @property
     def n_gpus(self) -> int:
@@ -66,15 +77,16 @@ class Communicator:
         return config.p2p and PATH_RANK[path_type] <= PATH_RANK[level]
 
     def transport(self, i: int, j: int) -> str:
-        """"P2P", "SHM" (staged through the receiver's host memory) or "NET" (NCCL_SHM_DISABLE:
-        sockets over loopback, staged through host memory too)."""
+        """"P2P", "SHM" (staged through the receiver's host memory), "NET" (NCCL_SHM_DISABLE:
+        sockets over loopback, staged through host memory too), or between boxes "NET/IB" or
+        "NET/Socket" (nccl/net.py)."""
         return "P2P" if i == j else self.transport_over(self.machine.path_type(i, j))
 
     def transport_over(self, path_type: str) -> str:
         """The transport between two distinct GPUs whose path has this type: the one rule
         every command and model asks (``transport(i, j)`` applies it to a pair)."""
         if path_type == "NET":
-            return "NET"
+            return f"NET/{self.net.name}" if self.machine.nnodes > 1 else "NET"
         if self.p2p_allowed(path_type):
             return "P2P"
         return "NET" if self.env.shm_disable else "SHM"
@@ -89,6 +101,8 @@ class Communicator:
         transport = self.transport(a, b)
         if transport == "SHM":
             return "shm"
+        if transport.startswith("NET/"):  # between boxes: verbs or sockets
+            return "net_ib" if transport == "NET/IB" else "net_socket"
         return "pcie_p2p" if transport == "P2P" else None
 
     def nccl_path(self, i: int, j: int) -> Path:
@@ -124,6 +138,8 @@ class Communicator:
         m = self.machine
         if i == j:
             route: Route = ()
+        elif m.nnodes > 1 and m.path_type(i, j) == "NET":
+            route = _merge(list(self.net.route(i, j)))
         elif (transport := self.transport(i, j)) != "P2P" and m.path_type(i, j) != "NET":
             cpu = self._staging_cpu(j)
             up = m.best_path(m.gpu_nodes[i], cpu).links
@@ -166,6 +182,8 @@ class Communicator:
         for j, node in enumerate(m.gpu_nodes):
             if j == i:
                 row.append(float("inf"))
+            elif m.nnodes > 1 and types[j] == "NET":  # staged or not, through the NICs
+                row.append(self.bottleneck_bandwidth(i, j))
             elif node in direct:
                 row.append(direct[node])
             else:
@@ -191,7 +209,12 @@ class Communicator:
 
         key = tuple(range(self.n_gpus)) if ranks is None else tuple(ranks)
         if key not in self._rings:
-            self._rings[key] = search_ring(self, key)
+            if self.machine.nnodes > 1 and self.machine.boxes_of(key) > 1:
+                from simulator.nccl.net_rings import search
+
+                self._rings[key] = search(self, key)
+            else:
+                self._rings[key] = search_ring(self, key)
         return self._rings[key]
 
     def channels(self) -> int:
@@ -201,20 +224,39 @@ class Communicator:
 
         if self.n_gpus == 1:
             return 1
-        return self.env.channels(comm_channels(self.ring().n_channels))
+        ring = self.ring()
+        if ring.n_nodes > 1:
+            from simulator.nccl.net_rings import comm_channels as net_channels
+
+            return self.env.channels(net_channels(ring.n_channels, ring.channel_bandwidth / 1e9,
+                                                  self.machine.gpu.compute_capability,
+                                                  ring.n_nodes))
+        return self.env.channels(comm_channels(ring.n_channels))
 
     def plan(self, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,
              algo: str = "auto", protocol: str | None = None) -> Plan | PatternPlan:
         """NCCL's decisions for one call and its flows, kept: steps repeat the same sizes.
         Collectives (collectives.py) are one flow; all-to-all, gather, scatter and sendrecv
         (alltoall.py) one per pair."""
-        from simulator.nccl import alltoall, collectives
+        from simulator.nccl import alltoall
 
         if op in alltoall.OPS:
             if algo not in ("auto", "p2p") or protocol is not None:
                 raise InputError(f"{op} runs as NCCL's point-to-point tasks: no algorithm or "
                                  "protocol to choose (NCCL_P2P_LL_THRESHOLD sets LL)")
             return alltoall.plan(self, op, nbytes, ranks)
+        return self.ring_plan(op, nbytes, ranks, algo, protocol)
+
+    def ring_plan(self, op: str, nbytes: int, ranks: tuple[int, ...] | None = None,
+                  algo: str = "auto", protocol: str | None = None) -> Plan:
+        """A ring or tree collective's plan: inside one box (collectives.py) or across boxes
+        (multinode.py)."""
+        from simulator.nccl import collectives
+
+        if self.machine.nnodes > 1 and (ranks is None or self.machine.boxes_of(ranks) > 1):
+            from simulator.nccl import multinode
+
+            return multinode.plan(self, op, nbytes, ranks, algo, protocol)
         return collectives.plan(self, op, nbytes, ranks, algo, protocol)
 
     # --- what the engine runs on (engine/network.py) ----------------------------------
@@ -231,6 +273,10 @@ class Communicator:
     def sendrecv(self, src: int, dst: int, nbytes: int) -> Plan:
         from simulator.nccl import collectives
 
+        if self.machine.nnodes > 1 and self.machine.box_of(src) != self.machine.box_of(dst):
+            from simulator.nccl import multinode
+
+            return multinode.p2p_plan(self, src, dst, nbytes)
         return collectives.p2p_plan(self, src, dst, nbytes)
 
 
@@ -243,16 +289,16 @@ def _merge(usage: list[tuple[str, float]]) -> Route:
 
 
 def load_communicator(topology: str, gpus: int | None = None, scales: RateScales = NEUTRAL,
-                      env: NcclEnv = NO_ENV) -> Communicator:
-    """NCCL over the machine ``load_machine(topology, gpus, scales)`` under ``env``, built once
-    per process for each of them (rings and plans are worked out once)."""
-    return _communicator(topology, gpus, scales, env)
+                      env: NcclEnv = NO_ENV, nnodes: int | None = None) -> Communicator:
+    """NCCL over the machine ``load_machine(topology, gpus, scales, nnodes)`` under ``env``,
+    built once per process for each of them (rings and plans are worked out once)."""
+    return _communicator(topology, gpus, scales, env, nnodes)
 
 
 @lru_cache(maxsize=64)
 def _communicator(topology: str, gpus: int | None, scales: RateScales,
-                  env: NcclEnv) -> Communicator:
-    return Communicator(load_machine(topology, gpus, scales), env)
+                  env: NcclEnv, nnodes: int | None = None) -> Communicator:
+    return Communicator(load_machine(topology, gpus, scales, nnodes), env)
 
 
 def forget_communicators() -> None:
@@ -270,6 +316,7 @@ def transport_effects(comm: Communicator, plain: Communicator) -> list[str]:
         if before != after:
             moved[(before, after)] = moved.get((before, after), 0) + 1
     why = {"SHM": "staged through host memory", "P2P": "peer-to-peer",
-           "NET": "sockets over loopback, staged through host memory"}
+           "NET": "sockets over loopback, staged through host memory",
+           "NET/IB": "verbs between boxes", "NET/Socket": "TCP sockets between boxes"}
     return [f"{count} of {len(pairs)} GPU pairs use {after} ({why[after]}) instead of {before}"
             for (before, after), count in sorted(moved.items())]

@@ -24,6 +24,24 @@
   ``NCCL_MAX_P2P_NCHANNELS`` (paths.cc L946-947), ``NCCL_P2P_LL_THRESHOLD`` (enqueue.cc L859),
   ``NCCL_P2P_READ_ENABLE`` (p2p.cc L327).
 
+Between boxes (nccl/net.py):
+
+- ``NCCL_NET``: the network plugin by name, compared case-insensitively (``strcasecmp``,
+  src/plugin/net.cc ncclNetInit): ``IB`` (verbs: InfiniBand or RoCE) or ``Socket``; unset, NCCL
+  tries IB first and falls back to sockets.
+- ``NCCL_IB_DISABLE``: an integer parameter; any value but 0 disables the IB plugin
+  (src/transport/net_ib/init.cc ``if (ncclParamIbDisable()) return ncclInternalError``).
+- ``NCCL_NET_GDR_LEVEL``: GPUDirect RDMA only where the GPU-NIC path type is at most this (path
+  names or old numbers, as NCCL_P2P_LEVEL; src/graph/paths.cc ncclTopoCheckGdr, default PXB).
+- ``NCCL_NET_GDR_READ``: 0 keeps sends staged through host memory; 1 lets them read GPU memory
+  even before Ampere; default -2 (paths.cc).
+- ``NCCL_CROSS_NIC``: 0 keeps a ring on one NIC rail, 1 lets it leave by another NIC, 2 (the
+  default) lets rings alternate (src/graph/search.cc).
+- ``NCCL_SOCKET_NTHREADS`` / ``NCCL_NSOCKS_PERTHREAD``: helper threads and sockets per thread of
+  the socket transport; default -2: none on a plain NIC, the proxy thread alone moving data on
+  one socket (src/transport/net_socket.cc ncclNetSocketGetNsockNthread; 2 x 8 on AWS, 4 x 1 on
+  GCP); threads at most 16, sockets at most 64 in all.
+
 Only the environment is read (not /etc/nccl.conf or ~/.nccl.conf).
 """
 
@@ -32,6 +50,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from simulator.errors import InputError, cut, quoted
 
@@ -41,7 +60,11 @@ P2P_PARAMETERS = ("NCCL_P2P_NET_CHUNKSIZE", "NCCL_P2P_PCI_CHUNKSIZE", "NCCL_P2P_
                   "NCCL_MAX_P2P_NCHANNELS", "NCCL_P2P_LL_THRESHOLD", "NCCL_P2P_READ_ENABLE")
 VARIABLES = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_ALGO",
              "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NTHREADS",
-             *P2P_PARAMETERS)
+             *P2P_PARAMETERS, "NCCL_NET", "NCCL_IB_DISABLE", "NCCL_NET_GDR_LEVEL",
+             "NCCL_NET_GDR_READ", "NCCL_CROSS_NIC", "NCCL_SOCKET_NTHREADS",
+             "NCCL_NSOCKS_PERTHREAD")
+NETS = ("IB", "Socket")  # the internal network plugins, in the order NCCL tries them
+MAX_SOCKET_THREADS, MAX_SOCKETS = 16, 64  # net_socket.cc MAX_THREADS, MAX_SOCKETS
 # topo.cc topoPathTypeStr up to PATH_SYS; paths.cc levelsOldToNew
 PATH_NAMES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
 OLD_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
@@ -81,6 +104,14 @@ class NcclEnv:
     nthreads: int | None = None  # NCCL_NTHREADS when positive
     p2p: tuple[tuple[str, int], ...] = ()  # P2P_PARAMETERS given, as integers
     ignored: tuple[str, ...] = field(default=(), compare=False)  # values NCCL would ignore
+    # between boxes (nccl/net.py): None is NCCL's default
+    net: str | None = None  # NCCL_NET: "IB" | "Socket"
+    ib_disable: bool = False
+    gdr_level: str | None = None  # NCCL_NET_GDR_LEVEL's path type
+    gdr_read: int | None = None
+    cross_nic: int | None = None
+    socket_threads: int | None = None
+    socks_per_thread: int | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> NcclEnv:
@@ -96,11 +127,12 @@ class NcclEnv:
         threads = strtoll(values["NCCL_NTHREADS"]) if "NCCL_NTHREADS" in values else None
         p2p = tuple((name, strtoll(values[name])) for name in P2P_PARAMETERS
                     if values.get(name, "").strip())
+        network = _network(values, ignored)
         return cls(given, level, shm, algos, protos,
                    None if low is None else min(max(low, 0), MAX_CHANNELS) or None,
                    None if high is None else min(max(high, 1), MAX_CHANNELS),
                    threads if threads is not None and threads > 0 else None, p2p,
-                   tuple(ignored))
+                   tuple(ignored), **network)
 
     @property
     def active(self) -> bool:
@@ -147,6 +179,35 @@ class NcclEnv:
 
 
 NO_ENV = NcclEnv()  # no NCCL_* variable set
+
+
+def _network(values: dict[str, str], ignored: list[str]) -> dict[str, Any]:
+    """The network variables as NCCL reads them (module docstring)."""
+    out: dict[str, Any] = {}
+    if "NCCL_NET" in values:
+        name = values["NCCL_NET"]
+        match = [n for n in NETS if n.lower() == name.strip().lower()]
+        if not match:  # NCCL: "Failed to initialize any NET plugin"
+            raise InputError(f"NCCL_NET={cut(name)}: NCCL has no network plugin of that name; "
+                             f"its own are {' and '.join(NETS)}")
+        out["net"] = match[0]
+    if "NCCL_IB_DISABLE" in values:
+        out["ib_disable"] = strtoll(values["NCCL_IB_DISABLE"]) != 0
+    if "NCCL_NET_GDR_LEVEL" in values:
+        text = values["NCCL_NET_GDR_LEVEL"]
+        if text in PATH_NAMES:
+            out["gdr_level"] = text
+        elif text[:1].isdigit():
+            out["gdr_level"] = OLD_LEVELS[min(strtoll(text), len(OLD_LEVELS) - 1)]
+        else:
+            ignored.append(f"NCCL_NET_GDR_LEVEL={text} (NCCL compares level names "
+                           f"case-sensitively: {', '.join(PATH_NAMES)})")
+    for name, key in (("NCCL_NET_GDR_READ", "gdr_read"), ("NCCL_CROSS_NIC", "cross_nic"),
+                      ("NCCL_SOCKET_NTHREADS", "socket_threads"),
+                      ("NCCL_NSOCKS_PERTHREAD", "socks_per_thread")):
+        if values.get(name, "").strip():
+            out[key] = strtoll(values[name])
+    return out
 
 
 def _p2p_level(values: dict[str, str], ignored: list[str]) -> str | None:

@@ -39,6 +39,7 @@ class CollectiveSpec:
     gpus: int | None = None
     algo: str = "auto"  # ring, tree or auto (NCCL's choice)
     nccl: NcclEnv = NO_ENV
+    nnodes: int | None = None  # boxes (the topology's `nnodes` if None); gpus: per box
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def collective(spec: CollectiveSpec) -> list[Result]:
         raise InputError(f"unknown collective {quoted(spec.op)}; expected one of {', '.join(OPS)}")
     if spec.algo not in ("auto", "ring", "tree"):
         raise InputError(f"algorithm {quoted(spec.algo)}: expected ring, tree or auto")
-    comm = load_communicator(spec.topology, spec.gpus, env=spec.nccl)
+    comm = load_communicator(spec.topology, spec.gpus, env=spec.nccl, nnodes=spec.nnodes)
     with blame(spec.topology, "topologies"):
         return [time_alone(comm, spec.op, n, algo=spec.algo) for n in spec.sizes]
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,7 @@ from simulator.units import GB
 if TYPE_CHECKING:
     from simulator.machine.topology import Machine
     from simulator.nccl.communicator import Communicator
+    from simulator.nccl.net_rings import Pattern
 
 # search.cc speed tables, GB/s, per compute capability (intra-node search).
 SPEEDS_SM_BELOW_90 = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
@@ -56,6 +58,11 @@ class Ring:
     channel_bandwidth: float  # B/s, NCCL's belief (bwIntra), not a physical rate
     bottleneck: str | None = None  # link that limited NCCL's channel packing
     fallback: bool = False  # search found nothing; NCCL's simple-order ring at 0.1 GB/s
+    # across boxes (net_rings.py): the channels' patterns, cycled over the channels (each its
+    # own order and NICs), and how many boxes the ring spans
+    patterns: tuple[Pattern, ...] = ()
+    n_nodes: int = 1
+    tree_bandwidth: float = 0.0  # B/s a channel of NCCL's tree graph (net_rings.py), 0: none
 
     @property
     def nccl_bus_bandwidth(self) -> float:
@@ -116,16 +123,20 @@ def ring_order(machine: Machine, ranks: tuple[int, ...]) -> tuple[int, ...]:
 
 def channel_loads(comm: Communicator, order: tuple[int, ...]) -> dict[str, float]:
     """GB/s NCCL books on each directed link per GB/s of one channel's speed."""
-    machine = comm.machine
     load: dict[str, float] = {}
     for pos, src in enumerate(order):
-        dst = order[(pos + 1) % len(order)]
-        path = comm.nccl_path(src, dst)
-        intel = path.type == "PHB" and any(machine.is_intel_cpu(n) for n in path.nodes)
-        for lid in path.links:
-            pcie = machine.links[lid].kind == "pcie"
-            load[lid] = load.get(lid, 0.0) + (INTEL_P2P_OVERHEAD if intel and pcie else 1.0)
+        hop_load(comm, src, order[(pos + 1) % len(order)], load)
     return load
+
+
+def hop_load(comm: Communicator, src: int, dst: int, load: dict[str, float]) -> None:
+    """Add to ``load`` what one channel's hop src -> dst books on each link, per GB/s."""
+    machine = comm.machine
+    path = comm.nccl_path(src, dst)
+    intel = path.type == "PHB" and any(machine.is_intel_cpu(n) for n in path.nodes)
+    for lid in path.links:
+        pcie = machine.links[lid].kind == "pcie"
+        load[lid] = load.get(lid, 0.0) + (INTEL_P2P_OVERHEAD if intel and pcie else 1.0)
 
 
 def search_ring(comm: Communicator, ranks: tuple[int, ...]) -> Ring:
@@ -150,6 +161,17 @@ def search_ring(comm: Communicator, ranks: tuple[int, ...]) -> Ring:
     max_bw = _max_path_bandwidth(comm, order)
     total_bw = max(_gpu_total_bw(machine, r) for r in order)
     speeds = speed_table(machine.gpu.compute_capability)
+    packed = pack(fit, speeds, max_bw, total_bw, machine.gpu.compute_capability)
+    if packed is None:
+        return Ring(tuple(sorted(ranks)), 1, FALLBACK_BW * GB, fallback=True)
+    n_best, s_best, limit_best = packed
+    return Ring(order, n_best, s_best * GB, bottleneck=limit_best or None)
+
+
+def pack(fit: Callable[[float], tuple[int, str]], speeds: tuple[float, ...], max_bw: float,
+         total_bw: float, cc: int) -> tuple[int, float, str] | None:
+    """search.cc's two passes over a speed table (steps 1-5 of the module docstring): the
+    channels, their speed (GB/s) and the link that limited them; None if nothing fits."""
     index = next((i for i, s in enumerate(speeds) if s <= max_bw), len(speeds) - 1)
 
     n_best, s_best, limit_best = 0, 0.0, ""
@@ -164,9 +186,9 @@ def search_ring(comm: Communicator, ranks: tuple[int, ...]) -> Ring:
             continue
         break
     if n_best == 0:
-        return Ring(tuple(sorted(ranks)), 1, FALLBACK_BW * GB, fallback=True)
+        return None
 
-    cc = machine.gpu.compute_capability  # ncclTopoDupChannels
+    # ncclTopoDupChannels
     if s_best >= 25.0 and not (cc > 80 and s_best < 50.0 and n_best > 4):
         doubled = min(2 * n_best, MAX_RING_CHANNELS)
         s_best /= math.ceil(doubled / n_best)
@@ -176,7 +198,7 @@ def search_ring(comm: Communicator, ranks: tuple[int, ...]) -> Ring:
         n, limit = fit(speed)
         if n >= n_best and n * speed > n_best * s_best + _EPS:
             n_best, s_best, limit_best = n, speed, limit
-    return Ring(order, n_best, s_best * GB, bottleneck=limit_best or None)
+    return n_best, s_best, limit_best
 
 
 def _max_path_bandwidth(comm: Communicator, order: tuple[int, ...]) -> float:

@@ -4,7 +4,9 @@ Used only to reproduce NCCL's *choices* (algorithm, protocol, channels for small
 how long the collective then really takes is the physics' business (collectives.py, wire.py).
 Constants are NCCL's, quoted from the v2.30 snapshot described in domain-model.md 2.2-2.4.
 Units follow NCCL: latencies in microseconds, bandwidths in GB/s, ``time_us = lat + bytes /
-(1000 * bw)``. Single-node only (nNodes = 1), which is what stepsim models.
+(1000 * bw)``. Across boxes (``Graph.n_nodes`` > 1) the network terms of ``ncclTopoTuneModel``
+apply: the NET row of hwLat, the CPU vendor's net overhead and LL cap, the N2 / N4 columns of
+the per-channel caps, tree LL128 at 120/128, and the ring's Simple "plateau" factor.
 """
 
 from __future__ import annotations
@@ -27,6 +29,23 @@ HW_LATENCY = {
     "PCI": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0},
             "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}},
 }
+# tuning.cc hwLat NET row: across boxes, each inter-node step (Tree, Ring), us
+NET_HW_LATENCY = {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0},
+                  "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}}
+# tuning.cc llMaxBws across boxes, by CPU vendor (Intel row 0, AMD row 1), N2 / N4 columns
+LL_MAX_BW_NET = {"intel": (39.0, 20.4), "amd": (22.5, 19.0)}
+# tuning.cc perCh* tables, N2 / N4 columns (the N1 column is the dicts below)
+PER_CH_MAX_RING_LL128_BW_NET = {"volta": (20.0, 20.0), "ampere": (20.0, 20.0),
+                                "hopper": (36.7, 36.7), "blackwell": (40.0, 40.0)}
+PER_CH_MAX_TREE_BW_NET = {"volta": (18.5, 10.0), "ampere": (23.6, 17.8), "hopper": (41.4, 36.0),
+                          "blackwell": (42.8, 24.0)}
+PER_CH_MAX_TREE_LL128_BW_NET = {"volta": (20.0, 20.0), "ampere": (20.0, 20.0),
+                                "hopper": (36.7, 29.0), "blackwell": (31.67, 20.0)}
+# tuning.cc getNetOverhead: a network post costs 1 us on Intel, 2 us on AMD (x3 for Simple)
+NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
+# tuning.cc L648-650: ring Simple all-reduce across boxes, "plateau effect of ring"
+RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
+
 # tuning.cc, single node (N1) column, by arch index volta/ampere/hopper/blackwell; GB/s
 LL_MAX_BW = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
 PER_CH_MAX_RING_LL128_BW = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40.0}
@@ -81,6 +100,22 @@ class Graph:
     nvlink: bool  # every ring hop is NVLink (typeIntra <= NVB)
     arch: str  # arch_index()
     ll128_forced: bool = False  # NCCL_PROTO names LL128: enabled off NVLink too (pEnable 1)
+    # across boxes
+    n_nodes: int = 1
+    cpu_vendor: str = "intel"  # comm->cpuVendor: the LL cap and net overhead across boxes
+    ll128_inter: bool = True  # typeInter <= PXB (<= PXN from Hopper): LL128 allowed between boxes
+    comm_channels: int = 0  # the communicator's channels (the ring's plateau rule reads them)
+    tree_bw_gbps: float | None = None  # the tree graph's own per-channel speed (across boxes)
+
+    @property
+    def ppn(self) -> float:
+        return self.n_ranks / self.n_nodes
+
+    @property
+    def column(self) -> int:
+        """tuning.cc index2: 0 on one node, 1 on two, 2 beyond (0-based into the N2/N4 pairs
+        below for the network tables)."""
+        return 0 if self.n_nodes <= 2 else 1
 
 
 @dataclass(frozen=True)
@@ -95,10 +130,12 @@ class Estimate:
 
 
 def latency_us(graph: Graph, op: str, algorithm: str, protocol: str) -> float:
-    """tuning.cc L384-431, single node."""
+    """tuning.cc L384-431."""
     hw = HW_LATENCY["NVLINK" if graph.nvlink else "PCI"][algorithm][protocol]
     base = BASE_LATENCY[algorithm][protocol]
     n = graph.n_ranks
+    if graph.n_nodes > 1:
+        return _net_latency_us(graph, op, algorithm, protocol, hw, base)
     if algorithm == "tree":
         return base + 2 * (n - 1) * hw
     if op in ("broadcast", "reduce"):
@@ -106,32 +143,69 @@ def latency_us(graph: Graph, op: str, algorithm: str, protocol: str) -> float:
     return base + ring_steps(op, n) * hw
 
 
+def _net_latency_us(graph: Graph, op: str, algorithm: str, protocol: str, intra: float,
+                    base: float) -> float:
+    """Across boxes: inter-node steps at the NET latency (the tree's when one GPU a node), the
+    rest at the intra-node one raised to the net overhead (tuning.cc L384-431)."""
+    inter = NET_HW_LATENCY["tree" if graph.ppn == 1 else algorithm][protocol]
+    nodes = graph.n_nodes
+    if algorithm == "tree":
+        return base + 2 * ((graph.ppn - 1) * intra + log2i(nodes) * inter)
+    if op == "broadcast":  # sameChannels: one NET hop's latency (hw[a] = NET)
+        return base + NET_HW_LATENCY["ring"][protocol]
+    overhead = NET_OVERHEAD_US[graph.cpu_vendor] * (3 if protocol == "Simple" else 1)
+    intra = max(intra, overhead)
+    steps = ring_steps(op, graph.n_ranks)
+    crossings = 2 * (nodes - 1) if op == "allreduce" else nodes - 1
+    return base + (steps - crossings) * intra + crossings * inter
+
+
+def log2i(n: int) -> int:
+    """NCCL's log2i: the floor of log2 n."""
+    return n.bit_length() - 1 if n > 0 else 0
+
+
 def bus_bandwidth_gbps(graph: Graph, op: str, algorithm: str, protocol: str) -> float:
     """tuning.cc L304-382: NCCL's bus bandwidth for one (algorithm, protocol), 0 = disabled."""
     if algorithm == "tree" and op != "allreduce":
         return 0.0
-    if protocol == "LL128" and not (graph.nvlink or graph.ll128_forced):
+    if protocol == "LL128" and not ((graph.nvlink and graph.ll128_inter) or graph.ll128_forced):
         return 0.0  # LL128 only where NVIDIA verified 128-byte store ordering (NVLink)
     nch = graph.n_channels
-    bw = nch * graph.channel_bw_gbps
+    per_channel = graph.tree_bw_gbps if algorithm == "tree" and graph.tree_bw_gbps else \
+        graph.channel_bw_gbps  # tuning.cc: graphs[a]->bwIntra, each algorithm's own graph
+    bw = nch * per_channel
+    ll_max, ring_ll128, tree_max, tree_ll128 = caps(graph)
     if algorithm == "ring":
         if protocol == "LL":
-            return min(LL_MAX_BW[graph.arch], 0.5 * bw)
+            return min(ll_max, 0.5 * bw)
         if protocol == "LL128":
-            return min(0.92 * bw, nch * PER_CH_MAX_RING_LL128_BW[graph.arch])
+            return min(0.92 * bw, nch * ring_ll128)
         return bw
     # Tree all-reduce: the 0.92 / per-channel cap comes first and LL, LL128 scale what it left
     # (tuning.cc applies the refinements in sequence to the same busBw).
-    tree = min(0.92 * bw, nch * PER_CH_MAX_TREE_BW[graph.arch])
+    tree = min(0.92 * bw, nch * tree_max)
     # No x0.85 here: tuning.cc applies it when comm->maxTreePattern is NCCL_TOPO_PATTERN_TREE,
     # and a single node's tree graph keeps the NCCL_TOPO_PATTERN_BALANCED_TREE it is searched
     # with (init.cc); search.cc only retries as TREE on sm90+, and without NICs both patterns
     # search the same GPU chains, so the retry never replaces the balanced result.
     if protocol == "LL":
-        return min(tree / 3.8, LL_MAX_BW[graph.arch])
+        return min(tree / 3.8, ll_max)
     if protocol == "LL128":
-        return min(tree * 7 / 9, nch * PER_CH_MAX_TREE_LL128_BW[graph.arch])
+        return min(tree * (7 / 9 if graph.n_nodes == 1 else 120 / 128), nch * tree_ll128)
     return tree
+
+
+def caps(graph: Graph) -> tuple[float, float, float, float]:
+    """llMaxBw and the per-channel ring LL128, tree and tree LL128 caps for the graph's node
+    count (tuning.cc L263-275: one node by GPU arch, several by CPU vendor for LL)."""
+    arch = graph.arch
+    if graph.n_nodes == 1:
+        return (LL_MAX_BW[arch], PER_CH_MAX_RING_LL128_BW[arch], PER_CH_MAX_TREE_BW[arch],
+                PER_CH_MAX_TREE_LL128_BW[arch])
+    col = graph.column
+    return (LL_MAX_BW_NET[graph.cpu_vendor][col], PER_CH_MAX_RING_LL128_BW_NET[arch][col],
+            PER_CH_MAX_TREE_BW_NET[arch][col], PER_CH_MAX_TREE_LL128_BW_NET[arch][col])
 
 
 def algorithm_bandwidth_gbps(graph: Graph, op: str, algorithm: str, protocol: str,
@@ -152,7 +226,11 @@ def estimate(graph: Graph, op: str, nbytes: int, algorithm: str, protocol: str) 
     algbw = algorithm_bandwidth_gbps(graph, op, algorithm, protocol, nbytes)
     if algbw <= 0:
         return math.inf
-    return latency_us(graph, op, algorithm, protocol) + nbytes / (1000 * algbw)
+    latency = latency_us(graph, op, algorithm, protocol)
+    if (algorithm == "ring" and protocol == "Simple" and graph.n_nodes > 1 and op == "allreduce"
+            and nbytes / (max(1, graph.comm_channels) * graph.n_ranks) >= 64):
+        latency *= RING_PLATEAU[graph.arch]  # tuning.cc L648-650
+    return latency + nbytes / (1000 * algbw)
 
 
 def choose(graph: Graph, op: str, nbytes: int, algorithms: tuple[str, ...] = ALGORITHMS,

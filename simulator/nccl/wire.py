@@ -117,6 +117,32 @@ HOST_MEMORY_PASSES = {"SHM": 2, "NET": 6}
 # about 10 us a step; no published nccl-tests table with NCCL_SHM_DISABLE=1 was found
 NET_SYNC_US = 10.0
 
+# --- between boxes (nccl/net.py) ------------------------------------------------------------
+# NCCL's IB transport moves this share of the network's payload rate (the links already carry
+# the frames' headers, catalog/nics.py). The published ring plateaus over GPUDirect RDMA, each
+# over its line rate and divided by InfiniBand's frame share (4096/4122): 12.2 GB/s on one
+# 100 Gb/s EDR card (NVIDIA/nccl-tests#29, sjeaugey 2019: "as good as you can get"), 192 GB/s on
+# DGX A100's 8 x 200 Gb/s HDR (NVIDIA/nccl#812, AddyLaddy), 96 GB/s peak on 3 x 8 A100 with
+# 4 x 200 Gb/s HDR (NVIDIA/nccl-tests#119); their mean (validation/multinode.yaml, "fit" rows).
+_IB_FRAME = 4096 / 4122
+_IB_PLATEAUS = (12.2 / 12.5, 192 / 200, 96 / 100)
+NET_EFFICIENCY = sum(_IB_PLATEAUS) / len(_IB_PLATEAUS) / _IB_FRAME
+# A step of NET/IB: the GPU posts a flag, NCCL's proxy thread polls it and posts the RDMA write,
+# the remote proxy polls its completion (and flushes GPU memory before Hopper) and raises the
+# tail the remote GPU polls. NVIDIA/nccl-tests#150: all_reduce of 8 B between two A100 nodes,
+# one GPU each, over HDR InfiniBand, 19.90 us out of place and 18.96 in place: the call plus 2
+# steps, each over the network's one-way latency (1 us, catalog/nics.py) and 4 PCIe hops.
+_NCCL_TESTS_150_US = (19.90 + 18.96) / 2
+NET_IB_SYNC_US = ((_NCCL_TESTS_150_US - CALL_LATENCY_US) / 2 - 1.0
+                  - 4 * link_catalog.PCIE_HOP_LATENCY / US)
+# One TCP stream through a host's kernel: "single stream testing will range from 15-35 Gbps" on
+# a tuned 100G host (ESnet, "Performance Expectations for a 100G Host", fasterdata.es.net,
+# 2024-01-17); their geometric mean. NCCL over sockets reports the same order: 1.85 GB/s on one
+# ring over 32 Gb/s (NVIDIA/nccl#209), about 4 GB/s over IPoIB (NVIDIA/nccl#465); the range
+# (1.9-4.4 GB/s) is its uncertainty.
+SOCKET_STREAM_GBPS = math.sqrt(15 * 35) / 8
+
+
 @dataclass(frozen=True)
 class WireParams:
     """The physical collective parameters of one machine (defaults: the datasets above)."""
@@ -140,6 +166,9 @@ class WireParams:
     ll_channel_cap_gbps: float = math.inf
     host_memory_gb_per_s: float | None = None  # None: each cpu node's own
     socket_link_gb_per_s: float | None = None  # None: each socket link's own
+    net_efficiency: float = NET_EFFICIENCY  # NET/IB's share of the network's payload rate
+    net_ib_sync_us: float = NET_IB_SYNC_US
+    socket_stream_gbps: float = SOCKET_STREAM_GBPS
 
     @classmethod
     def from_calibration(cls, calibration: CalibrationConfig | None) -> WireParams:

@@ -4,7 +4,8 @@ run, and how many months of use make buying cheaper than renting.
 The hourly price: ``--price-per-gpu-hour`` times the GPUs the run uses, else the topology's
 ``price_usd_per_hour`` (the whole machine's rate) times the share of its GPUs the run uses.
 Buying: ``--purchase-usd``, else the catalog's card prices (catalog/, dated) times
-the GPUs used: cards only, the host is not in that figure. Owning costs electricity at the
+the GPUs used: cards only, the host is not in that figure (several boxes: the topology's
+``network.price_usd`` is added). Owning costs electricity at the
 run's average power (energy.py) times ``--usd-per-kwh``. Break-even:
 
     months = purchase / ((rent per hour - electricity per hour) * 730 h * utilization)
@@ -53,8 +54,10 @@ def hourly_price(prices: Prices, machine_usd_per_hour: float | None, gpus: int,
 def run_cost(*, step_time_s: float, tokens_per_s: float, gpus: int, machine_gpus: int,
              prices: Prices, machine_usd_per_hour: float | None,
              card_price_usd: float | None, card_price_source: str | None,
-             avg_power_w: float | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The ``cost`` block (exactly ``COST_KEYS``) and the basis it was computed on."""
+             avg_power_w: float | None, network: tuple[float, str] | None = None
+             ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``cost`` block (exactly ``COST_KEYS``) and the basis it was computed on.
+    ``network``: what the network between several boxes costs to buy, and whence."""
     per_hour, source = hourly_price(prices, machine_usd_per_hour, gpus, machine_gpus)
     tokens = prices.train_tokens
     time_to_train = tokens / tokens_per_s if tokens and tokens_per_s > 0 else None
@@ -77,6 +80,9 @@ def run_cost(*, step_time_s: float, tokens_per_s: float, gpus: int, machine_gpus
                            "host not included")
     else:
         purchase, purchase_source = None, None
+    if purchase is not None and network is not None and prices.purchase_usd is None:
+        purchase += network[0]  # several boxes: their network too
+        purchase_source = f"{purchase_source}; network ${network[0]:,.0f} ({network[1]})"
     power_usd_per_hour = (avg_power_w / 1000 * prices.usd_per_kwh
                           if avg_power_w is not None else None)
     cost["breakeven_months"] = breakeven_months(purchase, per_hour, power_usd_per_hour,

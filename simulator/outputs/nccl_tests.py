@@ -55,6 +55,7 @@ class Header:
     validation: int = 1
     graph: int = 0
     device_name: str = "GPU"
+    boxes: int = 1  # processes (mpirun -np), each with n_gpus / boxes GPUs (-g) on its own host
 
 
 def sizes(op: str, requested: int, n_ranks: int, element_bytes: int) -> tuple[int, int]:
@@ -81,12 +82,16 @@ def render(header: Header, op: str, datatype: str, redop: str, rows: Sequence[Ro
            notes: Sequence[str], check: bool = True) -> str:
     """The whole log: nccl-tests' lines, then ``# stepsim:`` notes."""
     step = f"{header.step}({'factor' if header.step_is_factor else 'bytes'})"
-    lines = [f"# nThread 1 nGpus {header.n_gpus} minBytes {header.min_bytes} maxBytes "
+    per_box = header.n_gpus // header.boxes
+    lines = [f"# nThread 1 nGpus {per_box} minBytes {header.min_bytes} maxBytes "
              f"{header.max_bytes} step: {step} warmup iters: {header.warmup_iters} iters: "
              f"{header.iters} agg iters: {header.agg_iters} validation: {header.validation} "
              f"graph: {header.graph}", "#", "# Using devices"]
-    lines += [f"#  Rank {r:2d} Group {0:2d} Pid {0:6d} on {'stepsim':>10} device {r:2d} "
-              f"[0x{r:02x}] {header.device_name}" for r in range(header.n_gpus)]
+    host = ["stepsim" if header.boxes == 1 else f"stepsim{r // per_box}"
+            for r in range(header.n_gpus)]
+    lines += [f"#  Rank {r:2d} Group {0:2d} Pid {r // per_box:6d} on {host[r]:>10} device "
+              f"{r % per_box:2d} [0x{r % per_box:02x}] {header.device_name}"
+              for r in range(header.n_gpus)]
     lines += ["#",
               f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place"
               "                       in-place          ",

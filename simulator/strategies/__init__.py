@@ -1,7 +1,8 @@
 """Parallelism strategies: job + machine + options -> per-rank `Program`s for the engine.
 
 ``build(name, job, machine, options)`` with name one of ``STRATEGIES``:
-ddp (ddp.py), zero1 / zero2 (zero.py), fsdp and zero3 (fsdp.py), tp, tp+ddp, tp+fsdp (tensor.py);
+ddp (ddp.py), zero1 / zero2 (zero.py), fsdp and zero3 (fsdp.py), hsdp (hsdp.py: FSDP inside each
+box, replicas across boxes), tp, tp+ddp, tp+fsdp (tensor.py);
 with ``options.pp`` > 1 the strategy runs inside each stage of a pipeline (pipeline.py).
 It returns one program per group of identical ranks: symmetric data parallelism is one.
 """
@@ -91,6 +92,10 @@ def _build_one(name: str, job: Job, machine: Machine, opts: StrategyOptions) -> 
         from simulator.strategies import fsdp
 
         return fsdp.build(job, machine, opts)
+    if name == "hsdp":  # FSDP inside each box, replicas across (hsdp.py)
+        from simulator.strategies import hsdp
+
+        return hsdp.build(job, machine, opts)
     if name == "zero3" and job.arch is not None:  # DeepSpeed's parameter coordinator
         from simulator.strategies import zero3
 

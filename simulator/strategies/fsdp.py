@@ -112,14 +112,17 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
           shard_numel: float = 1.0, optimizer_scale: float = 1.0,
           emit: Emit | None = None, reduce_bytes: int = REDUCE_BYTES,
           framework: str = "fsdp",
-          expert_groups: tuple[tuple[int, ...], ...] | None = None) -> Program:
+          expert_groups: tuple[tuple[int, ...], ...] | None = None,
+          replicas: tuple[tuple[int, ...], ...] | None = None) -> Program:
     """One FSDP2 step. ``groups`` are the sharding groups (default: all GPUs, one group);
     tensor parallelism passes its DP groups, sharded ops, and ``shard_numel`` = 1/t.
     ZeRO-3 has the same per-unit pattern and passes its own ``reduce_bytes`` and
     ``framework="deepspeed"`` (how it offloads: strategies/offload.py). Expert parallelism
     (strategies/expert.py) passes ``expert_groups``: the ranks holding the same experts, over
     which a block's experts are sharded, gathered and reduced (torchtitan shards the experts
-    over the data-parallel mesh without the EP dimension); the rest over ``groups``."""
+    over the data-parallel mesh without the EP dimension); the rest over ``groups``.
+    ``replicas`` (HSDP, hsdp.py): after each reduce-scatter, its shard is all-reduced over
+    these groups on a stream of its own."""
     gpu = machine.gpu
     groups = groups or (tuple(range(machine.n_gpus)),)
     dp = len(groups[0])
@@ -206,6 +209,15 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
                     f"{name}.experts", "reducescatter", int(experts * reduce_bytes),
                     expert_groups, unit), (done,))
             deps = (done,)
+        if replicas is not None and len(replicas[0]) > 1:
+            # HSDP (_fsdp_collectives.py foreach_reduce, "if all_reduce_group is not None"):
+            # all_reduce_stream waits for the reduce-scatter, then all-reduces its output, the
+            # rank's shard, over the replicate group; the next unit's reduce-scatter does not
+            # wait for it
+            all_reduces.append(prog.add("allreduce", Comm(
+                name.replace("reducescatter", "allreduce"), "allreduce",
+                int(numel / dp * reduce_bytes), replicas,
+                {"unit": name.rsplit(".", 1)[-1]}), deps))
         if off is None:
             return deps[0]
         return off.copy(prog, "reducescatter" if dp > 1 else "d2h",
@@ -213,6 +225,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
                         ((numel - experts) / dp + experts / edp) * host_grad_bytes, True, deps)
 
     counts = {"allgather": 0, "reducescatter": 0}
+    all_reduces: list[int] = []  # HSDP's all-reduce of each reduced shard across replicas
     accum = options.grad_accum or job.grad_accum
     last: int | None = prog.tasks[-1].id if prog.tasks else None
     first = len(prog.tasks)
@@ -273,7 +286,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         if rs is not None:
             rs_units.append(rs)
     if rs_units:
-        last = prog.add("compute", as_compute_wait(prefix), (rs_units[-1],))
+        last = prog.add("compute", as_compute_wait(prefix), (rs_units[-1], *all_reduces[-1:]))
     if accum > 1:
         last = repeat_unit(prog, first, accum - 1)
     scale = optimizer_scale / dp
@@ -293,6 +306,8 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         last = prog.add("compute", as_compute(op, gpu, scale=share),
                         (last,) if last is not None else ())
     prog.meta["units"] = len(unit_list)
+    if all_reduces:
+        counts["allreduce"] = len(all_reduces)
     prog.meta["collectives"] = {op: n * accum for op, n in counts.items()}
     return prog
 

@@ -7,12 +7,13 @@ so ``check_recipe`` refuses it with one line naming the flag and the strategies 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from simulator.errors import InputError, quoted
 
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "tp", "tp+ddp", "tp+fsdp")
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "tp", "tp+ddp", "tp+fsdp")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class StrategyOptions:
     # a paged optimizer's states overflow the card and cross the host link every step
     # (paging.py); set from the memory verdict (api.strategy_options)
     page_optimizer_states: bool = False
+    # several boxes: a tensor-parallel group may span them (never advised: check_tp_groups)
+    allow_tp_across_nodes: bool = False
 
     @property
     def overlapped(self) -> bool:
@@ -60,7 +63,7 @@ Options = StrategyOptions  # short alias used by the commands
 
 DDP_STRATEGIES = ("ddp", "tp", "tp+ddp")  # the ones that wrap the model in torch DDP
 TP_STRATEGIES = ("tp", "tp+ddp", "tp+fsdp")
-FSDP_STRATEGIES = ("fsdp", "tp+fsdp")
+FSDP_STRATEGIES = ("fsdp", "hsdp", "tp+fsdp")
 ZERO_STRATEGIES = ("zero1", "zero2")
 
 
@@ -125,6 +128,23 @@ def check_pipeline(strategy: str, *, pp: int, schedule: str, virtual_stages: int
     if pp > 1 and strategy in ("zero2", "zero3"):
         raise InputError(f"-s {strategy} with --pp: DeepSpeed refuses ZeRO-2 and ZeRO-3 with "
                          "pipeline parallelism (use ddp, zero1, fsdp, tp, tp+ddp or tp+fsdp)")
+    if pp > 1 and strategy == "hsdp":
+        raise InputError("-s hsdp with --pp: HSDP inside pipeline stages is not modelled; "
+                         "with --pp the stages go box by box, so use -s fsdp or ddp inside them")
+
+
+def check_tp_groups(groups: tuple[tuple[int, ...], ...], box_of: Callable[[int], int],
+                    allow: bool, machine: str = "") -> None:
+    """Refuse a tensor-parallel group that spans boxes: its all-reduces sit on the critical
+    path of every layer, and a network is 10-100x slower than a box's own links (Megatron-LM
+    keeps TP inside a node, arXiv:2104.04473 section 3.2). ``allow``: the user insists."""
+    for group in groups:
+        boxes = len({box_of(r) for r in group})
+        if boxes > 1 and not allow:  # the machine's name first: the error names its file
+            raise InputError(f"{machine + ': ' if machine else ''}a tensor-parallel group of "
+                             f"{len(group)} GPUs would span {boxes} "
+                             "boxes: keep --tp at most the GPUs of one box (TP across a network "
+                             "is never worth it), or give --allow-tp-across-nodes")
 
 
 def unused_flags(strategy: str, *, tp: int | None, bucket_mb: float | None,

@@ -25,6 +25,7 @@ from simulator.errors import InputError
 from simulator.job.ops import Op
 from simulator.strategies import buckets as ddp_buckets
 from simulator.strategies import schedules, tensor
+from simulator.strategies.options import check_tp_groups
 from simulator.strategies.pipeline_layout import Layout, describe
 from simulator.strategies.steps import as_compute, compute_only, memory_pass
 from simulator.strategies.zero import REDUCE_BUCKET_ELEMENTS
@@ -56,6 +57,9 @@ class _Stage:
         self.program = Program(world=machine.n_gpus, ranks=ranks)
         sp = options.sequence_parallel and lay.tp > 1
         self.counts: dict[str, int] = {}
+        if lay.tp > 1:  # stages fill box by box (ranks do): a TP group stays in one if it can
+            check_tp_groups(lay.tp_groups(r), machine.box_of, options.allow_tp_across_nodes,
+                            machine.name)
         self.emit = (tensor.tp_emitter(job, machine.as_if_every_gpu(self.gpu), lay.tp_groups(r),
                                        sp, self.counts) if lay.tp > 1
                      else compute_only(self.gpu))

@@ -39,6 +39,7 @@ from simulator.job.ops import Kernel, Op
 from simulator.job.workload import Job
 from simulator.memo import IdentityMemo
 from simulator.strategies import ddp, fsdp
+from simulator.strategies.options import check_tp_groups
 from simulator.strategies.steps import Emit, as_compute
 
 if TYPE_CHECKING:
@@ -189,6 +190,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions, *,
         raise InputError(f"tensor-parallel size {tp} must divide the {job.heads} heads and "
                          f"{job.kv_heads} KV heads")
     tp_groups, dp_groups = place_groups(machine, tp)
+    check_tp_groups(tp_groups, machine.box_of, options.allow_tp_across_nodes, machine.name)
     sp = options.sequence_parallel and tp > 1
     counts: dict[str, int] = {}
     emit = tp_emitter(job, machine, tp_groups, sp, counts) if tp > 1 else None
