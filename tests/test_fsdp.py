@@ -118,3 +118,19 @@ def test_zero3_gathers_per_module_and_reduces_in_16_bit() -> None:
     assert sum(c.nbytes for c in collectives(zero3, "reducescatter")) == \
         sum(c.nbytes for c in collectives(fsdp, "reducescatter")) // 2
     assert zero3.meta["strategy"] == "zero3"
+
+
+def test_zero3_fetches_wait_for_the_previous_micro_step() -> None:
+    """DeepSpeed's backward ends waiting for its reduce-scatters (stage3.py
+    independent_gradient_partition_epilogue), so no all-gather of the next micro-step starts
+    before; a replayed micro-step then ends with nothing in flight, whatever the rates."""
+    from simulator import api
+    from simulator.machine.scales import RateScales
+
+    program = build("zero3", job(), machine(), StrategyOptions(grad_accum=4))
+    later = [t for t in program.tasks if isinstance(t.work, Comm) and t.work.op == "allgather"
+             and not t.work.name.startswith("micro0.")]
+    assert later and all(t.deps for t in later)
+    slow_shm = api.RunSpec("8x5090-dual-socket", "llama3.2-1b", "zero3", grad_accum=4,
+                           scales=RateScales(shm=0.24))
+    assert api.simulate(slow_shm, ranges=False).report["step_time_s"] > 0

@@ -136,6 +136,8 @@ def build(job: Job, machine: Machine, options: StrategyOptions) -> Program:
         if world == 1:
             return None, h2d if h2d is not None else -1
         counts["allgather"] += 1
+        if not last and start is not None:  # the CPU waits for the previous backward's
+            last = (start,)  # reductions (stage3.py independent_gradient_partition_epilogue)
         ag = prog.add("allgather", Comm(f"{name}.allgather", "allgather",
                                         unit.numel * param_bytes, group), last)
         return (h2d if sync else None), ag
