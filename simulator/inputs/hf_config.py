@@ -237,7 +237,7 @@ def _diffusers(doc: JsonDoc, path: Path) -> WorkloadConfig:
     """A diffusers UNet config as a workload (hf_diffusers.py), checked as a YAML one is."""
     from pydantic import ValidationError
 
-    from simulator.inputs.config import explain
+    from simulator.inputs.model_errors import explain
     from simulator.inputs.schema import WorkloadConfig
 
     unet = hf_diffusers.unet(doc)

@@ -41,11 +41,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from simulator.job.kernels import FP32, Kernel, gemm, pointwise
+from simulator.job.modules import Module
 
 if TYPE_CHECKING:
     from simulator.inputs.schema import GenericLayer, UNetConfig
-    from simulator.job.ops import Op
-    from simulator.job.parameters import Module
     from simulator.job.workload import Job
 
 TEXT_TOKENS = 77  # CLIP's context: the text encoders' hidden states the UNet attends to
@@ -165,8 +164,6 @@ class UNetShape:
 
     def modules(self) -> list[Module]:
         """Every parameter-owning module, in registration order, block by block."""
-        from simulator.job.parameters import Module
-
         mods: list[Module] = []
         for b, parts in enumerate(self.layout()):
             for path, kind, d in parts:
@@ -393,27 +390,3 @@ def generic_layers(job: Job) -> tuple[GenericLayer, ...]:
                                 memory_bytes_per_sample=sum(k.bytes for k in forward
                                                             if k.kind == "memory")))
     return tuple(out)
-
-
-def ops(job: Job, phase: str) -> list[Op]:
-    """One micro-batch's ops, a block each (blocks are the units, as generic layers): forward,
-    backward (with the block's forward again first under any checkpointing: diffusers'
-    ``enable_gradient_checkpointing`` wraps each block), or the optimizer."""
-    from simulator.job.ops import Op, optimizer_ops
-
-    u = job.unet
-    assert u is not None
-    if phase == "optimizer":
-        return optimizer_ops(job)
-    built = [block_kernels(job, b) for b in range(len(u.blocks))]
-    if phase == "forward":
-        return [Op.of(name, b, "forward", built[b][0]) for b, name in enumerate(u.blocks)]
-    out: list[Op] = []
-    for b in reversed(range(len(u.blocks))):
-        name = u.blocks[b]
-        if job.checkpointing != "none":
-            out.append(Op.of(name, b, "recompute", built[b][0]))
-        if phase == "backward":
-            grads = tuple(i for i in reversed(job.block_params(b)) if job.params[i].trainable)
-            out.append(Op.of(name, b, "backward", built[b][1], grads))
-    return out

@@ -41,10 +41,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simulator.job.kernels import FP32, BlockShape, Kernel, MemoryBound, pointwise, tiny
+from simulator.job.modules import Module
 
 if TYPE_CHECKING:
     from simulator.inputs.schema import MoeConfig
-    from simulator.job.parameters import Module
     from simulator.job.transformer_ops import Builder
 
 MOE_OPS = ("router", "dispatch", "experts", "combine", "shared_mlp")
@@ -77,8 +77,6 @@ class MoeShape:
 
     def modules(self, p: str, hidden: int, bias: bool, block: int) -> list[Module]:
         """The MLP half of one MoE block, in registration order."""
-        from simulator.job.parameters import Module
-
         h, f, n = hidden, self.ffn, self.experts
         base = f"{p}.block_sparse_moe" if self.names == "mixtral" else f"{p}.mlp"
         gate = [Module(f"{base}.gate", "linear", h, n, False, block)]
@@ -224,10 +222,8 @@ def _one_expert(mods: list[Module]) -> tuple[list[Module], Module]:
 
 def _act(bld: Builder, rows: int, ffn: int) -> MemoryBound:
     A = bld.arch
-    from simulator.job.transformer_ops import GELU
-
     shape = BlockShape(rows, A.hidden, A.kv_dim, ffn, A.heads, bld.a)
-    return bld.regime.activation(shape, A.mlp, gelu=GELU.get(A.family, "native"))  # type: ignore[no-any-return]
+    return bld.regime.activation(shape, A.mlp, gelu=A.gelu)  # type: ignore[no-any-return]
 
 
 def _experts_fwd(bld: Builder, mods: list[Module], r: Routing) -> list[Kernel]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from simulator.job import checkpointing, optimizer
+from simulator.job import checkpointing, diffusion, optimizer
 from simulator.job.kernels import FP32, Kernel, memory
 from simulator.job.transformer_ops import EVERY_BLOCK_OP, Builder
 
@@ -67,9 +67,7 @@ def _label(block: int, op: str) -> str:
 
 def build(job: Job, phase: Phase, *, autocast: bool = False) -> list[Op]:
     if job.unet is not None:  # a diffusion UNet's blocks, kernel by kernel (diffusion.py)
-        from simulator.job import diffusion
-
-        return diffusion.ops(job, phase)
+        return _build_unet(job, phase)
     if job.arch is None:
         return _build_generic(job, phase)
     if phase == "optimizer":
@@ -248,6 +246,27 @@ def _build_generic(job: Job, phase: Phase) -> list[Op]:
         # gradient (BatchNorm backward also re-reads its input for the statistics' gradients)
         ops.append(Op.of(x.name, i, "backward",
                          [replace(k, flops=2 * k.flops, bytes=2 * k.bytes) for k in fwd], grads))
+    return ops
+
+
+def _build_unet(job: Job, phase: Phase) -> list[Op]:
+    """One op per UNet block: forward, backward (with the block's forward again first under
+    any checkpointing: diffusers' ``enable_gradient_checkpointing`` wraps each block)."""
+    u = job.unet
+    assert u is not None
+    if phase == "optimizer":
+        return optimizer_ops(job)
+    built = [diffusion.block_kernels(job, b) for b in range(len(u.blocks))]
+    if phase == "forward":
+        return [Op.of(name, b, "forward", built[b][0]) for b, name in enumerate(u.blocks)]
+    ops: list[Op] = []
+    for b in reversed(range(len(u.blocks))):
+        name = u.blocks[b]
+        if job.checkpointing != "none":
+            ops.append(Op.of(name, b, "recompute", built[b][0]))
+        if phase == "backward":
+            grads = tuple(i for i in reversed(job.block_params(b)) if job.params[i].trainable)
+            ops.append(Op.of(name, b, "backward", built[b][1], grads))
     return ops
 
 

@@ -28,51 +28,13 @@ and registers ``lora_A`` then ``lora_B`` after it; ``get_peft_model`` prefixes e
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Literal
 
 from simulator.errors import InputError, quoted
 from simulator.inputs.schema import GenericLayer, ModelConfig
+from simulator.job.modules import PEFT_PREFIX, Module, ModuleKind, ParamTensor
 from simulator.job.moe import MoeShape
 from simulator.job.vision import VisionShape
-
-ModuleKind = Literal["linear", "conv1d", "norm", "embedding", "generic"]
-PEFT_PREFIX = "base_model.model."
-
-
-@dataclass(frozen=True)
-class ParamTensor:
-    """One registered parameter tensor. Sizes are element counts (dtype comes from training)."""
-
-    name: str  # as model.named_parameters() prints it
-    shape: tuple[int, ...]
-    trainable: bool
-    block: int  # -1 embeddings, 0..L-1 transformer blocks, L final norm / head
-    quantized: bool = False  # QLoRA: stored as 4-bit NF4 (bitsandbytes Linear4bit)
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-
-@dataclass(frozen=True)
-class Module:
-    """An nn.Module that owns parameters: a linear layer, a norm, an embedding, a generic layer."""
-
-    path: str  # e.g. "model.layers.0.self_attn.q_proj"
-    kind: ModuleKind
-    in_features: int  # embedding: vocabulary size; norm: width
-    out_features: int
-    bias: bool
-    block: int
-    lora: bool = False
-    sizes: tuple[int, ...] = ()  # generic layers: each parameter tensor's elements, if given
-
-    @property
-    def leaf(self) -> str:
-        return self.path.rsplit(".", 1)[-1]
-
 
 # Per family: norm, MLP, linear biases, positions, tied head (the Hugging Face configs' defaults:
 # LlamaConfig tie_word_embeddings False; GPT2Config True with learned wpe; MPT-7B config.json
@@ -138,6 +100,12 @@ class Arch:
     sliding_window: int | None = None  # local attention's window, tokens
     local_layers: tuple[int, ...] = ()  # the blocks that attend locally
     vision: VisionShape | None = None  # a vision-language model's image encoder (job/vision.py)
+
+    @property
+    def gelu(self) -> str:
+        """How the MLP's GELU runs eagerly: GPT-2's is transformers' NewGELUActivation, written
+        op by op ("python"); the others call one kernel ("native")."""
+        return "python" if self.family == "gpt2" else "native"
 
     @property
     def encoder(self) -> bool:

@@ -38,7 +38,7 @@ from simulator.job.kernels import NONE, BlockShape, Kernel, MemoryBound, gemm, m
 from simulator.job.parameters import QA_LABELS
 
 if TYPE_CHECKING:
-    from simulator.job.parameters import Module
+    from simulator.job.modules import Module
     from simulator.job.workload import Job
 
 REGIMES = ("eager", "compiled", "fused")  # kernel regime -> its module simulator/job/<regime>.py
@@ -73,8 +73,6 @@ _POST_LN_BLOCK_OPS = ("qkv", "attention", "attn_out", "attn_norm", "mlp_in", "ml
 _BERT_ROLE = (("attention.self.", "qkv"), ("attention.output.dense", "attn_out"),
               ("attention.output.LayerNorm", "attn_norm"), ("intermediate.dense", "mlp_in"),
               ("output.dense", "mlp_out"), ("output.LayerNorm", "mlp_norm"))
-# GPT-2's MLP activation is transformers' NewGELUActivation, written op by op
-GELU = {"gpt2": "python"}
 
 
 def _role(mod: Module, n_layers: int, sandwich: bool = False) -> str:
@@ -205,7 +203,7 @@ class Builder:
                 out = r.norm(s, A.norm) + out
             return out  # type: ignore[no-any-return]
         if op == "mlp_act":
-            return r.activation(s, A.mlp, gelu=GELU.get(A.family, "native"))  # type: ignore[no-any-return]
+            return r.activation(s, A.mlp, gelu=A.gelu)  # type: ignore[no-any-return]
         return NONE
 
     def _accumulate(self, n: float, consumers: int) -> list[Kernel]:

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING
 
 from simulator.job import attention, eager
 from simulator.job.kernels import BlockShape, Kernel, pointwise
+from simulator.job.modules import Module
 
 if TYPE_CHECKING:
     from simulator.inputs.schema import VisionConfig
-    from simulator.job.parameters import Module
     from simulator.job.transformer_ops import Builder
 
 
@@ -67,8 +67,6 @@ class VisionShape:
         return self.patches - 1 if self.layout == "clip" else self.patches // 4
 
     def modules(self, text_hidden: int) -> list[Module]:
-        from simulator.job.parameters import Module
-
         h, f, c, p = self.hidden, self.ffn, self.channels, self.patch
         mods: list[Module] = []
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simulator.engine.program import Comm, Program
-from simulator.job.parameters import ParamTensor
+from simulator.job.modules import ParamTensor
 from simulator.job.workload import Job
 from simulator.memo import IdentityMemo
 from simulator.strategies import paging
