@@ -68,6 +68,18 @@ def test_compare_takes_a_gpu_count_per_machine(capsys: pytest.CaptureFixture[str
     assert "the GPU count after ':' must be from 1" in capsys.readouterr().err
 
 
+def test_run_and_memory_take_the_same_gpu_count(capsys: pytest.CaptureFixture[str]) -> None:
+    """-t NAME:K means the same on every command: K of its GPUs, as --gpus K does."""
+    for command in (["run", "--no-ranges"], ["memory"]):
+        outs = []
+        for machine in (["-t", "8x5090-switch:4"], ["-t", "8x5090-switch", "--gpus", "4"]):
+            assert main([*command, *machine, "-w", "gpt2-medium", "--json"]) == 0
+            outs.append(json.loads(capsys.readouterr().out))
+        assert outs[0] == outs[1]
+    assert main(["run", "-t", "8x5090-switch:0", "-w", "gpt2-medium"]) == 2
+    assert "the GPU count after ':' must be from 1" in capsys.readouterr().err
+
+
 def test_no_price_under_does_not_fit(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["compare", "-t", "8x5090-switch", "-t", "8x5090-dual-socket", "-w", "llama2-7b",
             "-s", "fsdp", "--checkpointing", "none", "--no-ranges"]
