@@ -36,6 +36,7 @@ from simulator.units import GB, US
 
 if TYPE_CHECKING:
     from simulator.nccl.communicator import Communicator
+    from simulator.nccl.env import NcclEnv
 
 OPS = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
 ROOTED = ("broadcast", "reduce")  # a pipelined chain from (to) the root, the first rank given
@@ -102,6 +103,26 @@ def plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...] | None
     return made
 
 
+def choose(env: NcclEnv, graph: nt.Graph, op: str, nbytes: int, algo: str,
+           protocol: str | None, *, tree: bool = True) -> nt.Estimate:
+    """NCCL's algorithm and protocol for one call: its cost model over what --algo / --proto
+    and NCCL_ALGO / NCCL_PROTO leave (``tree``: whether the tree is built at all)."""
+    if algo == "tree" and op != "allreduce":
+        raise InputError("tree is an all-reduce algorithm in NCCL; use --algo ring or auto")
+    algorithms: tuple[str, ...] = nt.ALGORITHMS if algo == "auto" else (algo,)
+    if algo == "auto" and not tree:
+        algorithms = ("ring",)
+    if algo == "auto" and env.enabled_algorithms(op) is not None:  # NCCL_ALGO
+        algorithms = env.enabled_algorithms(op) or ()
+    protocols: tuple[str, ...] = nt.PROTOCOLS if protocol is None else (protocol,)
+    if protocol is None and env.enabled_protocols(op) is not None:  # NCCL_PROTO
+        protocols = env.enabled_protocols(op) or ()
+    try:
+        return nt.choose(graph, op, nbytes, algorithms, protocols)
+    except ValueError as exc:
+        raise InputError(f"{exc} ({env.line()})" if env.active else str(exc)) from None
+
+
 def check_call(op: str, nbytes: int, algo: str, protocol: str | None) -> None:
     """Refuse a call NCCL would not make: an unknown collective, algorithm or protocol."""
     if op not in OPS:
@@ -137,20 +158,7 @@ def _make_plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...],
     graph = nt.Graph(n, ring.n_channels, ring.channel_bandwidth / GB, nvlink,
                      nt.arch_index(machine.gpu.compute_capability),
                      ll128_forced=protocol == "LL128" or env.ll128_forced(op))
-    if algo == "tree" and op != "allreduce":
-        raise InputError("tree is an all-reduce algorithm in NCCL; use --algo ring or auto")
-    algorithms: tuple[str, ...] = nt.ALGORITHMS if algo == "auto" else (algo,)
-    if algo == "auto" and not _tree_enabled(n):
-        algorithms = ("ring",)
-    if algo == "auto" and env.enabled_algorithms(op) is not None:  # NCCL_ALGO
-        algorithms = env.enabled_algorithms(op) or ()
-    protocols: tuple[str, ...] = nt.PROTOCOLS if protocol is None else (protocol,)
-    if protocol is None and env.enabled_protocols(op) is not None:  # NCCL_PROTO
-        protocols = env.enabled_protocols(op) or ()
-    try:
-        choice = nt.choose(graph, op, nbytes, algorithms, protocols)
-    except ValueError as exc:
-        raise InputError(f"{exc} ({env.line()})" if env.active else str(exc)) from None
+    choice = choose(env, graph, op, nbytes, algo, protocol, tree=_tree_enabled(n))
     channels = nt.channels_used(graph, env.channels(comm_channels(ring.n_channels)), nbytes,
                                 choice.algorithm, choice.protocol, env)
 

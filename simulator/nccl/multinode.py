@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from simulator.errors import InputError
 from simulator.machine.paths import PATH_RANK
 from simulator.nccl import collectives as nc
 from simulator.nccl import tuning as nt
@@ -87,18 +86,7 @@ def _make_plan(comm: Communicator, op: str, nbytes: int, ranks: tuple[int, ...],
     env = comm.env
     ring = comm.ring(ranks)
     graph = graph_of(comm, ring, ranks, op, protocol == "LL128" or env.ll128_forced(op))
-    if algo == "tree" and op != "allreduce":
-        raise InputError("tree is an all-reduce algorithm in NCCL; use --algo ring or auto")
-    algorithms: tuple[str, ...] = nt.ALGORITHMS if algo == "auto" else (algo,)
-    if algo == "auto" and env.enabled_algorithms(op) is not None:  # NCCL_ALGO
-        algorithms = env.enabled_algorithms(op) or ()
-    protocols: tuple[str, ...] = nt.PROTOCOLS if protocol is None else (protocol,)
-    if protocol is None and env.enabled_protocols(op) is not None:  # NCCL_PROTO
-        protocols = env.enabled_protocols(op) or ()
-    try:
-        choice = nt.choose(graph, op, nbytes, algorithms, protocols)
-    except ValueError as exc:
-        raise InputError(f"{exc} ({env.line()})" if env.active else str(exc)) from None
+    choice = nc.choose(env, graph, op, nbytes, algo, protocol)
     channels = nt.channels_used(graph, graph.comm_channels, nbytes, choice.algorithm,
                                 choice.protocol)
     pats = _rooted(ring.patterns, ranks[0]) if op == "broadcast" else ring.patterns
