@@ -71,6 +71,9 @@ class PathFinder:
         # each node's links to hubs, in the file's order
         self.hubs = {u: [(v, e) for v, e in nbrs.items() if v not in gpus]
                      for u, nbrs in self.succ.items()}
+        # the hubs and their links alone, copied once: a search through a hub never walks
+        # past the thousand GPUs an NVSwitch may hold
+        self.hub_graph = nx.DiGraph(graph.subgraph(u for u in graph if u not in gpus))
         self.ranks = sorted({rank for _, _, rank in graph.edges(data="rank")})
         self._components: dict[int, dict[str, int]] = {}
         self._attached: dict[int, dict[int, list[str]]] = {}
@@ -244,16 +247,29 @@ class PathFinder:
     def _levels(self, start: str, end: str, a: str, b: str, rank: int,
                 bandwidth: float) -> dict[str, int]:
         """Each node's BFS layer from ``start`` over links of type <= rank and bandwidth >=
-        bandwidth, through hubs only, up to the layer of ``end`` (networkx's BFS layers)."""
-        ends = {a, b}
-        view = nx.subgraph_view(
-            self.graph, filter_node=lambda n: n in ends or n not in self.gpus,
-            filter_edge=lambda u, v: (self.succ[u][v]["rank"] <= rank
-                                      and self.succ[u][v]["nccl_bandwidth"] >= bandwidth))
-        level: dict[str, int] = {}
-        for k, layer in enumerate(nx.bfs_layers(view, start)):
-            level.update(dict.fromkeys(layer, k))
-            if end in level:
+        bandwidth, through hubs only, up to the layer of ``end`` (networkx's BFS layers over
+        the hubs, the two ends joined to them by hand)."""
+        def ok(e: Edge) -> bool:
+            return self._ok(e, rank, bandwidth)
+
+        view = nx.subgraph_view(self.hub_graph,
+                                filter_edge=lambda u, v: ok(self.hub_graph.succ[u][v]))
+        level = {start: 0}
+        first = [v for v, e in self.hubs[start] if ok(e) and v not in (a, b)]
+        into_end = self.succ[start].get(end)
+        if into_end is not None and ok(into_end):  # one link: the layer holds the end too
+            level.update(dict.fromkeys(first, 1))
+            level[end] = 1
+            return level
+        layers: Iterator[list[str]] = nx.bfs_layers(view, first) if first else iter(())
+        for k, layer in enumerate(layers, start=1):
+            fresh = [u for u in layer if u not in level and u not in (a, b)]
+            level.update(dict.fromkeys(fresh, k))
+            if any((e := self.succ[u].get(end)) is not None and ok(e) for u in fresh):
+                nxt: list[str] = next(layers, [])
+                level.update(dict.fromkeys((u for u in nxt if u not in level
+                                            and u not in (a, b)), k + 1))
+                level[end] = k + 1
                 return level
         raise AssertionError(f"{end} unreachable from {start}")  # _widest reached it
 

@@ -146,8 +146,10 @@ def search_ring(comm: Communicator, ranks: tuple[int, ...]) -> Ring:
     order = ring_order(machine, ranks)
     if len(order) == 1:
         return Ring(order, 1, LOC_BW * GB)
-    belief = {e["id"]: e["nccl_bandwidth"] / GB for _, _, e in machine.graph.edges(data=True)}
     load = channel_loads(comm, order)
+    edges = machine.graph.succ
+    belief = {lid: edges[link.src][link.dst]["nccl_bandwidth"] / GB
+              for lid, link in ((lid, machine.links[lid]) for lid in load)}
 
     # the link with the least of NCCL's bandwidth per unit of channel speed limits the packing
     limit = min(load, key=lambda lid: belief[lid] / load[lid])
