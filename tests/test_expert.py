@@ -95,6 +95,17 @@ def test_memory_per_rank_and_refusals() -> None:
 
 def test_active_parameters_are_the_model_s_under_any_ep() -> None:
     assert api.job_of(spec(ep=4)).n_active == api.job_of(spec(ep=1)).n_active
+    assert api.job_of(spec(ep=4)).n_model_params == api.job_of(spec(ep=1)).n_params
+
+
+def test_memory_says_the_whole_model_and_each_rank_s_share(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Under --ep a rank holds 1/ep of the routed experts; the line names both counts."""
+    whole = api.job_of(spec(ep=1)).n_params
+    local = api.job_of(spec(ep=4)).n_params
+    main(["memory", "-t", "4x5090", "-w", QWEN_MOE, "-s", "zero3", "--ep", "4"])
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("parameters"))
+    assert line.startswith(f"parameters {whole:,}, {local:,} on each rank (15 of 60 experts")
 
 
 def test_run_shows_the_alltoalls_and_bad_ep_is_one_line(capsys: pytest.CaptureFixture[str]

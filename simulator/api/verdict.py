@@ -206,7 +206,8 @@ def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
     if job.arch is not None and job.arch.moe is not None:  # a mixture of experts
         summary["experts"] = {"routed": job.arch.moe.experts,
                               "per_token": job.arch.moe.top_k,
-                              "active_parameters": job.n_active, "ep": job.ep}
+                              "active_parameters": job.n_active, "ep": job.ep,
+                              "model_parameters": job.n_model_params}
     hints: list[str] = []
     full = replace(spec, checkpointing="full")
     can_checkpoint = job.checkpointing != "full" and job.arch is not None

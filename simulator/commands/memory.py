@@ -119,6 +119,15 @@ def _gib(nbytes: float) -> str:
     return f"{nbytes / GiB:8.2f}"
 
 
+def _parameters(r: api.MemoryReport, experts: dict[str, Any] | None) -> str:
+    """The model's parameters; under --ep, the whole model's and what each rank holds."""
+    if not experts or experts["ep"] == 1:
+        return f"parameters {r.parameters:,} ({r.trainable_parameters:,} trainable"
+    return (f"parameters {experts['model_parameters']:,}, {r.parameters:,} on each rank "
+            f"({experts['routed'] // experts['ep']} of {experts['routed']} experts, --ep "
+            f"{experts['ep']}; {r.trainable_parameters:,} trainable there")
+
+
 def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> str:
     r = report
     rows = [r.verdict(),
@@ -129,7 +138,7 @@ def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> s
             + f"; micro-batch {r.micro_batch}, seq {r.seq_len}, "
             f"checkpointing {r.checkpointing}",
             f"recipe: {recipe_flags.training_words(out['recipe'])}",
-            f"parameters {r.parameters:,} ({r.trainable_parameters:,} trainable"
+            _parameters(r, out.get("experts"))
             + (f"; {out['experts']['active_parameters']:,} active per token: "
                f"{out['experts']['per_token']} of {out['experts']['routed']} experts"
                if "experts" in out else "")

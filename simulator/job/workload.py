@@ -156,15 +156,25 @@ class Job:
         return sum(p.numel for p in self.params)
 
     @property
+    def n_model_params(self) -> int:
+        """The whole model's parameters: ``params`` lists one rank's, which under expert
+        parallelism holds 1/ep of the experts."""
+        return self.n_params + self._expert_params * (self.ep - 1)
+
+    @property
     def n_active(self) -> int:
         """Parameters one token's forward uses: all but the experts it is not routed to (a
         mixture of experts' active count, as model cards give it; n_params otherwise)."""
         a = self.arch
         if a is None or a.moe is None:
             return self.n_params
-        held = sum(p.numel for p in self.params if ".experts." in p.name)
-        whole = self.n_params + held * (self.ep - 1)  # every rank's experts (ep > 1)
-        return whole - held * self.ep * (a.moe.experts - a.moe.top_k) // a.moe.experts
+        unused = self._expert_params * self.ep * (a.moe.experts - a.moe.top_k) // a.moe.experts
+        return self.n_model_params - unused
+
+    @property
+    def _expert_params(self) -> int:
+        """This rank's routed experts' parameters."""
+        return sum(p.numel for p in self.params if ".experts." in p.name)
 
     @property
     def n_trainable(self) -> int:
