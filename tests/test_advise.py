@@ -112,6 +112,9 @@ def test_when_nothing_fits_it_says_what_would(capsys: pytest.CaptureFixture[str]
     changes = " ".join(w["change"] for w in out["what_would_fit"])
     assert "QLoRA" in changes and "x rtx5090" in changes and "GiB of RAM" in changes
     assert all(w["fits"] and w["peak_bytes"] > 0 for w in out["what_would_fit"])
+    more = next(w for w in out["what_would_fit"] if "such machines" in w["change"])
+    boxes = more["gpus"] // 2
+    assert f"--nnodes {boxes} simulates them joined by the topology's network" in more["detail"]
     assert any("nothing fits" in line for line in out["explanation"])
 
 

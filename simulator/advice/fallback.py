@@ -88,8 +88,9 @@ def what_would_fit(topology: str, workload: str, peft: str | None = None,
                         "strategy": "fsdp", "gpus": world * factor,
                         "peak_bytes": report.peak_bytes,
                         "detail": f"FSDP over all of them with full checkpointing "
-                                  f"{_need(report)}; stepsim models one node, so their speed "
-                                  "over the network is not simulated"})
+                                  f"{_need(report)}"
+                                  + (f"; --nnodes {factor} simulates them joined by the "
+                                     "topology's network" if factor > 1 else "")})
             break
     out += _more_host_memory(topology, workload)
     out += _bigger_cards(job, gpu, world, channels)
