@@ -132,8 +132,8 @@ def evidence_text(entry: dict[str, Any]) -> str:
     """'9 points on 5 boxes measure 0.83-1.09x the model': what the range and the grade say."""
     points, boxes = entry["points"], machines_measured(entry)
     return (f"{points} point{'s' if points != 1 else ''} on {boxes} "
-            f"box{'es' if boxes != 1 else ''} measure {entry['low']:.2f}-{entry['high']:.2f}x "
-            "the model")
+            f"box{'es' if boxes != 1 else ''} measure{'s' if points == 1 else ''} "
+            f"{entry['low']:.2f}-{entry['high']:.2f}x the model")
 
 
 def hops(result: RunResult) -> set[tuple[int, int]]:
