@@ -570,15 +570,20 @@ def write_residuals(rows: list[Row], path: Path = RESIDUALS) -> None:
     path.write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
 
 
+def range_text(r: Row) -> str:
+    """A row's simulated range, marked where the measurement falls outside it ('' if none)."""
+    if r.simulated_range is None:
+        return ""
+    low, high = r.simulated_range
+    return f"{low:.2f}-{high:.2f}" + ("" if low <= r.measured <= high else " (outside)")
+
+
 def render(rows: list[Row]) -> str:
     lines = [f"{'id':<28} {'op':<13} {'gpus':>4} {'bytes':>11} {'quantity':<11} "
              f"{'measured':>10} {'simulated':>10} {'error':>8}  role"]
     for r in rows:
         size = "-" if r.bytes is None else str(r.bytes)
-        bounds = ("" if r.simulated_range is None else
-                  f"  {r.simulated_range[0]:.2f}-{r.simulated_range[1]:.2f}"
-                  + ("" if r.simulated_range[0] <= r.measured <= r.simulated_range[1]
-                     else " (outside)"))
+        bounds = f"  {range_text(r)}" if r.simulated_range is not None else ""
         lines.append(f"{r.id:<28} {r.op:<13} {r.gpus:>4} {size:>11} {r.quantity:<11} "
                      f"{r.measured:>10.2f} {r.simulated:>10.2f} {r.error:>+8.1%}  {r.role}"
                      f"{bounds}")
@@ -663,10 +668,7 @@ def markdown(sections: dict[str, list[Row]]) -> str:
                   "| simulated range |",
                   "|---|---|---:|---:|---|---:|---:|---:|---|---|"]
         for r in rows:
-            span = "" if r.simulated_range is None else (
-                f"{r.simulated_range[0]:.2f}-{r.simulated_range[1]:.2f}"
-                + ("" if r.simulated_range[0] <= r.measured <= r.simulated_range[1]
-                   else " (outside)"))
+            span = range_text(r)
             lines.append(f"| {r.id} | {r.op} | {r.gpus} | {'' if r.bytes is None else r.bytes}"
                          f" | {r.quantity} | {r.measured:.2f} | {r.simulated:.2f} | "
                          f"{r.error:+.1%} | {r.role} | {span} |")
