@@ -74,12 +74,22 @@ def measured_tokens_per_s(point: dict[str, Any]) -> float:
     return point["samples"] * point["seq_len"] / point["seconds"]
 
 
+def throughput_range(report: dict[str, Any]) -> tuple[float, float] | None:
+    """The run's tokens/s per GPU over its step-time range (simulator/api/ranges.py: every
+    mechanism it rests on, the SHM collectives of a box without P2P included)."""
+    low, high = report.get("step_time_s_range") or (None, None)
+    if not (low and high):
+        return None
+    tokens = report["tokens_per_s_per_gpu"] * report["step_time_s"]
+    return tokens / high, tokens / low
+
+
 def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
     """Per point: throughput per GPU and peak memory per GPU, simulated beside measured.
     An offloaded run's throughput is tagged with its offload mechanism (confidence.py: whose
     offload, and what it moves): the confidence grade of every run that offloads alike rests
-    on these points. The ranges do not re-simulate it (no rate scale stands for it); a run
-    without offload is tagged with nothing (it mixes compute and collectives)."""
+    on these points. Each throughput carries the run's range, as a user's run would print it; a
+    run without offload is tagged with nothing (it mixes compute and collectives)."""
     from validate_frameworks import software_flag
 
     from simulator.api import RunSpec, simulate
@@ -96,13 +106,14 @@ def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
                        **{k: setup[k] for k in _SPEC_KEYS if k in setup})
         if "host_fits" in point:  # a verdict, not a figure: tests/test_validation.py
             continue
-        result = simulate(spec, baseline=False)
+        result = simulate(spec, baseline=False, ranges=True)
         r = result.report
         gpus = r["gpus"]
         label = f"offload {spec.offload}" if spec.offload != "none" else "no offload"
         out.append(row_type(point["id"], label, gpus, None, "tok/s/GPU",
                             measured_tokens_per_s(point) / gpus, r["tokens_per_s_per_gpu"],
-                            offload_mechanism(spec.strategy, spec.offload), r["topology"]))
+                            offload_mechanism(spec.strategy, spec.offload), r["topology"],
+                            throughput_range(r)))
         if "peak_memory_gib" in point:
             counter = setup.get("memory", "reserved")
             out.append(row_type(point["id"], f"{counter} peak"[:13], gpus, None, "memory GiB",
