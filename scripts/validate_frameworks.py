@@ -95,6 +95,8 @@ def software_flag(point: dict[str, Any]) -> str | None:
 def rows(data: dict[str, Any], row_type: Any, mechanism: Any) -> list[Any]:
     """One row per measured quantity of each run (throughput per GPU, memory, MFU);
     ``mechanism(gpu)`` tags a one-GPU throughput with the compute mechanism it measures."""
+    import progress_bar
+
     from simulator.api import RunSpec, simulate
     from simulator.units import GiB
 
@@ -112,6 +114,10 @@ def rows(data: dict[str, Any], row_type: Any, mechanism: Any) -> list[Any]:
         tag = mechanism(r["gpu"]) if gpus == 1 else None
         if "tokens_per_s" in point:
             out.append(row_type(point["id"], label, gpus, None, "tok/s/GPU", point["tokens_per_s"],
+                                r["tokens_per_s_per_gpu"], tag, r["topology"]))
+        if "tqdm_s_per_it" in point:  # the machine's tokens over the second step
+            out.append(row_type(point["id"], label, gpus, None, "tok/s/GPU",
+                                progress_bar.tokens_per_s(point) / gpus,
                                 r["tokens_per_s_per_gpu"], tag, r["topology"]))
         if "samples_per_s" in point:
             out.append(row_type(point["id"], label, gpus, None, "samples/s",

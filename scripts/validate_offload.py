@@ -69,8 +69,10 @@ def load() -> list[dict[str, Any]]:
 
 
 def measured_tokens_per_s(point: dict[str, Any]) -> float:
-    if "tokens_per_s" in point:
-        return float(point["tokens_per_s"])
+    from progress_bar import tokens_per_s
+
+    if "tokens_per_s" in point or "tqdm_s_per_it" in point:
+        return tokens_per_s(point)
     return point["samples"] * point["seq_len"] / point["seconds"]
 
 

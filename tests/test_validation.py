@@ -285,3 +285,16 @@ def test_the_four_4090_offload_runs_agree_at_the_shm_rate_a_sibling_box_measured
         measured = validate_offload.measured_tokens_per_s(points[point_id]) / 4
         errors[size] = simulated / measured - 1
     assert all(abs(e) <= 0.10 for e in errors.values()), errors
+
+
+def test_a_progress_bars_second_step_is_read_as_tqdm_averages_it() -> None:
+    """tqdm's s/it after two steps is (x2 + 0.7 x1) / 1.7 (a bias-corrected moving average,
+    smoothing 0.3): reading it back gives x2, where llmq's 2 x s/it - x1 does not. Its 14B
+    bar's elapsed times (03:41 after one step, 07:01 after two) say the second took 200 s."""
+    progress_bar = load_script("progress_bar")
+    first, second = 221.55, 200.0
+    shown = (second + 0.7 * first) / 1.7
+    assert progress_bar.second_step_seconds(first, shown) == pytest.approx(second)
+    assert progress_bar.second_step_seconds(221.55, 208.87) == pytest.approx(421 - 221.55,
+                                                                           abs=1.0)
+    assert 2 * 208.87 - 221.55 < 197  # the arithmetic reading is 2% short
