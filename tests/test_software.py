@@ -118,3 +118,16 @@ def test_the_flag_and_a_bad_stack(capsys: pytest.CaptureFixture[str]) -> None:
     assert report["software"]["attention"]["kernel"] == "flash1"  # hf sdpa on torch 2.1.1
     assert main(args + ["--software", "torch=two"]) == 2
     assert "torch version 'two'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value, words", [("1999", "the tables start at 2018"),
+                                          ("torch=1.2", "give cuda too"),
+                                          ("cuda=12.1", "give torch")])
+def test_a_bad_software_flag_is_named_as_the_flag(value: str, words: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The value came from --software, not from the workload file it overrides."""
+    args = ["run", "-t", "8xa100-nvswitch", "-w", "llama3.2-1b", "--gpus", "1", "--no-ranges"]
+    assert main(args + ["--software", value]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"stepsim run: error: --software '{value}': ") and words in line
+    assert "yaml" not in line

@@ -157,18 +157,24 @@ def parse_flag(text: str) -> int | dict[str, str]:
     """``--software 2023`` or ``--software torch=2.1,cuda=12.1[,transformers=4.38]`` as a
     training value."""
     text = text.strip()
-    if text.isdigit():
-        return int(text)
+    try:  # checked here, so an error names the flag, not the workload it overrides
+        flag = int(text) if text.isdigit() else _parse_versions(text)
+        resolve(flag)
+    except InputError as exc:
+        raise InputError(f"--software {text!r}: {exc.message}") from None
+    return flag
+
+
+def _parse_versions(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for part in text.split(","):
         key, _, value = part.partition("=")
         if key.strip() not in ("torch", "cuda", "transformers") or not value.strip():
-            raise InputError(f"--software {text!r}: expected a year (2023) or "
-                             "torch=2.1,cuda=12.1,transformers=4.38")
+            raise InputError("expected a year (2023) or torch=2.1,cuda=12.1,transformers=4.38")
         out[key.strip()] = value.strip()
         parse_version(value, key.strip())
     if "torch" not in out:
-        raise InputError(f"--software {text!r}: give torch=MAJOR.MINOR (and cuda=...)")
+        raise InputError("give torch=MAJOR.MINOR (and cuda=...)")
     return out
 
 
