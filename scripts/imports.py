@@ -27,8 +27,8 @@ PACKAGE = ROOT / "simulator"
 # What a subpackage must never import (docs/architecture.md, "The layers").
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "engine": ("machine", "nccl", "job", "memory", "strategies"),
-    "commands": ("machine", "nccl", "job", "memory", "strategies", "engine"),
-    "cli": ("machine", "nccl", "job", "memory", "strategies", "engine"),
+    "commands": ("catalog", "machine", "nccl", "job", "memory", "strategies", "engine"),
+    "cli": ("catalog", "machine", "nccl", "job", "memory", "strategies", "engine"),
     "outputs": ("engine.core", "strategies", "advice", "calibration", "commands"),
 }
 

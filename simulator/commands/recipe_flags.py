@@ -99,9 +99,9 @@ def training_fields(args: argparse.Namespace) -> dict[str, Any]:
     out["checkpointing"] = mode
     out["optimizer_in_bwd"] = args.optimizer_in_bwd
     if args.software is not None:
-        from simulator.catalog.software import parse_flag
+        from simulator.inputs.choices import check_software
 
-        parse_flag(args.software)  # a malformed stack: one line now, not at the first run
+        check_software(args.software)  # a malformed stack: one line now, not at the first run
     out["software"] = args.software
     return out
 

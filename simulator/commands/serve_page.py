@@ -13,8 +13,8 @@ from __future__ import annotations
 from html import escape
 
 from simulator.api import STRATEGIES
-from simulator.catalog import gpus as gpu_catalog
 from simulator.commands import presets
+from simulator.inputs import choices
 from simulator.inputs.schema import CHECKPOINTING_MODES
 from simulator.outputs.html_report import page as report_page
 
@@ -50,7 +50,7 @@ def form() -> str:
         f'aria-label="GPUs of {escape(t["name"])}"></label>'
         for t in listing["topologies"])
     workloads = _options([w["name"] for w in listing["workloads"]], "llama2-7b-lora")
-    cards = _options(sorted(gpu_catalog.GPUS), "rtx4090")
+    cards = _options(list(choices.GPU_NAMES), "rtx4090")
     return f"""{FORM_STYLE}<section id="form">
 <h2>Machines</h2><div id="machines">{machines}</div>{_error("machines")}
 <details><summary>Paste <code>nvidia-smi topo -m</code></summary>

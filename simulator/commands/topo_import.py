@@ -15,11 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from simulator import api
-from simulator.catalog import cpus as cpu_catalog
-from simulator.catalog import gpus as gpu_catalog
-from simulator.catalog import links as link_catalog
 from simulator.errors import InputError, quoted
-from simulator.inputs import nccl_topo_xml, nvidia_smi, topo_import
+from simulator.inputs import choices, nccl_topo_xml, nvidia_smi, topo_import
 from simulator.inputs.schema import TopologyConfig
 from simulator.outputs.files import write_atomically
 
@@ -34,19 +31,19 @@ def add_parser(subparsers: Any) -> None:
                         help="the card of every GPU, or by GPU index for a box of several "
                              "(0-3=rtx4090,4-7=rtx3090); default: the models the file names "
                              "(nvidia-smi -L lines). Catalog: "
-                             f"{', '.join(sorted(gpu_catalog.GPUS))}")
+                             f"{', '.join(choices.GPU_NAMES)}")
     parser.add_argument("-o", "--output", metavar="OUT.yaml", help="write here (default: stdout)")
     parser.add_argument("--name", help="the machine's name (default: the file's stem)")
-    parser.add_argument("--pcie-gen", type=int, choices=sorted(link_catalog.PCIE_RAW_PER_LANE),
+    parser.add_argument("--pcie-gen", type=int, choices=choices.PCIE_GENERATIONS,
                         help="PCIe generation of every link (default: the GPU's)")
     parser.add_argument("--lanes", type=int, help="PCIe lanes of every link (default 16)")
     parser.add_argument("--p2p", choices=("on", "off"),
                         help="PCIe peer-to-peer (default: from `topo -p2p` if pasted, else off "
                              "for GeForce, on otherwise)")
     parser.add_argument("--cpu", metavar="FAMILY",
-                        help=f"CPU family ({', '.join(cpu_catalog.CPUS)}; or a socket link: "
-                             f"{', '.join(link_catalog.SOCKET_LINKS)}); default: NCCL's XML "
-                             f"CPUID, else {cpu_catalog.DEFAULT_CPU}, said in the YAML")
+                        help=f"CPU family ({', '.join(choices.CPU_FAMILIES)}; or a socket link: "
+                             f"{', '.join(choices.SOCKET_LINKS)}); default: NCCL's XML "
+                             f"CPUID, else {choices.DEFAULT_CPU}, said in the YAML")
     parser.set_defaults(handler=run)
 
 
@@ -59,12 +56,12 @@ def run(args: argparse.Namespace) -> int:
                          file=args.file) from None
     if args.lanes is not None and args.lanes not in (1, 2, 4, 8, 16):
         raise InputError(f"--lanes {args.lanes}: expected 1, 2, 4, 8 or 16")
-    known = {*cpu_catalog.CPUS, *link_catalog.SOCKET_LINKS}
+    known = {*choices.CPU_FAMILIES, *choices.SOCKET_LINKS}
     if args.cpu is not None and args.cpu not in known:
-        raise InputError(f"--cpu {quoted(args.cpu)}: known: {', '.join(cpu_catalog.CPUS)} (or a "
-                         f"socket link: {', '.join(link_catalog.SOCKET_LINKS)})")
+        raise InputError(f"--cpu {quoted(args.cpu)}: known: {', '.join(choices.CPU_FAMILIES)} "
+                         f"(or a socket link: {', '.join(choices.SOCKET_LINKS)})")
     if args.gpu is not None and "=" not in args.gpu:
-        gpu_catalog.gpu(args.gpu)  # an unknown name is an error before the file is read
+        choices.check_gpu(args.gpu)  # an unknown name is an error before the file is read
     opts = topo_import.ImportOptions(
         gpu=args.gpu, name=args.name or path.stem.split(".")[0], pcie_gen=args.pcie_gen,
         lanes=args.lanes, p2p=None if args.p2p is None else args.p2p == "on",
