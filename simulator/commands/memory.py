@@ -148,7 +148,7 @@ def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> s
             f"{'per GPU':<12}{'GiB':>8}  what"]
     phase = r.peak_phase
     for line in r.lines:
-        if api.alive(line, phase):
+        if r.holds(line, phase):
             rows.append(f"{line.category:<12}{_gib(line.bytes)}  {line.label}")
     rows.append(f"{'peak':<12}{_gib(r.peak_bytes)}  at the {api.MOMENTS[phase]}; capacity "
                 f"{r.capacity_bytes / GiB:.1f} GiB")
@@ -159,6 +159,10 @@ def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> s
                 f"GiB (torch.cuda.max_memory_allocated), reserved "
                 f"{r.peak_as('reserved') / GiB:.2f} GiB (max_memory_reserved), device total "
                 f"{r.peak_as('total') / GiB:.2f} GiB (with the CUDA context and NCCL)")
+    idle = r.peak_as("total") - r.peak_bytes
+    if idle > 0:  # cached blocks no request fits: freed before an out-of-memory error
+        rows.append(f"{'':<12}{'':>8}  of which {idle / GiB:.2f} GiB idle in the allocator's cache "
+                    "(freed before it runs out of memory: not in the verdict)")
     if r.paged_bytes:  # a paged optimizer: managed memory beside the verdict
         rows += ["", f"{'paged':<12}{'GiB':>8}  what (CUDA managed memory, outside the verdict)"]
         rows += [f"{line.category:<12}{_gib(line.bytes)}  {line.label}"

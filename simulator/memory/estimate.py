@@ -42,11 +42,12 @@ from simulator.job.workload import Job
 from simulator.memo import Memo
 from simulator.memory import host as host_memory
 from simulator.memory.activations import StageShare, activation_lines, activations_per_token
+from simulator.memory.allocator import FRAGMENTATION, cache_lines
 from simulator.memory.report import CATEGORIES, MOMENTS, Line, MemoryReport, alive
 from simulator.units import MiB
 
-__all__ = ["CATEGORIES", "MOMENTS", "Line", "MemoryReport", "StageShare", "activations_per_token",
-           "alive", "estimate", "recipe"]
+__all__ = ["CATEGORIES", "FRAGMENTATION", "MOMENTS", "Line", "MemoryReport", "StageShare",
+           "activations_per_token", "alive", "estimate", "recipe"]
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "tp")
 
@@ -64,11 +65,6 @@ CUBLAS_WORKSPACE_BYTES = 32 * MiB
 NCCL_BYTES_PER_CONNECTION = 4 * MiB + 120 * 640 * 8 * 8 + 8 * 512 * 8 * 16
 NCCL_CONNECTIONS_PER_CHANNEL = 2
 NCCL_DEFAULT_CHANNELS = 2  # assumption: NCCL's ring search gives 2 channels on PCIe-only boxes
-# Caching-allocator rounding and fragmentation: assumed 5% of the tensors' bytes (not calibrated;
-# PyTorch OOM reports show 2-3% reserved-but-unallocated on large jobs, e.g.
-# vllm-project/compressed-tensors#587: 1.83 GiB of 78 GiB; far more without expandable_segments
-# on varying shapes, meta-pytorch/torchtune#1185).
-FRAGMENTATION = 0.05
 # DeepSpeed ZeRO-1/2 gradient reduce bucket: reduce_bucket_size default 5e8 elements (config.py).
 ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000
 
@@ -392,11 +388,7 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                           2 * rows * job.hidden * job.activation_bytes, "backward"))
     if offload != "none":  # host.py: what moves to host RAM
         lines = host_memory.offload_lines(lines, job, strategy, offload, dp, tp)
-    for moment in MOMENTS:
-        tensors = sum(x.bytes for x in lines if alive(x, moment))
-        lines.append(Line("other", f"allocator rounding and fragmentation ({FRAGMENTATION:.0%} "
-                          "of tensor bytes, assumed)", FRAGMENTATION * tensors, f"only:{moment}",
-                          pool="cache"))
+    lines += cache_lines(lines, job, b, tp, stage)  # allocator.py: what the cache holds
     lines += _reserve_lines(dp, tp, nccl_channels, pp)
     notes = [f"recipe: {r.description}",
              "peak = the largest moment of the step: the loss's backward (activations and "

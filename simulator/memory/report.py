@@ -15,8 +15,11 @@ from simulator.units import GiB
 
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "other")
 # the pools each of PyTorch's counters sees (Line.pool)
-COUNTER_POOLS = {"allocated": ("tensor",), "reserved": ("tensor", "cache"),
-                 "total": ("tensor", "cache", "driver")}
+COUNTER_POOLS = {"allocated": ("tensor",), "reserved": ("tensor", "cache", "idle"),
+                 "total": ("tensor", "cache", "idle", "driver")}
+# the pools the card must hold for the job to run (the verdict): not "idle", cached blocks the
+# allocator frees and retries with before it reports out-of-memory (allocator.py)
+NEEDED_POOLS = ("tensor", "cache", "driver")
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,8 @@ class Line:
     host: bool = False  # in host RAM (offloaded), not on the GPU
     # where it lives: "tensor" (allocated through PyTorch's caching allocator), "cache" (held
     # by the allocator but not by a tensor: rounding, fragmentation), "driver" (outside it:
-    # the CUDA context, NCCL's buffers)
+    # the CUDA context, NCCL's buffers), "idle" (a free block cached that no request of the
+    # moment fits: in the counters, not in the verdict)
     pool: str = "tensor"
     # in CUDA managed memory (a paged optimizer's states, cudaMallocManaged): outside the
     # caching allocator and evictable, so not in the verdict; it takes what the rest leaves
@@ -124,8 +128,14 @@ class MemoryReport:
     def host_fits(self) -> bool:
         return self.host_peak_bytes <= self.host_capacity_bytes or not self.host_peak_bytes
 
+    @staticmethod
+    def holds(line: Line, moment: str) -> bool:
+        """Whether the card must hold ``line`` at ``moment`` (alive, and not an idle block)."""
+        return line.pool in NEEDED_POOLS and alive(line, moment)
+
     def phase_total(self, moment: str) -> float:
-        return sum(x.bytes for x in self.lines if alive(x, moment))
+        """What the card must hold at ``moment`` (the verdict's figure)."""
+        return sum(x.bytes for x in self.lines if self.holds(x, moment))
 
     @cached_property
     def peak_phase(self) -> str:
@@ -161,7 +171,7 @@ class MemoryReport:
         out = dict.fromkeys(CATEGORIES, 0.0)
         moment = self.peak_phase
         for x in self.lines:
-            if alive(x, moment):
+            if self.holds(x, moment):
                 out[x.category] += x.bytes
         return {k: int(v) for k, v in out.items()}
 
@@ -175,7 +185,7 @@ class MemoryReport:
     def category_bytes(self, category: str) -> int:
         """Every GPU line of one category, whenever it is alive."""
         return int(sum(x.bytes for x in self.lines if x.category == category and not x.host
-                       and not x.paged))
+                       and not x.paged and x.pool in NEEDED_POOLS))
 
     @property
     def fits(self) -> bool:
