@@ -97,7 +97,10 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
             # ends: keep the cyclic collector from scanning it again at every collection the
             # simulation's allocations trigger (a fifth of a short run's CPU)
             gc.freeze()
-        code = int(args.handler(args))
+        from simulator.inputs.jsonfile import held_warnings
+
+        with held_warnings():  # an error ends the command in one line, its warnings dropped
+            code = int(args.handler(args))
         sys.stdout.flush()  # a full or closed stdout fails here, not in interpreter teardown
         return code
     except InputError as exc:  # a UsageError (parsing.py) names the (sub)command argparse read

@@ -4,6 +4,8 @@ file that reads); limits and required keys as the YAML inputs have them."""
 import json
 from pathlib import Path
 
+import pytest
+
 from simulator.cli import main
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -54,3 +56,17 @@ def test_a_required_key_given_as_null_is_the_one_line(tmp_path, capsys):  # noqa
     assert main(["memory", "-t", "2x5090", "-w", f"hf:{path}"]) == 2
     err = capsys.readouterr().err.strip()
     assert f"error: {path}:" in err and err.endswith("num_hidden_layers: required, got null")
+
+
+def test_a_topology_whose_gpus_cannot_reach_a_cpu_is_named_by_its_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A route the machine lacks, found while `run` sizes NCCL's buffers for the memory
+    verdict, names the topology file (it was the machine's name alone)."""
+    path = tmp_path / "islands.yaml"
+    path.write_text("name: islands\ngpu: rtx4090\nnodes:\n  - {id: cpu0, kind: cpu}\n"
+                    "  - {id: gpu0, kind: gpu}\n  - {id: gpu1, kind: gpu}\n"
+                    "links:\n  - {a: cpu0, b: gpu0, kind: pcie, gen: 4, lanes: 16}\n"
+                    "  - {a: gpu0, b: gpu1, kind: pcie, gen: 4, lanes: 16}\n")
+    assert main(["run", "-t", str(path), "-w", "gpt2-medium", "--no-ranges"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"stepsim run: error: {path}: ") and "no path from" in line

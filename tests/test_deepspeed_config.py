@@ -158,3 +158,20 @@ def test_unknown_keys_warn_and_bad_json_fails(tmp_path: Path,
     assert main(["memory", "-t", "1x4090", "-w", "llama2-7b", "--deepspeed", str(bad)]) == 2
     out = capsys.readouterr().err.strip()
     assert f"{bad}:2: invalid JSON" in out and "\n" not in out
+
+
+def test_a_config_whose_later_check_fails_says_one_line(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelt ``stage`` warns when read, and its offload then cannot apply to the default
+    -s ddp: the command ends in the error's one line, the warning that led there dropped; a
+    command that succeeds still prints its warnings (after its output)."""
+    path = _config(tmp_path, {"zero_optimization": {"stag": 2,
+                                                    "offload_optimizer": {"device": "cpu"}}})
+    assert main(["memory", "-t", "2x5090", "-w", "gpt2-medium", "--deepspeed", path]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"stepsim memory: error: {path}: zero_optimization: its offload")
+    assert "(the file gives no stage)" in line
+    assert main(["memory", "-t", "2x5090", "-w", "gpt2-medium", "--deepspeed", path,
+                 "-s", "zero2"]) == 0
+    captured = capsys.readouterr()
+    assert "fits" in captured.out and "zero_optimization.stag: warning: unknown key" in captured.err

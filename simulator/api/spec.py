@@ -145,12 +145,22 @@ def configured(spec: RunSpec) -> RunSpec:
     return replace(spec, **changes) if changes else spec
 
 
-@lru_cache(maxsize=16)
 def _deepspeed_settings(path: str) -> tuple[tuple[str, Any], ...]:
-    """A DeepSpeed config's RunSpec fields, read once per process (its warnings too)."""
+    """A DeepSpeed config's RunSpec fields, read once per process; its warnings shown at each
+    use (each line printed once: jsonfile.show)."""
+    from simulator.inputs.jsonfile import show
+
+    fields, warnings = _read_deepspeed(path)
+    show(warnings)
+    return fields
+
+
+@lru_cache(maxsize=16)
+def _read_deepspeed(path: str) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
     from simulator.inputs import deepspeed_config
 
-    return tuple(deepspeed_config.settings(path).items())
+    fields, warnings = deepspeed_config.read_settings(path)
+    return tuple(fields.items()), warnings
 
 
 TRAINING_OVERRIDES = ("framework", "kernels", "cross_entropy", "precision", "optimizer",
@@ -208,8 +218,11 @@ def check_offload(spec: RunSpec) -> None:
         path = _deepspeed_source(spec, ("offload",))
         if path is None:
             raise
+        unstaged = ("strategy" not in dict(_deepspeed_settings(path))
+                    and "strategy" not in spec.explicit)
         raise InputError(f"zero_optimization: its offload ({spec.offload}) with -s "
-                         f"{spec.strategy}: {exc.message}", file=path) from None
+                         f"{spec.strategy}" + (" (the file gives no stage)" if unstaged else "")
+                         + f": {exc.message}", file=path) from None
 
 
 # Ops in one simulated micro-step (identical micro-steps are replayed, not simulated again).
@@ -293,4 +306,4 @@ def options_of(spec: RunSpec) -> strategies.Options:
 def forget_jobs() -> None:
     """Drop every job and DeepSpeed config read so far (api.clear_caches)."""
     load_job.cache_clear()
-    _deepspeed_settings.cache_clear()
+    _read_deepspeed.cache_clear()

@@ -26,7 +26,7 @@ from simulator.inputs.config import load_workload
 from simulator.job.optimizer import PAGED
 from simulator.job.workload import Job
 from simulator.machine import host
-from simulator.machine.build import load_machine
+from simulator.machine.build import blame, load_machine
 from simulator.machine.scales import NEUTRAL
 from simulator.machine.topology import Machine
 from simulator.memory import estimate as memory_model
@@ -159,7 +159,8 @@ def memory_of(spec: RunSpec, split: dict[str, Any] | None = None) -> dict[str, A
         split = pipeline_split(spec)
     job = job_of(spec)
     check_optimizer(spec, job, machine)  # a recipe the optimizer cannot run is no candidate
-    return _memory(job, machine, spec, split)
+    with blame(spec.workload, "workloads", machine, spec.topology):  # a route the box lacks
+        return _memory(job, machine, spec, split)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.errors import quoted
-from simulator.inputs.jsonfile import JsonDoc, Loc, read
+from simulator.inputs.jsonfile import JsonDoc, Loc, read, show
 from simulator.inputs.schema import MAX_BATCH
 
 STRATEGY_OF_STAGE = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
@@ -77,7 +77,15 @@ _PRECISION = {"enabled", "loss_scale", "loss_scale_window", "initial_scale_power
 
 
 def settings(path: str) -> dict[str, Any]:
-    """The RunSpec fields ``path`` sets (field -> value); fields it leaves are absent."""
+    """The RunSpec fields ``path`` sets (field -> value); fields it leaves are absent. Its
+    warnings (unknown keys) are printed (jsonfile.show)."""
+    fields, warnings = read_settings(path)
+    show(warnings)
+    return fields
+
+
+def read_settings(path: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``settings`` and its warning lines, unprinted (a cached reader shows them at each use)."""
     doc = read(path, "a DeepSpeed config")
     doc.warn_unknown((), _TOP)
     zero: Loc = ("zero_optimization",)
@@ -128,8 +136,7 @@ def settings(path: str) -> dict[str, Any]:
     precision = _precision(doc)
     if precision is not None:
         out["precision"] = precision
-    doc.show_warnings()
-    return out
+    return out, tuple(doc.warned)
 
 
 def _offload(doc: JsonDoc, zero: Loc) -> dict[str, Any]:

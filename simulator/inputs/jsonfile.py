@@ -16,7 +16,8 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,11 +210,42 @@ class JsonDoc:
 
     def show_warnings(self) -> None:
         """Print the warnings, each once a process: called when the file read without error,
-        so a file with an error says that one line and nothing else."""
-        for text in self.warned:
+        so a file with an error says that one line and nothing else (inside ``held_warnings``
+        they wait for the command to end without one)."""
+        show(self.warned)
+
+
+def show(warnings: Iterable[str]) -> None:
+    """Print warning lines not printed yet, or hold them (``held_warnings``). A reader whose
+    result is cached passes its lines again at each use: a command that ended in an error
+    dropped them, and the next one that uses the file prints them."""
+    for text in warnings:
+        if _held is not None:
+            if text not in _held:
+                _held.append(text)
+        elif text not in _SHOWN:
+            _SHOWN.add(text)
+            print(text, file=sys.stderr)
+
+
+_held: list[str] | None = None  # warnings waiting for the command's outcome
+
+
+@contextmanager
+def held_warnings() -> Iterator[None]:
+    """Warnings of the files read inside wait for the end: printed if it ends normally, dropped
+    if an error ends it (a config whose later check fails says that one line, as a file with an
+    error does, even when a warning about it led there)."""
+    global _held
+    outer, _held = _held, []
+    try:
+        yield
+        for text in _held:
             if text not in _SHOWN:
                 _SHOWN.add(text)
                 print(text, file=sys.stderr)
+    finally:
+        _held = outer
 
 
 def _key(loc: Loc) -> str:
