@@ -203,6 +203,8 @@ class Builder:
                 out = r.norm(s, A.norm) + out
             return out  # type: ignore[no-any-return]
         if op == "mlp_act":
+            if k == "eager":  # autocast's fp32 ops change what eager's python GELU moves
+                return eager.activation(s, A.mlp, gelu=A.gelu, autocast=self.job.recipe.autocast)
             return r.activation(s, A.mlp, gelu=A.gelu)  # type: ignore[no-any-return]
         return NONE
 
