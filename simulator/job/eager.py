@@ -30,9 +30,19 @@ Sources, one per stage:
 - Residual: ``residual + hidden_states`` (one add); GPT-2 drops the branch first
   (resid_pdrop, aten native_dropout: a 1-byte mask); in backward the stream's two gradients
   (through the branch and around it) meet in one add.
+- The residual stream under torch.autocast over fp32 weights is fp32: the embedding looks up
+  fp32 rows (embedding is on none of autocast's lists), a 16-bit branch added to it promotes
+  to fp32, and nn.LayerNorm is on autocast's fp32 list (autocast_mode.cpp ``KERNEL_CUDA(
+  layer_norm, fp32)``), RMSNorm's ``.to(input_dtype)`` returns fp32. Each linear layer that
+  reads a norm's fp32 output casts it to 16 bit itself (addmm, linear: the lower-precision
+  list; autocast caches casts of leaf weights only, autocast_mode.cpp ``cached_cast``), and
+  autograd casts each gradient back to its input's dtype (engine.cpp validate_outputs):
+  ``stream_norm``, ``residual(stream=FP32)``.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from simulator.job.kernels import FP32, BlockShape, Kernel, MemoryBound, pointwise, tiny
 
@@ -76,6 +86,18 @@ def norm(s: BlockShape, kind: str, *, residual: bool = False) -> MemoryBound:
                 *_cast("to_fp32.backward", n, f32, e)]
     # pow and mul save the fp32 input (x itself under fp32); the weight mul saves its bf16 input
     return MemoryBound.of(forward, backward, saved_per_token=(f32 + e) * s.hidden)
+
+
+def stream_norm(s: BlockShape, kind: str, consumers: int) -> MemoryBound:
+    """A norm on the fp32 residual stream under autocast: the norm in fp32, then one cast to
+    16 bit per linear layer that reads its output (backward: each one's cast back)."""
+    n, f = s.n_h, FP32
+    fp32 = norm(replace(s, e=f), kind)
+    casts = [pointwise("autocast_to_16bit", n, reads=f, writes=s.e) for _ in range(consumers)]
+    backs = [pointwise("autocast_to_16bit_backward", n, reads=s.e, writes=f)
+             for _ in range(consumers)]
+    return MemoryBound.of([*fp32.forward, *casts], [*backs, *fp32.backward],
+                          fp32.saved_per_token)
 
 
 def _rotary_one(n: float, e: int, style: RotaryStyle, tag: str) -> tuple[list[Kernel],
@@ -212,15 +234,20 @@ def _gelu_new_autocast(n: float, e: int, ffn: int) -> MemoryBound:
     return MemoryBound.of(fwd, bwd, saved_per_token=(3 * f + e) * ffn)
 
 
-def residual(s: BlockShape, *, dropout: bool, into_norm: bool = False) -> MemoryBound:
+def residual(s: BlockShape, *, dropout: bool, into_norm: bool = False,
+             stream: int | None = None) -> MemoryBound:
     """``residual + dropout(branch)``; backward: the dropout's mask pass and the add where the
-    stream's two gradients meet."""
+    stream's two gradients meet. ``stream``: the stream's dtype where it is wider than the
+    branch's (fp32 under autocast): the add promotes, and the branch's gradient is cast back."""
     n, e = s.n_h, s.e
+    r = stream or e
     fwd: list[Kernel] = []
     bwd: list[Kernel] = []
+    if r != e:
+        bwd.append(pointwise("add_residual_backward.to_16bit", n, reads=r, writes=e))
     if dropout:
         fwd.append(pointwise("native_dropout", n, reads=e, writes=e + 1))
         bwd.append(pointwise("native_dropout_backward", n, reads=e + 1, writes=e))
-    fwd.append(pointwise("add_residual", n, reads=2 * e, writes=e))
-    bwd.append(pointwise("accumulate_residual_grad", n, reads=2 * e, writes=e))
+    fwd.append(pointwise("add_residual", n, reads=e + r, writes=r))
+    bwd.append(pointwise("accumulate_residual_grad", n, reads=2 * r, writes=r))
     return MemoryBound.of(fwd, bwd, saved_per_token=s.hidden if dropout else 0.0)  # 1-byte mask
