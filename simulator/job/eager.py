@@ -25,14 +25,24 @@ Sources, one per stage:
 - SwiGLU: LlamaMLP ``act_fn(gate_proj(x)) * up_proj(x)`` (silu and mul kernels), torchtitan
   FeedForward ``F.silu(w1(x)) * w3(x)``.
 - GELU: GPT-2's ``gelu_new`` is transformers activations.py NewGELUActivation, eight aten ops
-  (``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))``); MPT and BERT use the native
-  GELU kernel.
+  (``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))``), in fp32 from ``pow`` on under
+  torch.autocast (``_gelu_new_autocast``); MPT and BERT use the native GELU kernel.
 - Residual: ``residual + hidden_states`` (one add); GPT-2 drops the branch first
   (resid_pdrop, aten native_dropout: a 1-byte mask); in backward the stream's two gradients
   (through the branch and around it) meet in one add.
+- The residual stream under torch.autocast over fp32 weights is fp32: the embedding looks up
+  fp32 rows (embedding is on none of autocast's lists), a 16-bit branch added to it promotes
+  to fp32, and nn.LayerNorm is on autocast's fp32 list (autocast_mode.cpp ``KERNEL_CUDA(
+  layer_norm, fp32)``), RMSNorm's ``.to(input_dtype)`` returns fp32. Each linear layer that
+  reads a norm's fp32 output casts it to 16 bit itself (addmm, linear: the lower-precision
+  list; autocast caches casts of leaf weights only, autocast_mode.cpp ``cached_cast``), and
+  autograd casts each gradient back to its input's dtype (engine.cpp validate_outputs):
+  ``stream_norm``, ``residual(stream=FP32)``.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from simulator.job.kernels import FP32, BlockShape, Kernel, MemoryBound, pointwise, tiny
 
@@ -76,6 +86,18 @@ def norm(s: BlockShape, kind: str, *, residual: bool = False) -> MemoryBound:
                 *_cast("to_fp32.backward", n, f32, e)]
     # pow and mul save the fp32 input (x itself under fp32); the weight mul saves its bf16 input
     return MemoryBound.of(forward, backward, saved_per_token=(f32 + e) * s.hidden)
+
+
+def stream_norm(s: BlockShape, kind: str, consumers: int) -> MemoryBound:
+    """A norm on the fp32 residual stream under autocast: the norm in fp32, then one cast to
+    16 bit per linear layer that reads its output (backward: each one's cast back)."""
+    n, f = s.n_h, FP32
+    fp32 = norm(replace(s, e=f), kind)
+    casts = [pointwise("autocast_to_16bit", n, reads=f, writes=s.e) for _ in range(consumers)]
+    backs = [pointwise("autocast_to_16bit_backward", n, reads=s.e, writes=f)
+             for _ in range(consumers)]
+    return MemoryBound.of([*fp32.forward, *casts], [*backs, *fp32.backward],
+                          fp32.saved_per_token)
 
 
 def _rotary_one(n: float, e: int, style: RotaryStyle, tag: str) -> tuple[list[Kernel],
@@ -152,10 +174,11 @@ def attention_layout(s: BlockShape, *, qkv_fused: bool) -> MemoryBound:
     return MemoryBound.of(fwd, bwd)
 
 
-def activation(s: BlockShape, mlp: str, *, gelu: str = "native") -> MemoryBound:
+def activation(s: BlockShape, mlp: str, *, gelu: str = "native",
+               autocast: bool = False) -> MemoryBound:
     """The MLP's activation between the up and down projections. Saved here: what the
     activation's own backward needs (its output, the down projection's input, is counted
-    with the GEMM inputs)."""
+    with the GEMM inputs). ``autocast``: torch.autocast is on (``_gelu_new_autocast``)."""
     n, e = s.n_f, s.e
     if mlp == "swiglu":
         return MemoryBound.of([pointwise("silu", n, reads=e, writes=e, flops_per_element=4),
@@ -165,6 +188,8 @@ def activation(s: BlockShape, mlp: str, *, gelu: str = "native") -> MemoryBound:
                          pointwise("silu_backward", n, reads=2 * e, writes=e,
                                    flops_per_element=6)],
                         saved_per_token=3 * e * s.ffn)  # gate, silu(gate), up
+    if gelu == "python" and autocast and e != FP32:
+        return _gelu_new_autocast(n, e, s.ffn)
     if gelu == "python":  # NewGELUActivation, op by op
         ops = [("pow3", 1), ("mul_c1", 1), ("add_x", 2), ("mul_c2", 1), ("tanh", 1),
                ("add_one", 1), ("mul_half", 1), ("mul", 2)]
@@ -181,15 +206,48 @@ def activation(s: BlockShape, mlp: str, *, gelu: str = "native") -> MemoryBound:
                     saved_per_token=e * s.ffn)  # its input
 
 
-def residual(s: BlockShape, *, dropout: bool, into_norm: bool = False) -> MemoryBound:
+def _gelu_new_autocast(n: float, e: int, ffn: int) -> MemoryBound:
+    """NewGELUActivation under torch.autocast: ``pow`` is on autocast's fp32 list (PyTorch
+    autocast_mode.cpp ``KERNEL_CUDA2(pow, Tensor_Scalar, fp32)``; docs amp.rst "CUDA Ops that
+    can autocast to float32"), so the 16-bit input is cast to fp32 for it and everything after
+    it is fp32 by type promotion; only ``0.5 * input`` stays 16-bit. The fp32 output is cast
+    back by the down projection's addmm (autocast's lower-precision list). Backward: autograd's
+    engine casts each input gradient to its input's dtype (torch/csrc/autograd/engine.cpp
+    validate_outputs), so the mul and add that mixed dtypes hand back one cast each."""
+    f = FP32
+    fwd = [pointwise("gelu_new.mul_half", n, reads=e, writes=e),
+           pointwise("gelu_new.pow.autocast_to_fp32", n, reads=e, writes=f),
+           *[pointwise(f"gelu_new.{name}", n, reads=r, writes=f) for name, r in (
+               ("pow3", f), ("mul_c1", f), ("add_x", e + f), ("mul_c2", f), ("tanh", f),
+               ("add_one", f), ("mul", e + f))],
+           pointwise("gelu_new.autocast_to_16bit", n, reads=f, writes=e)]
+    bops: list[tuple[str, float, float]] = [
+        ("autocast_to_16bit_backward", e, f), ("mul_backward.a", 2 * f, f),
+        ("mul_backward.a.to_16bit", f, e), ("mul_backward.b", e + f, f),
+        ("tanh_backward", 2 * f, f), ("mul_c2_backward", f, f),
+        ("add_x_backward.to_16bit", f, e), ("mul_c1_backward", f, f),
+        ("pow_backward.pow2", f, f), ("pow_backward.mul3", f, f),
+        ("pow_backward.mul_grad", 2 * f, f), ("pow.autocast_to_fp32_backward", f, e),
+        ("mul_half_backward", e, e), ("accumulate0", 2 * e, e), ("accumulate1", 2 * e, e)]
+    bwd = [pointwise(f"gelu_new.{name}", n, reads=r, writes=w) for name, r, w in bops]
+    # pow saves its fp32 input, tanh its fp32 output, the last mul its 16-bit and fp32 inputs
+    return MemoryBound.of(fwd, bwd, saved_per_token=(3 * f + e) * ffn)
+
+
+def residual(s: BlockShape, *, dropout: bool, into_norm: bool = False,
+             stream: int | None = None) -> MemoryBound:
     """``residual + dropout(branch)``; backward: the dropout's mask pass and the add where the
-    stream's two gradients meet."""
+    stream's two gradients meet. ``stream``: the stream's dtype where it is wider than the
+    branch's (fp32 under autocast): the add promotes, and the branch's gradient is cast back."""
     n, e = s.n_h, s.e
+    r = stream or e
     fwd: list[Kernel] = []
     bwd: list[Kernel] = []
+    if r != e:
+        bwd.append(pointwise("add_residual_backward.to_16bit", n, reads=r, writes=e))
     if dropout:
         fwd.append(pointwise("native_dropout", n, reads=e, writes=e + 1))
         bwd.append(pointwise("native_dropout_backward", n, reads=e + 1, writes=e))
-    fwd.append(pointwise("add_residual", n, reads=2 * e, writes=e))
-    bwd.append(pointwise("accumulate_residual_grad", n, reads=2 * e, writes=e))
+    fwd.append(pointwise("add_residual", n, reads=e + r, writes=r))
+    bwd.append(pointwise("accumulate_residual_grad", n, reads=2 * r, writes=r))
     return MemoryBound.of(fwd, bwd, saved_per_token=s.hidden if dropout else 0.0)  # 1-byte mask

@@ -34,7 +34,16 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from simulator.job import attention, eager, loss, moe, vision
-from simulator.job.kernels import NONE, BlockShape, Kernel, MemoryBound, gemm, memory, pointwise
+from simulator.job.kernels import (
+    FP32,
+    NONE,
+    BlockShape,
+    Kernel,
+    MemoryBound,
+    gemm,
+    memory,
+    pointwise,
+)
 from simulator.job.parameters import QA_LABELS
 
 if TYPE_CHECKING:
@@ -144,6 +153,29 @@ class Builder:
         self._kernels: dict[tuple[str, int, tuple[bool, bool], str], list[Kernel]] = {}
 
     # --- the regime's memory-bound work -----------------------------------------------------
+    @property
+    def stream_fp32(self) -> bool:
+        """Eager modules under torch.autocast over fp32 weights keep the residual stream in
+        fp32 (simulator/job/eager.py: the embedding, the promoting adds, LayerNorm)."""
+        return self.autocast and self.kernels == "eager" and self.a != FP32 \
+            and self.job.finetune == "full"
+
+    @property
+    def stream_bytes(self) -> int:
+        """Bytes per element of the residual stream."""
+        return FP32 if self.stream_fp32 else self.a
+
+    def _readers(self, block: int, op: str) -> int:
+        """How many linear layers read a norm's output (under autocast each casts it)."""
+        A = self.arch
+        nxt = {"attn_norm": (block, "mlp_in" if A.encoder else "qkv"),
+               "mlp_norm": (block + 1, "qkv") if A.encoder else (block, "mlp_in"),
+               "embedding_norm": (0, "qkv"), "final_norm": (block, "lm_head")}[op]
+        if A.encoder and nxt[0] == A.layers:
+            nxt = (A.layers, "qa_head")
+        mods = [m for m in self.by_op.get(nxt, []) if m.kind in ("linear", "conv1d")]
+        return max(1, sum(m.in_features == A.hidden for m in mods))
+
     def _key(self, block: int, op: str) -> tuple[int, tuple[bool, bool], str]:
         """Blocks are alike but for the first one (no residual stream before it) and, in a
         mixture of experts, the dense ones: cache key."""
@@ -172,6 +204,10 @@ class Builder:
         A, s, r, k = self.arch, self.shape, self.regime, self.kernels
         dropout = self.job.hidden_dropout
         post_ln = A.encoder
+        if self.stream_fp32 and op in ("attn_norm", "mlp_norm", "final_norm"):
+            return eager.stream_norm(s, A.norm, self._readers(block, op))
+        if self.stream_fp32 and op in ("attn_out", "mlp_out") and not A.sandwich_norm:
+            return eager.residual(s, dropout=dropout, stream=FP32)
         # where the residual add before a norm is folded into it (see compiled.py, fused.py)
         if op == "attn_norm":
             fold = k != "eager" if post_ln else (k == "fused" and block > 0)
@@ -182,10 +218,13 @@ class Builder:
             regime = eager if k == "compiled" else r
             return regime.norm(s, A.norm, residual=k == "fused")  # type: ignore[no-any-return]
         if op == "embedding_norm":  # BertEmbeddings: LayerNorm, then dropout
-            drop = MemoryBound.of([pointwise("native_dropout", s.n_h, reads=s.e, writes=s.e + 1)],
-                            [pointwise("native_dropout_backward", s.n_h, reads=s.e + 1,
-                                       writes=s.e)], saved_per_token=s.hidden) \
+            x = self.stream_bytes
+            drop = MemoryBound.of([pointwise("native_dropout", s.n_h, reads=x, writes=x + 1)],
+                            [pointwise("native_dropout_backward", s.n_h, reads=x + 1,
+                                       writes=x)], saved_per_token=s.hidden) \
                 if dropout else NONE
+            if self.stream_fp32:
+                return eager.stream_norm(s, A.norm, self._readers(block, op)) + drop
             return r.norm(s, A.norm) + drop  # type: ignore[no-any-return]
         if op == "qkv":
             rope = r.rotary(s, self.job.recipe.rotary) if A.positions == "rotary" else NONE
@@ -203,6 +242,8 @@ class Builder:
                 out = r.norm(s, A.norm) + out
             return out  # type: ignore[no-any-return]
         if op == "mlp_act":
+            if k == "eager":  # autocast's fp32 ops change what eager's python GELU moves
+                return eager.activation(s, A.mlp, gelu=A.gelu, autocast=self.job.recipe.autocast)
             return r.activation(s, A.mlp, gelu=A.gelu)  # type: ignore[no-any-return]
         return NONE
 
@@ -212,7 +253,8 @@ class Builder:
             return []
         if self.kernels == "compiled":  # folded into the next kernel: one more read each
             return [pointwise("sum_input_grads", n, reads=(consumers - 1) * self.a, writes=0)]
-        return [pointwise("accumulate_input_grad", n, reads=2 * self.a, writes=self.a)
+        x = self.stream_bytes  # under autocast each was cast back to the fp32 stream's dtype
+        return [pointwise("accumulate_input_grad", n, reads=2 * x, writes=x)
                 for _ in range(consumers - 1)]
 
     def accumulate(self, n: float, consumers: int) -> list[Kernel]:
@@ -309,7 +351,7 @@ class Builder:
         return self._kernels[key]
 
     def _forward(self, block: int, op: str) -> list[Kernel]:
-        A, T, a, j = self.arch, self.T, self.a, self.job
+        A, T, j = self.arch, self.T, self.job
         if op in moe.MOE_OPS:
             return moe.forward(self, block, op)
         mods = self.by_op.get((block, op), [])
@@ -319,10 +361,10 @@ class Builder:
         if op == "attention":
             return self._attention(block, backward=False)
         if op == "embedding":  # gather rows of each table (read + write), add position rows
-            n_tables = len(mods)
-            gather = memory((2 * n_tables + 3 * (n_tables - 1)) * T * A.hidden * a,
+            n_tables, x = len(mods), self.stream_bytes
+            gather = memory((2 * n_tables + 3 * (n_tables - 1)) * T * A.hidden * x,
                             name="embedding")
-            return [gather] + ([memory(T * A.hidden * (2 * a + 1), name="native_dropout")]
+            return [gather] + ([memory(T * A.hidden * (2 * x + 1), name="native_dropout")]
                                if j.hidden_dropout else [])
         if op == "embedding_norm":
             return list(glue)
@@ -410,13 +452,14 @@ class Builder:
                 if self.autocast and mods == [] else []
             return dx + [dw] * c + adds + cast
         if op == "embedding":  # dense grad of the table(s), scatter-add of dY
-            drop = [memory(T * A.hidden * (2 * a + 1), name="native_dropout_backward")] \
+            x = self.stream_bytes
+            drop = [memory(T * A.hidden * (2 * x + 1), name="native_dropout_backward")] \
                 if j.hidden_dropout else []
             if not full:  # frozen embeddings: nothing to compute
                 return drop
             tables = sum(m.in_features * m.out_features for m in mods)
             g = j.grad_bytes
-            return drop + [memory(tables * g + len(mods) * T * A.hidden * (a + g),
+            return drop + [memory(tables * g + len(mods) * T * A.hidden * (x + g),
                                   name="embedding_dense_backward")]
         linears = [m for m in mods if m.kind in ("linear", "conv1d")]
         if linears:
