@@ -60,7 +60,10 @@ class Stack:
         LOSS_FUNCTION)."""
         if self.transformers_given is not None:
             return self.transformers_given
-        return OLD_TRANSFORMERS if self.torch < TORCH_OF_LOSS_FUNCTION else TODAY_TRANSFORMERS
+        if self.torch >= TODAY.torch:  # today's stack, or a later one
+            return TODAY_TRANSFORMERS
+        known = [v for v in TRANSFORMERS_AT_TORCH if v <= self.torch[:2]]
+        return TRANSFORMERS_AT_TORCH[max(known)] if known else min(TRANSFORMERS_AT_TORCH.values())
 
     def words(self) -> str:
         hf = f", transformers {_words(self.transformers_given)}" if self.transformers_given \
@@ -79,13 +82,21 @@ class Stack:
 # (LlamaForCausalLM.forward, 4.36-4.45: ``logits = logits.float()`` ahead of the loss) and return
 # them in fp32; 4.46 (2024-10-24) moved the upcast into the loss function
 # (src/transformers/loss/loss_utils.py ForCausalLMLoss: ``logits = logits.float()`` on a local),
-# so the model returns them in the compute dtype. A stack that names no transformers takes one
-# of its PyTorch's time: before 4.46 with PyTorch before 2.6 (4.46.0 came a week after PyTorch
-# 2.5.0 of 2024-10-17; 2.6.0, 2025-01-29, met 4.48), today's after.
+# so the model returns them in the compute dtype.
 LOSS_FUNCTION = (4, 46, 0)
-TORCH_OF_LOSS_FUNCTION = (2, 6, 0)
-OLD_TRANSFORMERS = (4, 45, 0)
 TODAY_TRANSFORMERS = (4, 56, 0)
+# The transformers release out when each PyTorch minor release came out (PyPI release dates:
+# torch 1.10 2021-10-21, transformers 4.11 2021-09-27; 1.11 2022-03-10, 4.17 2022-03-03; 1.12
+# 2022-06-28, 4.20 2022-06-16; 1.13 2022-10-28, 4.23 2022-10-10; 2.0 2023-03-15, 4.26
+# 2023-01-24; 2.1 2023-10-04, 4.34 2023-10-03; 2.2 2024-01-30, 4.37 2024-01-22; 2.3 2024-04-24,
+# 4.40 2024-04-18; 2.4 2024-07-24, 4.43 2024-07-23; 2.5 2024-10-17, 4.45 2024-09-25; 2.6
+# 2025-01-29, 4.48 2025-01-10; 2.7 2025-04-23, 4.51 2025-04-05; 2.8 2025-08-06, 4.55
+# 2025-08-05): a stack that names no transformers takes its PyTorch's.
+TRANSFORMERS_AT_TORCH: dict[tuple[int, ...], Version] = {
+    (1, 10): (4, 11, 0), (1, 11): (4, 17, 0), (1, 12): (4, 20, 0), (1, 13): (4, 23, 0),
+    (2, 0): (4, 26, 0), (2, 1): (4, 34, 0), (2, 2): (4, 37, 0), (2, 3): (4, 40, 0),
+    (2, 4): (4, 43, 0), (2, 5): (4, 45, 0), (2, 6): (4, 48, 0), (2, 7): (4, 51, 0),
+    (2, 8): (4, 55, 0)}
 
 
 # Today's stack: the catalog's newest rates were measured on PyTorch 2.7-2.8 with CUDA 12.6-12.8
