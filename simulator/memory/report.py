@@ -226,7 +226,8 @@ class MemoryReport:
             "breakdown_bytes": self.breakdown_bytes,
             "lines": [{"category": x.category, "label": x.label, "bytes": int(x.bytes),
                        "phase": x.phase, **({"host": True} if x.host else {}),
-                       **({"paged": True} if x.paged else {})}
+                       **({"paged": True} if x.paged else {}),
+                       **({"idle": True} if x.pool == "idle" else {})}
                       for x in self.lines],
             "notes": list(self.notes),
         }

@@ -111,7 +111,9 @@ def memory_over_step(timeline: Timeline, lines: Sequence[Mapping[str, object]],
               "output": during([(min((a for a, _ in heads), default=b0), end)])}
     bands: dict[str, list[float]] = {k: [0.0] * len(times) for k in MEMORY_BANDS}
     for line in lines:
-        if line.get("host") or line.get("paged"):  # host RAM, or managed (paged) memory
+        # host RAM, managed (paged) memory, or a cached block the allocator frees before it
+        # runs out (``idle``): none of them is what the card must hold
+        if line.get("host") or line.get("paged") or line.get("idle"):
             continue
         category, phase = str(line["category"]), str(line["phase"])
         band = category
