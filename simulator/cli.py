@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
             # ends: keep the cyclic collector from scanning it again at every collection the
             # simulation's allocations trigger (a fifth of a short run's CPU)
             gc.freeze()
-        from simulator.inputs.jsonfile import held_warnings
+        from simulator.inputs.file_warnings import held_warnings
 
         with held_warnings():  # an error ends the command in one line, its warnings dropped
             code = int(args.handler(args))

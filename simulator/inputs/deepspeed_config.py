@@ -31,7 +31,8 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.errors import quoted
-from simulator.inputs.jsonfile import JsonDoc, Loc, read, show
+from simulator.inputs.file_warnings import show
+from simulator.inputs.jsonfile import JsonDoc, Loc, read
 from simulator.inputs.schema import MAX_BATCH
 
 STRATEGY_OF_STAGE = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}

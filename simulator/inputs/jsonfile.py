@@ -15,19 +15,17 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from simulator.errors import LINE_CHARS, PATH_CHARS, InputError, cut
+from simulator.inputs.file_warnings import show
 from simulator.inputs.loader import MAX_BYTES, decode
 
 Loc = tuple[str | int, ...]  # key path: ("zero_optimization", "offload_param", "device")
 
-_SHOWN: set[str] = set()  # warning lines printed so far
 # JSON's tokens: a string, a punctuation mark, or a bare word or number (the text is valid)
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s{}\[\]:,"]+')
 
@@ -215,37 +213,6 @@ class JsonDoc:
         show(self.warned)
 
 
-def show(warnings: Iterable[str]) -> None:
-    """Print warning lines not printed yet, or hold them (``held_warnings``). A reader whose
-    result is cached passes its lines again at each use: a command that ended in an error
-    dropped them, and the next one that uses the file prints them."""
-    for text in warnings:
-        if _held is not None:
-            if text not in _held:
-                _held.append(text)
-        elif text not in _SHOWN:
-            _SHOWN.add(text)
-            print(text, file=sys.stderr)
-
-
-_held: list[str] | None = None  # warnings waiting for the command's outcome
-
-
-@contextmanager
-def held_warnings() -> Iterator[None]:
-    """Warnings of the files read inside wait for the end: printed if it ends normally, dropped
-    if an error ends it (a config whose later check fails says that one line, as a file with an
-    error does, even when a warning about it led there)."""
-    global _held
-    outer, _held = _held, []
-    try:
-        yield
-        for text in _held:
-            if text not in _SHOWN:
-                _SHOWN.add(text)
-                print(text, file=sys.stderr)
-    finally:
-        _held = outer
 
 
 def _key(loc: Loc) -> str:
