@@ -162,3 +162,25 @@ def test_a_topology_calibrated_on_its_own_logs_narrows_its_range(tmp_path: Path)
     def width(r: dict) -> float:
         return r["step_time_s_range"][1] - r["step_time_s_range"][0]
     assert width(after) < 0.5 * width(before)
+
+
+def test_an_offloaded_run_is_ranged_over_its_offloads_spread() -> None:
+    """One RTX 4090, ZeRO-3 with parameters in host RAM: the step waits on the copies and the
+    CPU optimizer, so the offload's spread (its validation runs, 0.57-0.98x) widens the range,
+    where compute alone left it 0.01 s wide; the copies' flows carry the factor."""
+    from simulator.machine import host
+    from simulator.machine.scales import RateScales
+
+    report = api.simulate(api.RunSpec("1x4090", "llama2-7b", "zero3", offload="params",
+                                      checkpointing="full"), baseline=False,
+                          ranges=True).report
+    low, high = report["step_time_s_range"]
+    spread = report["range_basis"]["mechanisms"]["offload"]
+    assert high / report["step_time_s"] > 1.3 and spread["low"] < 0.7
+    assert report["range_basis"]["dominant"] == "offload"
+    assert report["range_basis"]["summary"].startswith(
+        "range: DeepSpeed ZeRO-3 parameter offload sets")
+    machine = api.load_machine("1x4090")
+    point, slow = (host.copy_flow(m, 0, 1e9, to_host=True)
+                   for m in (machine, machine.with_scales(RateScales(offload=0.5))))
+    assert [w for _, w in slow.usage] == pytest.approx([2 * w for _, w in point.usage])

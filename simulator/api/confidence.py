@@ -28,12 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.api.ranges import (
     LINES,
+    OFFLOAD_WORDS,
     WORDS,
     calibrated_mechanisms,
     evidence_text,
     hops,
     machines_measured,
     mechanisms_used,
+    offload_mechanism,
     residual_table,
 )
 
@@ -46,21 +48,7 @@ THIN = ("low", "none")
 HIGH_OFF, MEDIUM_OFF = 0.10, 0.25  # how far off the worst point may be for high, medium
 HIGH_POINTS, MEDIUM_POINTS = 3, 2
 
-OFFLOAD_WORDS = {
-    "offload:deepspeed-params": "DeepSpeed ZeRO-3 parameter offload",
-    "offload:deepspeed-optimizer": "DeepSpeed optimizer offload (ZeRO-Offload)",
-    "offload:fsdp-params": "FSDP CPU offload",
-}
 NETWORK = "network"
-
-
-def offload_mechanism(strategy: str, offload: str) -> str | None:
-    """The mechanism an offloaded run leans on: whose offload (FSDP's or DeepSpeed's, which
-    fetch parameters differently) and what it moves. None without offload."""
-    if offload == "none":
-        return None
-    owner = "fsdp" if strategy.endswith("fsdp") else "deepspeed"
-    return f"offload:{owner}-{offload}"
 
 
 def words(mechanism: str, machine: Machine | None = None) -> str:

@@ -57,6 +57,11 @@ WORDS = {"shm": "collectives through host memory (SHM)",
          "net_ib": "collectives between boxes over verbs (IB, RoCE)",
          "net_socket": "collectives between boxes over TCP sockets",
          "compute": "compute"}
+OFFLOAD_WORDS = {
+    "offload:deepspeed-params": "DeepSpeed ZeRO-3 parameter offload",
+    "offload:deepspeed-optimizer": "DeepSpeed optimizer offload (ZeRO-Offload)",
+    "offload:fsdp-params": "FSDP CPU offload",
+}
 LINES = {"geforce": "GeForce", "datacenter": "data-centre"}
 
 
@@ -78,8 +83,27 @@ def residual_table() -> dict[str, Any]:
     return {}
 
 
+def offload_mechanism(strategy: str, offload: str) -> str | None:
+    """The mechanism an offloaded run leans on: whose offload (FSDP's or DeepSpeed's, which
+    fetch parameters differently) and what it moves. None without offload."""
+    if offload == "none":
+        return None
+    owner = "fsdp" if strategy.endswith("fsdp") else "deepspeed"
+    return f"offload:{owner}-{offload}"
+
+
 def _table_key(mechanism: str, machine: Machine) -> str:
     return f"compute:{machine.gpu.line}" if mechanism == "compute" else mechanism
+
+
+def offload_spread(key: str) -> Spread:
+    """The range of an offload's achieved rate: its validation runs' spread over all boxes
+    (no calibration fits it)."""
+    entry = residual_table().get(key)
+    if entry is None:
+        return Spread(1.0, 1.0, f"no validation points for {key} yet")
+    low, high = _with_one(entry["low"], entry["high"])
+    return Spread(low, high, f"uncalibrated: {evidence_text(entry)}")
 
 
 def _with_one(low: float, high: float) -> tuple[float, float]:
@@ -215,13 +239,18 @@ def add_ranges(result: RunResult, *, rerun: Callable[[RunSpec], dict[str, Any]],
     machine = result.machine
     calibrated = calibrated_mechanisms(machine, result.job.name)
     spreads = {m: spread(m, machine, calibrated) for m in mechanisms_used(result)}
+    offload = offload_mechanism(result.spec.strategy, result.spec.offload)
+    if offload is not None:  # its copies and CPU optimizer, re-run at its spread's ends
+        spreads["offload"] = offload_spread(offload)
     wide = {m: s for m, s in spreads.items() if (s.low, s.high) != (1.0, 1.0)}
 
     def at(scales: RateScales) -> RunSpec:
         return replace(result.spec, scales=scales)
 
-    def alone(scales: RateScales) -> float:  # the point's programs, where they hold
-        same = scales.compute == result.spec.scales.compute
+    def alone(scales: RateScales) -> float:  # the point's programs, where they hold: the
+        # strategies build compute and offload flows from the scales, not the transports'
+        same = (scales.compute, scales.offload) == (result.spec.scales.compute,
+                                                    result.spec.scales.offload)
         return step_time(at(scales), result.programs if same else None)
 
     slow_scales, fast_scales = _scales(wide, "low"), _scales(wide, "high")
@@ -247,7 +276,9 @@ def add_ranges(result: RunResult, *, rerun: Callable[[RunSpec], dict[str, Any]],
             report["cost"][f"{key}_range"] = [min(values), max(values)]
     shares = _width_shares(report, slow, wide, shares_at)
     report["range_basis"] = {
-        "mechanisms": {m: {"low": s.low, "high": s.high, "basis": s.basis}
+        "mechanisms": {m: {"low": s.low, "high": s.high, "basis": s.basis,
+                           **({"words": OFFLOAD_WORDS.get(offload, offload)}
+                              if m == "offload" and offload else {})}
                        for m, s in spreads.items()},
         "width_share": shares,
         "dominant": max(shares, key=shares.__getitem__) if shares else None,
@@ -277,10 +308,11 @@ def summary_line(report: dict[str, Any], machine: Machine) -> str:
     if dominant is None:
         return "range: no validation spread applies to this run's mechanisms"
     info = basis["mechanisms"][dominant]
-    what = WORDS[dominant] + (f" on {LINES.get(machine.gpu.line, machine.gpu.line)} GPUs"
-                              if dominant == "compute" else "")
+    what = info.get("words") or WORDS[dominant] + (
+        f" on {LINES.get(machine.gpu.line, machine.gpu.line)} GPUs"
+        if dominant == "compute" else "")
     share = basis["width_share"][dominant]
-    narrow = ("" if not info["basis"].startswith("uncalibrated") else
+    narrow = ("" if not info["basis"].startswith("uncalibrated") or dominant == "offload" else
               "; a measured one-GPU step of this job narrows it" if dominant == "compute" else
               "; an nccl-tests log of this box narrows it")
     return f"range: {what} sets {share:.0%} of its width ({info['basis']}){narrow}"

@@ -117,9 +117,10 @@ def copy_flow(machine: Machine, rank: int, nbytes: float, *, to_host: bool,
     cpu = socket(machine, rank)
     gpu = machine.gpu_nodes[rank]
     path = machine.best_path(gpu, cpu) if to_host else machine.best_path(cpu, gpu)
-    usage = {lid: 1.0 for lid in path.links}
-    usage[f"mem:{cpu}"] = 1.0 if pinned else 3.0  # pageable: + the bounce buffer's memcpy
-    cap = float("inf") if pinned else path.capacity / PAGEABLE_SLOWDOWN
+    scale = machine.scales.factor("offload")  # the ranges' factor (scales.py), else 1
+    usage = {lid: 1.0 / scale for lid in path.links}
+    usage[f"mem:{cpu}"] = (1.0 if pinned else 3.0) / scale  # pageable: + the bounce's memcpy
+    cap = float("inf") if pinned else scale * path.capacity / PAGEABLE_SLOWDOWN
     latency = sum(machine.links[lid].latency for lid in path.links)
     return Flow(tuple(usage.items()), float(nbytes), cap, latency)
 
@@ -129,9 +130,10 @@ def optimizer_flow(machine: Machine, rank: int, params: float, optimizer: CpuOpt
     """One rank's CPU optimizer step over ``params`` parameters on ``threads`` cores, its
     parameters and states ``state_bytes`` each (2 when they are bf16, as torchtune keeps them)."""
     cpu = socket(machine, rank)
+    scale = machine.scales.factor("offload")
     nbytes = params * optimizer.bytes_per_param * state_bytes / 4
     seconds = params / (threads * optimizer.thread_rate(state_bytes))
-    return Flow(((f"mem:{cpu}", 1.0),), nbytes, nbytes / seconds)
+    return Flow(((f"mem:{cpu}", 1.0 / scale),), nbytes, scale * nbytes / seconds)
 
 
 def cpu_pass_flow(machine: Machine, rank: int, params: float, bytes_per_param: float,
@@ -140,8 +142,9 @@ def cpu_pass_flow(machine: Machine, rank: int, params: float, bytes_per_param: f
     tensors: read and write ``bytes_per_param`` in all), on ``threads`` intra-op threads each
     streaming at one core's rate, through its socket's memory."""
     cpu = socket(machine, rank)
+    scale = machine.scales.factor("offload")
     nbytes = params * bytes_per_param
-    return Flow(((f"mem:{cpu}", 1.0),), nbytes, threads * SINGLE_THREAD_STREAM)
+    return Flow(((f"mem:{cpu}", 1.0 / scale),), nbytes, scale * threads * SINGLE_THREAD_STREAM)
 
 
 def threads_per_rank(machine: Machine, rank: int, *, torchrun: bool) -> float:

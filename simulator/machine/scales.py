@@ -7,12 +7,16 @@ them from it:
   (``Communicator.mechanism``), so the bandwidth a collective achieves over that transport
   scales by it (latency does not);
 - job/compute.py divides every kernel's time by ``GPU.rate_scale``, which ``with_scales`` sets to
-  the ``compute`` factor (the one-GPU step residuals it comes from measure whole kernels).
+  the ``compute`` factor (the one-GPU step residuals it comes from measure whole kernels);
+- machine/host.py multiplies the rate of every offload flow (the copies between a GPU and host
+  memory, the CPU optimizer's passes) by the ``offload`` factor, the offloaded runs' residuals
+  (their throughput, so they also carry what else those runs rest on).
 
 Mechanisms are grouped as the validation residuals are (scripts/validate.py): collectives
 staged through host memory (``shm``), peer-to-peer over PCIe (``pcie_p2p``), over NVLink or
 NVSwitch (``nvlink``), between boxes over NCCL's verbs transport (``net_ib``) or its sockets
-(``net_socket``), and the GPU's compute (``compute``).
+(``net_socket``), the GPU's compute (``compute``), and offloading to host memory
+(``offload``: the run's own kind, DeepSpeed's or FSDP's, of parameters or the optimizer).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 TRANSPORTS = ("shm", "pcie_p2p", "nvlink", "net_ib", "net_socket")
-MECHANISMS = ("compute", *TRANSPORTS)
+MECHANISMS = ("compute", *TRANSPORTS, "offload")
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class RateScales:
     nvlink: float = 1.0
     net_ib: float = 1.0
     net_socket: float = 1.0
+    offload: float = 1.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
