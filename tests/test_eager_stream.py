@@ -1,5 +1,5 @@
 """The fp32 residual stream of eager modules under torch.autocast over fp32 weights
-(simulator/job/eager.py stream_norm, residual(stream=...); transformer_ops.Builder.stream_fp32)."""
+(simulator/job/eager.py stream_norm, residual(stream=...); block_memory.stream_fp32)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Literal
 
 from simulator.job import checkpointing, diffusion, optimizer
 from simulator.job.kernels import FP32, Kernel, memory
-from simulator.job.transformer_ops import EVERY_BLOCK_OP, Builder
+from simulator.job.roles import EVERY_BLOCK_OP
+from simulator.job.transformer_ops import Builder
 
 if TYPE_CHECKING:
     from simulator.inputs.schema import GenericLayer

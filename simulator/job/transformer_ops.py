@@ -33,10 +33,8 @@ from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from simulator.job import attention, eager, loss, moe, vision
+from simulator.job import attention, block_memory, loss, moe, vision
 from simulator.job.kernels import (
-    FP32,
-    NONE,
     BlockShape,
     Kernel,
     MemoryBound,
@@ -45,6 +43,7 @@ from simulator.job.kernels import (
     pointwise,
 )
 from simulator.job.parameters import QA_LABELS
+from simulator.job.roles import BLOCK_OPS, MOE_BLOCK_OPS, POST_LN_BLOCK_OPS, role
 
 if TYPE_CHECKING:
     from simulator.job.modules import Module
@@ -52,58 +51,6 @@ if TYPE_CHECKING:
 
 REGIMES = ("eager", "compiled", "fused")  # kernel regime -> its module simulator/job/<regime>.py
 NF4_BYTES = 0.5  # QLoRA base weight: 4 bits per weight (Dettmers et al. 2023)
-
-
-# Which op of a block each module's weights belong to (leaf name; GPT-2's c_proj by parent).
-_ROLE = {
-    "input_layernorm": "attn_norm", "ln_1": "attn_norm", "norm_1": "attn_norm",
-    "q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "c_attn": "qkv", "Wqkv": "qkv",
-    "o_proj": "attn_out", "out_proj": "attn_out",
-    "post_attention_layernorm": "mlp_norm", "ln_2": "mlp_norm", "norm_2": "mlp_norm",
-    "gate_proj": "mlp_in", "up_proj": "mlp_in", "c_fc": "mlp_in",
-    "down_proj": "mlp_out",
-    # Qwen3's q_norm / k_norm and MLA's projections and norms run inside the q/k/v op
-    "q_norm": "qkv", "k_norm": "qkv", "q_a_proj": "qkv", "q_a_layernorm": "qkv",
-    "q_b_proj": "qkv", "kv_a_proj_with_mqa": "qkv", "kv_a_layernorm": "qkv", "kv_b_proj": "qkv",
-    "qkv_proj": "qkv", "gate_up_proj": "mlp_in",  # Phi-3's fused projections
-    # Gemma 2/3 (sandwich): the MLP's input norm, and the norm of its output
-    "pre_feedforward_layernorm": "mlp_norm", "post_feedforward_layernorm": "mlp_out",
-}
-BLOCK_OPS = ("attn_norm", "qkv", "attention", "attn_out", "mlp_norm", "mlp_in", "mlp_act",
-             "mlp_out")
-MOE_BLOCK_OPS = BLOCK_OPS[:5] + moe.MOE_OPS  # a mixture of experts in place of the MLP
-EVERY_BLOCK_OP = frozenset(BLOCK_OPS + moe.MOE_OPS)
-# BERT is post-LN: each sub-layer's LayerNorm follows its residual add (modeling_bert.py
-# BertSelfOutput / BertOutput: LayerNorm(dropout(dense(x)) + input)).
-_POST_LN_BLOCK_OPS = ("qkv", "attention", "attn_out", "attn_norm", "mlp_in", "mlp_act",
-                      "mlp_out", "mlp_norm")
-# BERT module paths inside a layer -> op (checked in order: "attention.output.dense" before
-# "output.dense").
-_BERT_ROLE = (("attention.self.", "qkv"), ("attention.output.dense", "attn_out"),
-              ("attention.output.LayerNorm", "attn_norm"), ("intermediate.dense", "mlp_in"),
-              ("output.dense", "mlp_out"), ("output.LayerNorm", "mlp_norm"))
-
-
-def _role(mod: Module, n_layers: int, sandwich: bool = False) -> str:
-    if vision.is_vision(mod):
-        return "vision"
-    if mod.kind == "embedding":
-        return "embedding"
-    if mod.path == "lm_head":
-        return "lm_head"
-    if mod.path == "qa_outputs":
-        return "qa_head"
-    if mod.kind == "norm" and mod.block == -1:  # BERT's embedding LayerNorm
-        return "embedding_norm"
-    if mod.block == n_layers:
-        return "final_norm"
-    if ".encoder.layer." in mod.path:
-        return next(role for part, role in _BERT_ROLE if part in mod.path)
-    if mod.leaf == "c_proj":
-        return "attn_out" if ".attn." in mod.path else "mlp_out"
-    if sandwich and mod.leaf == "post_attention_layernorm":  # Gemma 2: on attention's output
-        return "attn_out"
-    return moe.role(mod) or _ROLE[mod.leaf]
 
 
 def regime(kernels: str) -> ModuleType:
@@ -141,11 +88,11 @@ class Builder:
             self.mod_params[mod.path] = idx
         self.by_op: dict[tuple[int, str], list[Module]] = {}
         for mod in job.modules:
-            key = (mod.block, _role(mod, A.layers, A.sandwich_norm))
+            key = (mod.block, role(mod, A.layers, A.sandwich_norm))
             self.by_op.setdefault(key, []).append(mod)
         if A.tied and not A.encoder:  # the head GEMM uses the embedding's weight
             self.by_op.setdefault((A.layers, "lm_head"), [])
-        self.block_ops = _POST_LN_BLOCK_OPS if A.encoder else BLOCK_OPS
+        self.block_ops = POST_LN_BLOCK_OPS if A.encoder else BLOCK_OPS
         self.loss = loss.cross_entropy(job.recipe.cross_entropy,
                                        self.T * (QA_LABELS if A.encoder else A.vocab), self.a,
                                        compiled=job.recipe.loss_compiled)
@@ -153,29 +100,6 @@ class Builder:
         self._kernels: dict[tuple[str, int, tuple[bool, bool], str], list[Kernel]] = {}
 
     # --- the regime's memory-bound work -----------------------------------------------------
-    @property
-    def stream_fp32(self) -> bool:
-        """Eager modules under torch.autocast over fp32 weights keep the residual stream in
-        fp32 (simulator/job/eager.py: the embedding, the promoting adds, LayerNorm)."""
-        return self.autocast and self.kernels == "eager" and self.a != FP32 \
-            and self.job.finetune == "full"
-
-    @property
-    def stream_bytes(self) -> int:
-        """Bytes per element of the residual stream."""
-        return FP32 if self.stream_fp32 else self.a
-
-    def _readers(self, block: int, op: str) -> int:
-        """How many linear layers read a norm's output (under autocast each casts it)."""
-        A = self.arch
-        nxt = {"attn_norm": (block, "mlp_in" if A.encoder else "qkv"),
-               "mlp_norm": (block + 1, "qkv") if A.encoder else (block, "mlp_in"),
-               "embedding_norm": (0, "qkv"), "final_norm": (block, "lm_head")}[op]
-        if A.encoder and nxt[0] == A.layers:
-            nxt = (A.layers, "qa_head")
-        mods = [m for m in self.by_op.get(nxt, []) if m.kind in ("linear", "conv1d")]
-        return max(1, sum(m.in_features == A.hidden for m in mods))
-
     def _key(self, block: int, op: str) -> tuple[int, tuple[bool, bool], str]:
         """Blocks are alike but for the first one (no residual stream before it) and, in a
         mixture of experts, the dense ones: cache key."""
@@ -197,55 +121,8 @@ class Builder:
         """The memory-bound work of one block op under the job's kernel regime."""
         key = self._key(block, op)
         if key not in self._memory_bound:
-            self._memory_bound[key] = self._memory_bound_of(block, op)
+            self._memory_bound[key] = block_memory.of(self, block, op)
         return self._memory_bound[key]
-
-    def _memory_bound_of(self, block: int, op: str) -> MemoryBound:
-        A, s, r, k = self.arch, self.shape, self.regime, self.kernels
-        dropout = self.job.hidden_dropout
-        post_ln = A.encoder
-        if self.stream_fp32 and op in ("attn_norm", "mlp_norm", "final_norm"):
-            return eager.stream_norm(s, A.norm, self._readers(block, op))
-        if self.stream_fp32 and op in ("attn_out", "mlp_out") and not A.sandwich_norm:
-            return eager.residual(s, dropout=dropout, stream=FP32)
-        # where the residual add before a norm is folded into it (see compiled.py, fused.py)
-        if op == "attn_norm":
-            fold = k != "eager" if post_ln else (k == "fused" and block > 0)
-            return r.norm(s, A.norm, residual=fold)  # type: ignore[no-any-return]
-        if op == "mlp_norm":
-            return r.norm(s, A.norm, residual=k != "eager")  # type: ignore[no-any-return]
-        if op == "final_norm":  # compiled runs compile each block: the final norm stays eager
-            regime = eager if k == "compiled" else r
-            return regime.norm(s, A.norm, residual=k == "fused")  # type: ignore[no-any-return]
-        if op == "embedding_norm":  # BertEmbeddings: LayerNorm, then dropout
-            x = self.stream_bytes
-            drop = MemoryBound.of([pointwise("native_dropout", s.n_h, reads=x, writes=x + 1)],
-                            [pointwise("native_dropout_backward", s.n_h, reads=x + 1,
-                                       writes=x)], saved_per_token=s.hidden) \
-                if dropout else NONE
-            if self.stream_fp32:
-                return eager.stream_norm(s, A.norm, self._readers(block, op)) + drop
-            return r.norm(s, A.norm) + drop  # type: ignore[no-any-return]
-        if op == "qkv":
-            rope = r.rotary(s, self.job.recipe.rotary) if A.positions == "rotary" else NONE
-            fused_qkv = A.family in ("gpt2", "mpt") or A.fused_projections
-            norms = NONE
-            for mod in self.by_op.get((block, op), []):  # q_norm, k_norm; MLA's latent norms
-                if mod.kind == "norm":
-                    rows = s.tokens * {"q_norm": A.heads, "k_norm": A.kv_heads}.get(mod.leaf, 1)
-                    norms += r.norm(BlockShape(rows, mod.in_features, 0, 0, 1, s.e), A.norm)
-            return rope + norms + r.attention_layout(s, qkv_fused=fused_qkv)  # type: ignore[no-any-return]
-        if op in ("attn_out", "mlp_out"):
-            into = k == "fused" or (k == "compiled" and (op == "attn_out" or post_ln))
-            out = r.residual(s, dropout=dropout, into_norm=into)
-            if A.sandwich_norm:  # Gemma 2/3: the branch is normalised before the residual add
-                out = r.norm(s, A.norm) + out
-            return out  # type: ignore[no-any-return]
-        if op == "mlp_act":
-            if k == "eager":  # autocast's fp32 ops change what eager's python GELU moves
-                return eager.activation(s, A.mlp, gelu=A.gelu, autocast=self.job.recipe.autocast)
-            return r.activation(s, A.mlp, gelu=A.gelu)  # type: ignore[no-any-return]
-        return NONE
 
     def _accumulate(self, n: float, consumers: int) -> list[Kernel]:
         """Input gradients of one tensor from ``consumers`` linear layers, summed."""
@@ -253,7 +130,7 @@ class Builder:
             return []
         if self.kernels == "compiled":  # folded into the next kernel: one more read each
             return [pointwise("sum_input_grads", n, reads=(consumers - 1) * self.a, writes=0)]
-        x = self.stream_bytes  # under autocast each was cast back to the fp32 stream's dtype
+        x = block_memory.stream_bytes(self)  # under autocast: cast back to the fp32 stream
         return [pointwise("accumulate_input_grad", n, reads=2 * x, writes=x)
                 for _ in range(consumers - 1)]
 
@@ -361,7 +238,7 @@ class Builder:
         if op == "attention":
             return self._attention(block, backward=False)
         if op == "embedding":  # gather rows of each table (read + write), add position rows
-            n_tables, x = len(mods), self.stream_bytes
+            n_tables, x = len(mods), block_memory.stream_bytes(self)
             gather = memory((2 * n_tables + 3 * (n_tables - 1)) * T * A.hidden * x,
                             name="embedding")
             return [gather] + ([memory(T * A.hidden * (2 * x + 1), name="native_dropout")]
@@ -452,7 +329,7 @@ class Builder:
                 if self.autocast and mods == [] else []
             return dx + [dw] * c + adds + cast
         if op == "embedding":  # dense grad of the table(s), scatter-add of dY
-            x = self.stream_bytes
+            x = block_memory.stream_bytes(self)
             drop = [memory(T * A.hidden * (2 * x + 1), name="native_dropout_backward")] \
                 if j.hidden_dropout else []
             if not full:  # frozen embeddings: nothing to compute
