@@ -86,16 +86,28 @@ def throughput_range(report: dict[str, Any]) -> tuple[float, float] | None:
     return tokens / high, tokens / low
 
 
+def _isolated(result: Any, mechanism: str | None) -> str | None:
+    """``mechanism`` where the run's collectives cross nothing less certain (NVLink, or none),
+    else None."""
+    from simulator.api.ranges import mechanisms_used
+
+    return mechanism if set(mechanisms_used(result)) <= {"compute", "nvlink"} else None
+
+
 def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
     """Per point: throughput per GPU and peak memory per GPU, simulated beside measured.
-    An offloaded run's throughput is tagged with its offload mechanism (confidence.py: whose
-    offload, and what it moves): the confidence grade of every run that offloads alike rests
-    on these points. Each throughput carries the run's range, as a user's run would print it; a
-    run without offload is tagged with nothing (it mixes compute and collectives)."""
+    An offloaded run's throughput is tagged with its offload mechanism (ranges.py: whose
+    offload, and what it moves), so its spread sets the ranges and confidence grade of every
+    run that offloads alike, where nothing less certain than the offload is in the run: on one
+    GPU, or with collectives over NVLink. A run whose collectives cross host memory (SHM) or
+    the network also carries that transport's spread (the four-GPU LLaMA-Factory runs: their
+    box's SHM rate, docs/weak-spots.md), so it is tagged with nothing and checks the ranges,
+    as a run without offload does. Each throughput carries the run's range, as a user's run
+    would print it."""
     from validate_frameworks import software_flag
 
     from simulator.api import RunSpec, simulate
-    from simulator.api.confidence import offload_mechanism
+    from simulator.api.ranges import offload_mechanism
     from simulator.units import GiB
 
     out = []
@@ -114,8 +126,8 @@ def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
         label = f"offload {spec.offload}" if spec.offload != "none" else "no offload"
         out.append(row_type(point["id"], label, gpus, None, "tok/s/GPU",
                             measured_tokens_per_s(point) / gpus, r["tokens_per_s_per_gpu"],
-                            offload_mechanism(spec.strategy, spec.offload), r["topology"],
-                            throughput_range(r)))
+                            _isolated(result, offload_mechanism(spec.strategy, spec.offload)),
+                            r["topology"], throughput_range(r)))
         if "peak_memory_gib" in point:
             counter = setup.get("memory", "reserved")
             out.append(row_type(point["id"], f"{counter} peak"[:13], gpus, None, "memory GiB",

@@ -59,19 +59,23 @@ def test_the_grade_is_the_weakest_mechanisms() -> None:
 
 
 def test_offload_is_graded_by_whose_offload_it_is() -> None:
-    """DeepSpeed's ZeRO-3 parameter offload ran up to 70% slower than simulated on four
-    GPUs; FSDP's CPU offload within 6% in every run: each run is graded by its own kind."""
+    """Each kind of offload is graded by the runs that isolate it (one GPU, or collectives over
+    NVLink): DeepSpeed's ZeRO-3 parameter offload on one 4090 within 12% in two runs, FSDP's
+    CPU offload in one NVLink run. The four-GPU LLaMA-Factory runs, whose misses are their box's
+    SHM rate, set no offload spread (scripts/validate_offload.py)."""
     from simulator.api import ranges
 
     table = ranges.residual_table()
-    assert table["offload:deepspeed-params"]["points"] >= 3
-    assert table["offload:deepspeed-params"]["low"] < 0.75  # real runs were slower
+    entry = table["offload:deepspeed-params"]
+    assert entry["points"] == 2 and 0.85 < entry["low"] < entry["high"] < 1.0
+    assert all(box.startswith("llmq-1x4090") for box in entry["boxes"])
     deepspeed = _block("4x5090", "llama2-7b", "zero3", offload="params", micro_batch=1)
     info = deepspeed["mechanisms"]["offload:deepspeed-params"]
-    assert info["grade"] == "low" and info["points"] == table["offload:deepspeed-params"]["points"]
-    assert "offload:deepspeed-params" in deepspeed["thin"]
+    assert info["grade"] == "medium" and info["points"] == entry["points"]
+    assert "offload:deepspeed-params" not in deepspeed["thin"]
     fsdp = _block("4x5090", "llama2-7b", "fsdp", offload="params", micro_batch=1)
-    assert fsdp["mechanisms"]["offload:fsdp-params"]["grade"] == "high"
+    assert fsdp["mechanisms"]["offload:fsdp-params"]["points"] == 1
+    assert "offload:fsdp-params" in fsdp["thin"]  # one run on one box: thin
     assert confidence.offload_mechanism("zero2", "optimizer") == "offload:deepspeed-optimizer"
     # a mechanism graded from the table: as many points as it holds, "none" without any
     ev = confidence.evidence("offload:deepspeed-optimizer", api.load_machine("4x5090"))

@@ -166,8 +166,8 @@ def test_a_topology_calibrated_on_its_own_logs_narrows_its_range(tmp_path: Path)
 
 def test_an_offloaded_run_is_ranged_over_its_offloads_spread() -> None:
     """One RTX 4090, ZeRO-3 with parameters in host RAM: the step waits on the copies and the
-    CPU optimizer, so the offload's spread (its validation runs, 0.57-0.98x) widens the range,
-    where compute alone left it 0.01 s wide; the copies' flows carry the factor."""
+    CPU optimizer, so the offload's spread (its one-GPU validation runs, 0.88-0.98x) widens the
+    range, where compute alone left it 0.01 s wide; the copies' flows carry the factor."""
     from simulator.machine import host
     from simulator.machine.scales import RateScales
 
@@ -176,7 +176,7 @@ def test_an_offloaded_run_is_ranged_over_its_offloads_spread() -> None:
                           ranges=True).report
     low, high = report["step_time_s_range"]
     spread = report["range_basis"]["mechanisms"]["offload"]
-    assert high / report["step_time_s"] > 1.3 and spread["low"] < 0.7
+    assert high / report["step_time_s"] > 1 / spread["low"] - 0.05 and spread["low"] < 0.95
     assert report["range_basis"]["dominant"] == "offload"
     assert report["range_basis"]["summary"].startswith(
         "range: DeepSpeed ZeRO-3 parameter offload sets")
