@@ -70,3 +70,33 @@ def test_a_topology_whose_gpus_cannot_reach_a_cpu_is_named_by_its_file(
     assert main(["run", "-t", str(path), "-w", "gpt2-medium", "--no-ranges"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"stepsim run: error: {path}: ") and "no path from" in line
+
+
+def test_a_model_too_deep_to_simulate_is_named_by_its_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """560 layers: more ops a micro-step than a run simulates in seconds; the workload file
+    that gave them is named."""
+    path = tmp_path / "deep.yaml"
+    path.write_text("name: deep\nmodel: {family: llama, layers: 560, hidden: 1024, heads: 8, "
+                    "ffn_hidden: 2816, vocab: 32000}\ntraining: {seq_len: 256, micro_batch: 1}\n")
+    assert main(["run", "-t", "2x5090", "-w", str(path), "--no-ranges"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"stepsim run: error: {path}: a micro-step of 560 layers")
+
+
+def test_one_box_of_a_cluster_that_does_not_connect_is_named_by_its_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Four DGX-like boxes without the link from one socket to its PCIe switch: the boxes still
+    connect through that switch's NICs and the network, but one box alone (the one-GPU
+    baseline cuts it) leaves the switch and its NICs unreached: the topology file is named."""
+    preset = Path(__file__).resolve().parent.parent / "topologies" / "4x8xh100-400g-ib.yaml"
+    text = preset.read_text()
+    cut_link = "  - {a: cpu1, b: sw3, kind: pcie, gen: 5, lanes: 16}\n"
+    assert cut_link in text
+    path = tmp_path / "cut.yaml"
+    path.write_text(text.replace(cut_link, ""))
+    code = main(["run", "-t", str(path), "-w", "gpt2-medium", "--seq-len", "256",
+                 "--no-ranges"])
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and line.startswith(f"stepsim run: error: {path}: "), line
+    assert "not connected" in line

@@ -287,7 +287,8 @@ def check(spec: RunSpec, job: Job, machine: Machine) -> None:
     if spec.offload != "none" and spec.pp > 1:
         raise InputError("--offload with --pp: offloading inside a pipeline is not modelled")
     check_optimizer(spec, job, machine)
-    check_size(job)
+    with blame(spec.workload, "workloads"):  # its layers make the step too large
+        check_size(job)
 
 
 def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,

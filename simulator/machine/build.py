@@ -36,7 +36,8 @@ def _machine(topology: str, gpus: int | None, scales: RateScales,
         if gpus > built.gpus_per_box:
             raise InputError(f"--gpus {gpus}: the machine has only {built.gpus_per_box} GPUs"
                              + (" in each box" if built.nnodes > 1 else ""))
-        return built.subset(gpus)
+        with blame(topology, "topologies"):  # one box of several is built anew
+            return built.subset(gpus)
     if nnodes is not None:
         if nnodes < 1:
             raise InputError(f"--nnodes {nnodes}: must be at least 1")
