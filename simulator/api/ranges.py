@@ -96,16 +96,6 @@ def _table_key(mechanism: str, machine: Machine) -> str:
     return f"compute:{machine.gpu.line}" if mechanism == "compute" else mechanism
 
 
-def offload_spread(key: str) -> Spread:
-    """The range of an offload's achieved rate: its validation runs' spread over all boxes
-    (no calibration fits it)."""
-    entry = residual_table().get(key)
-    if entry is None:
-        return Spread(1.0, 1.0, f"no validation points for {key} yet")
-    low, high = _with_one(entry["low"], entry["high"])
-    return Spread(low, high, f"uncalibrated: {evidence_text(entry)}")
-
-
 def _with_one(low: float, high: float) -> tuple[float, float]:
     """A spread that holds the model as it is, and at least the measurements' own noise."""
     return min(1.0 - NOISE_FLOOR, low), max(1.0 + NOISE_FLOOR, high)
@@ -123,9 +113,11 @@ def calibrated_spread(entry: dict[str, Any]) -> tuple[float, float]:
 
 
 def spread(mechanism: str, machine: Machine,
-           calibrated: Mapping[str, float | None] | None = None) -> Spread:
-    """The range of ``mechanism``'s achieved rate on ``machine``."""
-    key = _table_key(mechanism, machine)
+           calibrated: Mapping[str, float | None] | None = None,
+           key: str | None = None) -> Spread:
+    """The range of ``mechanism``'s achieved rate on ``machine``; ``key``: its row of the
+    residual table where the run names it (an offload: whose, and what it moves)."""
+    key = key or _table_key(mechanism, machine)
     entry = residual_table().get(key)
     if entry is None:
         return Spread(1.0, 1.0, f"no validation points for {key} yet")
@@ -241,7 +233,7 @@ def add_ranges(result: RunResult, *, rerun: Callable[[RunSpec], dict[str, Any]],
     spreads = {m: spread(m, machine, calibrated) for m in mechanisms_used(result)}
     offload = offload_mechanism(result.spec.strategy, result.spec.offload)
     if offload is not None:  # its copies and CPU optimizer, re-run at its spread's ends
-        spreads["offload"] = offload_spread(offload)
+        spreads["offload"] = spread("offload", machine, calibrated, key=offload)
     wide = {m: s for m, s in spreads.items() if (s.low, s.high) != (1.0, 1.0)}
 
     def at(scales: RateScales) -> RunSpec:

@@ -147,7 +147,7 @@ def configured(spec: RunSpec) -> RunSpec:
 
 def _deepspeed_settings(path: str) -> tuple[tuple[str, Any], ...]:
     """A DeepSpeed config's RunSpec fields, read once per process; its warnings shown at each
-    use (each line printed once: jsonfile.show)."""
+    use (each line printed once: file_warnings.show)."""
     from simulator.inputs.file_warnings import show
 
     fields, warnings = _read_deepspeed(path)

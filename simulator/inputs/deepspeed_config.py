@@ -79,7 +79,7 @@ _PRECISION = {"enabled", "loss_scale", "loss_scale_window", "initial_scale_power
 
 def settings(path: str) -> dict[str, Any]:
     """The RunSpec fields ``path`` sets (field -> value); fields it leaves are absent. Its
-    warnings (unknown keys) are printed (jsonfile.show)."""
+    warnings (unknown keys) are printed (file_warnings.show)."""
     fields, warnings = read_settings(path)
     show(warnings)
     return fields
