@@ -76,16 +76,6 @@ def measured_tokens_per_s(point: dict[str, Any]) -> float:
     return point["samples"] * point["seq_len"] / point["seconds"]
 
 
-def throughput_range(report: dict[str, Any]) -> tuple[float, float] | None:
-    """The run's tokens/s per GPU over its step-time range (simulator/api/ranges.py: every
-    mechanism it rests on, the SHM collectives of a box without P2P included)."""
-    low, high = report.get("step_time_s_range") or (None, None)
-    if not (low and high):
-        return None
-    tokens = report["tokens_per_s_per_gpu"] * report["step_time_s"]
-    return tokens / high, tokens / low
-
-
 def _isolated(result: Any, mechanism: str | None) -> str | None:
     """``mechanism`` where the run's collectives cross nothing less certain (NVLink, or none),
     else None."""
@@ -127,7 +117,7 @@ def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
         out.append(row_type(point["id"], label, gpus, None, "tok/s/GPU",
                             measured_tokens_per_s(point) / gpus, r["tokens_per_s_per_gpu"],
                             _isolated(result, offload_mechanism(spec.strategy, spec.offload)),
-                            r["topology"], throughput_range(r)))
+                            r["topology"], tuple(r["tokens_per_s_per_gpu_range"])))
         if "peak_memory_gib" in point:
             counter = setup.get("memory", "reserved")
             out.append(row_type(point["id"], f"{counter} peak"[:13], gpus, None, "memory GiB",
