@@ -32,7 +32,8 @@ def test_new_catalog_gpus_have_sources_and_power_limits(name: str) -> None:
 @pytest.mark.parametrize("name, gib, tflops, fp32, watts, nvlinks", [
     ("a40", 48, 149.7, 37.4, 300, 4), ("rtx-a5000", 24, 111.1, 27.8, 230, 4),
     ("rtx-a4000", 16, 76.7, 19.2, 140, 0), ("l4", 24, 121, 30.3, 72, 0),
-    ("h100-pcie", 80, 756, 51, 350, 12)])
+    ("h100-pcie", 80, 756, 51, 350, 12), ("a100-sxm4-40gb", 40, 312, 19.5, 400, 12),
+    ("a100-pcie-40gb", 40, 312, 19.5, 250, 12)])
 def test_pro_and_inference_cards_as_their_datasheets(name, gib, tflops, fp32, watts, nvlinks):
     g = gpu_catalog.gpu(name)
     assert (g.memory_bytes, g.tdp_w, g.nvlink_links) == (gib * GiB, watts, nvlinks)
@@ -44,7 +45,9 @@ def test_pro_and_inference_cards_as_their_datasheets(name, gib, tflops, fp32, wa
 @pytest.mark.parametrize("device, catalog, gib", [
     ("NVIDIA GeForce RTX 4090", "rtx4090", None), ("NVIDIA A40", "a40", None),
     ("NVIDIA GeForce RTX 3090 Ti", "rtx3090ti", None), ("NVIDIA GeForce RTX 3090", "rtx3090", None),
-    ("NVIDIA A100-SXM4-40GB", "a100-sxm4-80gb", 40), ("NVIDIA H100 80GB HBM3", "h100-sxm", None),
+    ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb", None),
+    ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb", None),
+    ("NVIDIA H100 80GB HBM3", "h100-sxm", None), ("Tesla V100-SXM2-16GB", "v100-sxm2", 16),
     ("NVIDIA L4", "l4", None), ("NVIDIA L40S", "l40s", None),
     ("Tesla V100-SXM2-32GB", "v100-sxm2", None),
     ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000", None)])
@@ -141,3 +144,14 @@ def test_memory_bound_kernels_keep_their_bandwidth_under_a_power_limit() -> None
     capped = resolve_gpu(GpuSpec(base="h100-sxm", power_limit_w=400))
     k = memory(1e9)
     assert compute.kernel_time(k, capped) == compute.kernel_time(k, gpu_catalog.gpu("h100-sxm"))
+
+
+def test_a_40gb_a100_streams_its_own_hbm2_not_the_80gb_cards() -> None:
+    """The 40GB A100s differ from the 80GB ones in memory only: 1,555 GB/s of HBM2 against
+    2,039 (SXM) and 1,935 (PCIe), as the A100 datasheet gives them; the tensor peak is one."""
+    for small, large in (("a100-sxm4-40gb", "a100-sxm4-80gb"),
+                         ("a100-pcie-40gb", "a100-pcie-80gb")):
+        a, b = gpu_catalog.gpu(small), gpu_catalog.gpu(large)
+        assert a.memory_bandwidth == pytest.approx(1555e9)
+        assert a.memory_bandwidth < 0.81 * b.memory_bandwidth
+        assert (a.matmul_flops, a.sms, a.arch) == (b.matmul_flops, b.sms, b.arch)

@@ -125,6 +125,18 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
         "mli/transformers-benchmarks issue 4 (A800 80GB PCIe, the same card with less NVLink: "
         "fp16 n = 8192, 215.3 TFLOPS)", 15000, plain_matmul_flops=215.3 * _T,
         fp32_flops=19.5 * _T, tdp_w=300),  # A100 datasheet: FP32 19.5 TFLOPS
+    # The 40GB A100s: the same GA100 die, SMs, clocks and tensor peak as the 80GB cards, with
+    # 40 GB of HBM2 at 1,555 GB/s (A100 datasheet); no GEMM sweep of them is published, so their
+    # achieved GEMM rates are assumed those of the 80GB card of the same form (the 250 W PCIe
+    # card may sustain less than the 300 W one measured).
+    GPU("a100-sxm4-40gb", "ampere", 80, 108, 40 * GiB, 1555 * GB, 312 * _T, 271.2 * _T, 12, 4,
+        "A100 datasheet (40GB SXM: 312 TFLOPS, 1555 GB/s HBM2, 12 NVLink3, 400 W); GEMM rates "
+        "assumed as a100-sxm4-80gb's", 10000, plain_matmul_flops=230 * _T,
+        fp32_flops=19.5 * _T, tdp_w=400),  # A100 datasheet: FP32 19.5 TFLOPS
+    GPU("a100-pcie-40gb", "ampere", 80, 108, 40 * GiB, 1555 * GB, 312 * _T, 252.9 * _T, 12, 4,
+        "A100 datasheet (40GB PCIe: 312 TFLOPS, 1555 GB/s HBM2, 250 W, NVLink bridge 600 GB/s); "
+        "GEMM rates assumed as a100-pcie-80gb's", 8000, plain_matmul_flops=215.3 * _T,
+        fp32_flops=19.5 * _T, tdp_w=250),  # A100 datasheet: FP32 19.5 TFLOPS
     GPU("h100-sxm", "hopper", 90, 132, 80 * GiB, 3350 * GB, 989 * _T, 794.5 * _T, 18, 5,
         "H100 datasheet (989 TFLOPS dense BF16, 3.35 TB/s, 18 NVLink4, 700 W); MAMF: stas00; "
         "plain matmul: zzc0721/torch-performance-test-data issue 79 (bf16 8192, PyTorch 2.7: "
@@ -195,6 +207,8 @@ PRICE_SOURCES: dict[str, str] = {
     "rtx5090": "NVIDIA launch MSRP, 2025-01-30",
     "a100-sxm4-80gb": "street price order of magnitude, 2023 (no public list price)",
     "a100-pcie-80gb": "street price order of magnitude, 2023 (no public list price)",
+    "a100-sxm4-40gb": "street price order of magnitude, 2023 (no public list price)",
+    "a100-pcie-40gb": "street price order of magnitude, 2023 (no public list price)",
     "h100-sxm": "street price order of magnitude, 2024 (no public list price)",
     "h100-pcie": "street price order of magnitude, 2024 (no public list price)",
     "h200": "street price order of magnitude, 2024 (no public list price)",
@@ -217,12 +231,12 @@ DEVICE_NAMES: tuple[tuple[str, str, float | None], ...] = (
     ("geforce rtx 5090", "rtx5090", None), ("rtx pro 6000 blackwell", "rtx-pro-6000", None),
     ("rtx 6000 ada", "rtx6000-ada", None), ("rtx a6000", "rtx-a6000", None),
     ("rtx a5000", "rtx-a5000", None), ("rtx a4000", "rtx-a4000", None),
-    ("a100-sxm4-80gb", "a100-sxm4-80gb", None), ("a100-sxm4-40gb", "a100-sxm4-80gb", 40),
-    ("a100 80gb pcie", "a100-pcie-80gb", None), ("a100-pcie-40gb", "a100-pcie-80gb", 40),
+    ("a100-sxm4-80gb", "a100-sxm4-80gb", None), ("a100-sxm4-40gb", "a100-sxm4-40gb", None),
+    ("a100 80gb pcie", "a100-pcie-80gb", None), ("a100-pcie-40gb", "a100-pcie-40gb", None),
     ("a800 80gb pcie", "a100-pcie-80gb", None), ("h100 80gb hbm3", "h100-sxm", None),
     ("h100 pcie", "h100-pcie", None), ("h100 nvl", "h100-nvl", None), ("h200", "h200", None),
     ("b200", "b200", None), ("l40s", "l40s", None), ("a40", "a40", None), ("l4", "l4", None),
-    ("v100-sxm2", "v100-sxm2", None),
+    ("v100-sxm2-16gb", "v100-sxm2", 16), ("v100-sxm2", "v100-sxm2", None),
 )
 
 
