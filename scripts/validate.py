@@ -162,11 +162,16 @@ def gemm_rows(data: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def plan_mechanism(comm: Communicator, plan: collectives.Plan) -> str | None:
-    """The slowest transport a collective's ring crosses: SHM, then PCIe P2P, then NVLink."""
-    order = plan.order
-    hops = {comm.mechanism(a, order[(i + 1) % len(order)]) for i, a in enumerate(order)}
+def slowest_mechanism(hops: set[str | None]) -> str | None:
+    """The slowest of the transports some hops cross: SHM, then PCIe P2P, then NVLink."""
     return next((m for m in ("shm", "pcie_p2p", "nvlink") if m in hops), None)
+
+
+def plan_mechanism(comm: Communicator, plan: collectives.Plan) -> str | None:
+    """The slowest transport a collective's ring crosses."""
+    order = plan.order
+    return slowest_mechanism({comm.mechanism(a, order[(i + 1) % len(order)])
+                              for i, a in enumerate(order)})
 
 
 def compute_mechanism(gpu_name: str) -> str:
@@ -448,9 +453,9 @@ def offload_rows(data: dict[str, Any]) -> list[Row]:
 
 
 def alltoall_rows(_data: dict[str, Any]) -> list[Row]:
-    """validation/alltoall.yaml: nccl-tests all-to-all tables, and a fabric check (every GPU
-    pair writing at once). Left out of the residual table (mechanism None): these points
-    have not been weighed into the per-transport ranges yet."""
+    """validation/alltoall.yaml: nccl-tests all-to-all tables, each under the slowest
+    transport its pairs cross, and a fabric check
+    (every GPU pair writing at once: copies, no NCCL transport, so no mechanism)."""
     from simulator.engine.program import Flow
     from simulator.nccl.perf import run_alone
 
@@ -460,14 +465,16 @@ def alltoall_rows(_data: dict[str, Any]) -> list[Row]:
     for entry in data.get("nccl_tests", []):
         machine = Machine.from_config(load_topology(_machine_file(entry["machine"])))
         m = Communicator(machine.subset(entry["gpus"]))
+        mechanism = slowest_mechanism({m.mechanism(a, b) for a in range(m.n_gpus)
+                                       for b in range(m.n_gpus)})
         for size, (t_us, busbw) in entry["rows"].items():
             r = time_alone(m, entry["op"], int(size))
             if busbw > 0.05:  # nccl-tests rounds to 0.01: below, compare the time
                 rows.append(Row(entry["id"], entry["op"], m.n_gpus, int(size), "busbw GB/s",
-                                busbw, r.busbw_gbps, None, machine.name))
+                                busbw, r.busbw_gbps, mechanism, machine.name))
             else:
                 rows.append(Row(entry["id"], entry["op"], m.n_gpus, int(size), "time us", t_us,
-                                r.time_us, None, machine.name))
+                                r.time_us, mechanism, machine.name))
     for entry in data.get("fabric", []):
         machine = Machine.from_config(load_topology(_machine_file(entry["machine"])))
         m = Communicator(machine)
@@ -616,7 +623,7 @@ SECTION_WORDS = {
     "boxes": "no-P2P boxes as a user would describe them, uncalibrated "
              "(validation/box-spread.yaml)",
     "alltoall": "nccl-tests all-to-all, and every GPU pair of a box writing at once "
-                "(validation/alltoall.yaml); not yet in the residual table",
+                "(validation/alltoall.yaml)",
     "multinode": "nccl-tests across boxes: NET/IB with and without GPUDirect RDMA, TCP "
                  "sockets (validation/multinode.yaml; why the worst rows are off: "
                  "weak-spots.md, Between boxes)",
