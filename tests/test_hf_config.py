@@ -53,6 +53,25 @@ def test_a_folder_names_its_config_json() -> None:
     assert by_folder.name == "mistral-7b-v0.1"
 
 
+def test_a_config_json_or_its_folder_needs_no_hf_prefix(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    """A model's folder or its config.json, as a user has them, is read as hf: reads it; a
+    folder without one, or a JSON without model_type, is refused in one line naming it."""
+    folder = HF / "mistral-7b-v0.1"
+    expected = load_workload(f"hf:{folder}")
+    assert load_workload(str(folder)) == expected
+    assert load_workload(str(folder / "config.json")) == expected
+    (tmp_path / "empty.json").write_text("{}", encoding="utf-8")
+    args = ["memory", "-t", "8xh100-nvswitch", "-s", "fsdp", "-w"]
+    assert main([*args, str(tmp_path / "empty.json")]) == 2
+    err = capsys.readouterr().err
+    assert "empty.json" in err and "model_type" in err and len(err.strip().splitlines()) == 1
+    assert main([*args, str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory" in err and "config.json" in err
+
+
 def test_layouts_follow_transformers() -> None:
     qwen = load_workload(f"hf:{HF / 'qwen2.5-7b'}").model
     assert qwen is not None and qwen.qkv_bias and not qwen.bias  # modeling_qwen2.py

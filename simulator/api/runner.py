@@ -28,7 +28,7 @@ from simulator.catalog import software
 from simulator.engine.program import Program
 from simulator.engine.timeline import Timeline
 from simulator.errors import InputError
-from simulator.inputs.config import load_topology, load_workload, preset_names
+from simulator.inputs.config import is_hf_config, load_topology, load_workload, preset_names
 from simulator.inputs.schema import TopologyConfig, WorkloadConfig
 from simulator.job.ops import flops_counted
 from simulator.job.workload import Job
@@ -209,7 +209,7 @@ def config_files(spec: RunSpec, job: Job) -> dict[str, Any] | None:
     """The Hugging Face, PEFT and DeepSpeed files a spec read, with the parameter count they
     give (to hold against the model card); None when it read none."""
     out: dict[str, Any] = {}
-    if spec.workload.startswith("hf:"):
+    if is_hf_config(spec.workload):
         from simulator.inputs import hf_config
 
         out["hf"] = str(hf_config.config_path(spec.workload))

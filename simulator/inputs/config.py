@@ -26,10 +26,22 @@ if TYPE_CHECKING:  # pydantic loads with the first file checked, not before (nev
 M = TypeVar("M", bound="Frozen")
 
 
+def is_hf_config(name: str) -> bool:
+    """Whether a workload names a Hugging Face (or diffusers) config rather than a workload
+    YAML: ``hf:PATH``, a ``.json`` file, or a folder holding ``config.json`` (as
+    ``from_pretrained`` takes a model's folder)."""
+    if name.startswith("hf:"):
+        return True
+    path = Path(name)
+    with contextlib.suppress(OSError, ValueError):  # no path at all: not one either
+        return (path.suffix == ".json" and path.is_file()) or (path / "config.json").is_file()
+    return False
+
+
 def resolve(name_or_path: str, kind: str) -> Path:
     """A YAML path as given, or the bundled preset of that name; unknown names list the presets.
-    A workload ``hf:PATH`` is the Hugging Face config.json it names."""
-    if kind == "workloads" and name_or_path.startswith("hf:"):
+    A workload that is a Hugging Face config (is_hf_config) is the config.json it names."""
+    if kind == "workloads" and is_hf_config(name_or_path):
         from simulator.inputs import hf_config
 
         return hf_config.config_path(name_or_path)
@@ -46,7 +58,8 @@ def resolve(name_or_path: str, kind: str) -> Path:
             raise InputError(f"cannot read the file: {problem.strerror or problem}",
                              file=name_or_path)
         if stat.S_ISDIR(mode):
-            raise InputError(f"{shown} is a directory; expected a YAML file")
+            also = " or a folder holding a config.json" if kind == "workloads" else ""
+            raise InputError(f"{shown} is a directory; expected a YAML file{also}")
         if not stat.S_ISREG(mode):  # a FIFO or a device would block or never end
             raise InputError(f"{shown} is not a regular file; expected a YAML file")
         return path
@@ -70,10 +83,10 @@ def load_topology(name_or_path: str) -> TopologyConfig:
 
 
 def load_workload(name_or_path: str) -> WorkloadConfig:
-    """A workload YAML or preset, or ``hf:PATH``: a Hugging Face config.json (hf_config.py)."""
+    """A workload YAML or preset, or a Hugging Face config.json (is_hf_config; hf_config.py)."""
     from simulator.inputs.schema import WorkloadConfig
 
-    if name_or_path.startswith("hf:"):
+    if is_hf_config(name_or_path):
         from simulator.inputs import hf_config
 
         return hf_config.load(name_or_path)

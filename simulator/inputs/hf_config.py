@@ -77,7 +77,8 @@ _TIED = {"llama": False, "mistral": False, "qwen2": False, "gemma": True, "gpt2"
 
 
 def config_path(name: str) -> Path:
-    """The config.json an ``hf:`` workload names: the file, or ``config.json`` in a folder."""
+    """The config.json a Hugging Face workload names (``hf:`` optional): the file, or
+    ``config.json`` in a folder."""
     given = name.removeprefix(PREFIX)
     if not given:
         raise InputError("hf: needs a path to a config.json or the folder holding it")
@@ -91,7 +92,7 @@ def config_path(name: str) -> Path:
 
 
 def load(name: str) -> WorkloadConfig:
-    """The workload of the Hugging Face config ``name`` (``hf:`` and a path)."""
+    """The workload of the Hugging Face config ``name`` (a path, ``hf:`` optional)."""
     path = config_path(name)
     doc = read(path, "a Hugging Face config.json")
     if hf_diffusers.is_diffusers(doc):  # a diffusers unet/config.json
