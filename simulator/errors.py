@@ -85,5 +85,13 @@ def did_you_mean(given: str, choices: Iterable[str],
     for choice in choices:
         if _plain(choice) == plain:
             return f"; did you mean {choice}?"
+    longer = [c for c in choices if plain and _plain(c).startswith(plain)]  # 8x4090: a preset
+    if longer:  # of that box, named by its layout
+        return f"; did you mean {_one_of(longer[:4])}?"
     near = difflib.get_close_matches(given, choices, n=1, cutoff=0.75)
     return f"; did you mean {near[0]}?" if near else ""
+
+
+def _one_of(names: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"

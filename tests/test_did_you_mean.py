@@ -35,6 +35,11 @@ def test_the_hint_names_the_flag_that_means_it(argv: list[str], hint: str,
 @pytest.mark.parametrize(("argv", "hint"), [
     (["run", "-t", "8x5090-swtich", "-w", "gpt2-medium"], "did you mean 8x5090-switch?"),
     (["run", "-t", "2x5090", "-w", "llama-2-7b"], "did you mean llama2-7b?"),
+    (["run", "-t", "8x4090", "-w", "gpt2-medium"], "did you mean 8x4090-dual-socket?"),
+    (["run", "-t", "8x5090", "-w", "gpt2-medium"],
+     "did you mean 8x5090-dual-socket, 8x5090-switch or 8x5090-switch-p2p?"),
+    (["run", "-t", "2x5090", "-w", "gpt2-medium", "-s", "deepspeed"],
+     "did you mean zero1, zero2 or zero3? (deepspeed in DeepSpeed, by ZeRO stage)"),
 ])
 def test_presets_get_a_did_you_mean(argv: list[str], hint: str,
                                     capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,3 +60,12 @@ def test_every_synonym_points_at_a_flag_run_has() -> None:
              .choices["run"]._actions for s in a.option_strings}
     for name, (ours, _) in synonyms.FLAGS.items():
         assert ours.split()[0] in flags, name
+
+
+def test_a_hub_id_is_told_how_to_get_its_config(capsys: pytest.CaptureFixture[str]) -> None:
+    """stepsim reads no network: a Hugging Face Hub id is answered with the download of the
+    one file it reads, in one line."""
+    assert main(["run", "-t", "2x5090", "-w", "meta-llama/Llama-2-7b-hf"]) == 2
+    err = capsys.readouterr().err
+    assert "huggingface-cli download meta-llama/Llama-2-7b-hf config.json" in err
+    assert len(err.strip().splitlines()) == 1

@@ -71,6 +71,12 @@ def resolve(name_or_path: str, kind: str) -> Path:
 
     names = ", ".join(preset_names(kind))
     singular = {"topologies": "topology", "workloads": "workload"}.get(kind, kind)
+    if kind == "workloads" and name_or_path.count("/") == 1 and "." not in name_or_path[:1]:
+        # a Hugging Face Hub id (org/model): stepsim reads no network, only the model's config
+        raise InputError(f"unknown workload {quoted(name_or_path)}: a Hugging Face model is read "
+                         "from its config.json (`huggingface-cli download "
+                         f"{cut(name_or_path, PATH_CHARS)} config.json --local-dir DIR`, then "
+                         "-w DIR)")
     raise InputError(f"unknown {singular} {quoted(name_or_path)}"
                      f"{did_you_mean(name_or_path, preset_names(kind))}; presets: {names} "
                      "(`stepsim presets` describes them)")

@@ -79,6 +79,8 @@ STRATEGY_SYNONYMS = {
     "stage2": ("zero2", "DeepSpeed zero_optimization"),
     "stage1": ("zero1", "DeepSpeed zero_optimization"),
     "tensor_parallel": ("tp", "Megatron and PyTorch"),
+    "deepspeed": ("zero1, zero2 or zero3", "DeepSpeed, by ZeRO stage"),
+    "zero": ("zero1, zero2 or zero3", "DeepSpeed, by stage"),
 }
 
 
