@@ -1,6 +1,7 @@
 """Expert parallelism (strategies/expert.py): groups, the all-to-alls around the experts,
 expert sharding over the expert-data-parallel group, memory per rank, and advise."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,21 @@ def test_advise_weighs_ep_for_a_mixture_of_experts_only() -> None:
     assert {r.ep for r in with_ep} == {1, 2, 4}
     assert {r.strategy for r in with_ep if r.ep > 1} == {"fsdp", "zero3"}
     assert {r.ep for r in candidates.recipes(4)} == {1}
+
+
+def test_an_ep_run_names_its_degree_and_why_it_beats_one_gpu(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The report carries the EP degree (JSON parallelism.ep, the title); a scaling efficiency
+    above 100% says why: the HF expert loop on one GPU dequantizes and launches every expert,
+    each of eight GPUs one. With grouped GEMMs (torchtitan) there is nothing to share."""
+    args = ["run", "-t", "8x5090-dual-socket", "-w", "mixtral-8x7b-qlora", "-s", "fsdp",
+            "--ep", "8", "--no-ranges"]
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["parallelism"]["ep"] == 8 and report["scaling_efficiency"] > 1
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "fsdp, experts over 8 GPUs (--ep 8)" in out.splitlines()[0]
+    assert "above 100%: each GPU runs 1/8 of the experts" in out
+    assert main([*args, "--framework", "torchtitan"]) == 0
+    assert "above 100%" not in capsys.readouterr().out

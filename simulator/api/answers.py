@@ -51,7 +51,8 @@ def outcome(spec: RunSpec, *, prices: cost.Prices | None = None, ranges: bool = 
                 "gpu": machine.gpu.name, "gpus": machine.n_gpus, "simulated": False,
                 "recipe": recipe(spec, job),
                 "parallelism": {"world": machine.n_gpus, "tp": tp, "pp": spec.pp,
-                                "dp": machine.n_gpus // (tp * spec.pp)},
+                                "dp": machine.n_gpus // (tp * spec.pp),
+                                **({"ep": spec.ep} if spec.ep > 1 else {})},
                 "micro_batch": job.micro_batch, "seq_len": job.seq_len,
                 "grad_accum": job.grad_accum, "memory": mem}, None
     result = simulate(spec, baseline=baseline, prices=prices, ranges=ranges)

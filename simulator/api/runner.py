@@ -146,7 +146,7 @@ def degrees(spec: RunSpec, job: Job, machine: Machine, dp: int) -> dict[str, Any
 
         bucket_mb = spec.bucket_mb or DEFAULT_BUCKET_CAP_MB
     return {"parallelism": {"world": machine.n_gpus, "tp": _tp_degree(spec, machine), "dp": dp,
-                            "pp": spec.pp,
+                            "pp": spec.pp, **({"ep": spec.ep} if spec.ep > 1 else {}),
                             **({"nnodes": machine.nnodes} if machine.nnodes > 1 else {})},
             "micro_batch": job.micro_batch, "seq_len": job.seq_len,
             "grad_accum": job.grad_accum,

@@ -95,7 +95,8 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         *([("compute slowed by comm", interference_words(r["interference"]))]
           if r.get("interference", {}).get("transports") else []),
         ("scaling efficiency", "n/a (one GPU cannot hold it)" if eff is None else fig.ranged(
-            f"{eff:.1%}", r.get("scaling_efficiency_range"), lambda x: f"{x:.1%}")),
+            f"{eff:.1%}", r.get("scaling_efficiency_range"), lambda x: f"{x:.1%}")
+         + _above_one(eff, r)),
         ("memory per GPU", memory_verdict(r["memory"])),
         ("recipe", recipe_flags.training_words(r.get("recipe", {})) or "-"),
         *([("software", software_words(r["software"]))] if r.get("software") else []),
@@ -116,6 +117,16 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("per GPU dollar", f"{r['tokens_per_s_per_kusd']:,.0f} tokens/s per $1k "
                                        f"(GPUs ${r['gpus_price_usd']:,.0f})"))
     return rows + cost_rows(r)
+
+
+def _above_one(eff: float | None, r: dict[str, Any]) -> str:
+    """Why a run beats N times one GPU: expert parallelism shares out the per-expert work."""
+    ep = r.get("parallelism", {}).get("ep", 1)
+    if eff is None or eff <= 1 or ep <= 1:
+        return ""
+    return (f" (above 100%: each GPU runs 1/{ep} of the experts, so what each expert costs "
+            "whatever its tokens (launches, QLoRA dequantization, small GEMMs) is shared; one "
+            "GPU pays it for all)")
 
 
 def interference_words(info: dict[str, Any]) -> str:
@@ -184,7 +195,9 @@ def bucket_summary(buckets: list[dict[str, Any]]) -> str:
 def figures_title(r: dict[str, Any]) -> str:
     cards = " + ".join(f"{len(ranks)} x {name}" for name, ranks in
                        r.get("cards", {r["gpu"]: range(r["gpus"])}).items())
+    ep = r.get("parallelism", {}).get("ep", 1)
     return (f"{r['workload']} on {r['topology']} ({cards}), {r['strategy']}"
+            f"{f', experts over {ep} GPUs (--ep {ep})' if ep > 1 else ''}"
             f"{'' if r.get('overlap', True) else ', no overlap'}"
             + "".join(f", {x}" for x in recipe_flags.words(r.get("recipe", {}))))
 
