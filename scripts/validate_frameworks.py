@@ -75,13 +75,25 @@ RUNS: dict[str, dict[str, Any]] = {
         "topology": str(TOPOLOGIES / "2x3090-pcie.yaml"), "workload": _w("fsdp-lora-llama2-7b"),
         "strategy": "fsdp", "micro_batch": 1, "seq_len": s, "memory": counter}
        for s in (2048, 512) for suffix, counter in (("", "allocated"), ("-reserved", "reserved"))},
+    # the case study's other reserved peaks (memory only: the 3090 pair stands in, as above)
+    **{f"answerdotai-2x3090-{model}-{finetune}{ddp}-{shape}-reserved": {
+        "topology": str(TOPOLOGIES / "2x3090-pcie.yaml"),
+        "workload": _w(f"fsdp-{finetune.removesuffix('-offload')}-{model}"),
+        "strategy": "ddp" if ddp else "fsdp", "micro_batch": batch, "seq_len": seq,
+        "memory": "reserved", **({"offload": "params"} if "offload" in finetune else {})}
+       for model, finetune, ddp, shape, batch, seq in (
+           ("llama2-7b", "qlora", "", "c512", 1, 512), ("llama2-7b", "qlora", "", "c2048", 1, 2048),
+           ("llama2-7b", "qlora", "", "b4", 4, 2048), ("llama2-7b", "lora", "", "b4", 4, 2048),
+           ("llama2-7b", "qlora", "-ddp", "b8", 8, 2048),
+           ("llama2-7b", "lora", "-ddp", "b4", 4, 2048),
+           ("yi-34b", "qlora", "", "b2", 2, 2048), ("yi-34b", "qlora-offload", "", "b4", 4, 2048))},
     # 64 GPUs over 8 nodes in the source: eight GPUs of one node stand in for them
     "torchtitan-a100-llama3-8b-64gpu": {"topology": "8xa100-nvswitch",
                                         "workload": _w("torchtitan-llama3.1-8b"),
                                         "strategy": "fsdp", "micro_batch": 1, "proxy": True},
 }
 _SPEC_KEYS = ("gpus", "micro_batch", "grad_accum", "seq_len", "kernels", "cross_entropy",
-              "precision", "optimizer", "checkpointing", "framework", "attention")
+              "precision", "optimizer", "checkpointing", "framework", "attention", "offload")
 
 
 def software_flag(point: dict[str, Any]) -> str | None:

@@ -144,13 +144,22 @@ def _framework_rows() -> dict[tuple[str, str], float]:
     return {(r.id, r.quantity): r.error for r in rows}
 
 
-def test_framework_memory_points_are_within_fifteen_percent() -> None:
+def test_framework_memory_points_allocated_close_and_reserved_unbiased() -> None:
+    """Allocated peaks (torchtune's three, its 4090 QLoRA, fsdp_qlora's two batch-1 LoRA runs)
+    within 5%; reserved peaks (torchtitan, fsdp_qlora's ten on two 3090s) rest on a published
+    median overhead (allocator.py, interquartile 12-36%): unbiased, typically within 8%, none
+    beyond 16%."""
+    import statistics
+
     errors = _framework_rows()
-    memory = {k: e for k, e in errors.items() if k[1] == "memory GiB"}
-    # torchtune (3), torchtitan, torchtune's QLoRA on a 4090, fsdp_qlora's batch-1 LoRA runs
-    # on two 3090s at two contexts, allocated and reserved
-    assert len(memory) == 9
-    assert all(abs(e) <= 0.15 for e in memory.values()), memory
+    memory = {k[0]: e for k, e in errors.items() if k[1] == "memory GiB"}
+    reserved = {k: e for k, e in memory.items() if "reserved" in k or "torchtitan" in k}
+    allocated = {k: e for k, e in memory.items() if k not in reserved}
+    assert (len(allocated), len(reserved)) == (6, 11)
+    assert all(abs(e) <= 0.05 for e in allocated.values()), allocated
+    assert abs(statistics.median(reserved.values())) <= 0.05, reserved
+    assert statistics.median(abs(e) for e in reserved.values()) <= 0.08, reserved
+    assert all(abs(e) <= 0.16 for e in reserved.values()), reserved
 
 
 def test_torchtune_eager_and_compiled_throughput_within_ten_percent() -> None:

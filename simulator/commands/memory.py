@@ -161,8 +161,11 @@ def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> s
                 f"{r.peak_as('total') / GiB:.2f} GiB (with the CUDA context and NCCL)")
     idle = r.peak_as("total") - r.peak_bytes
     if idle > 0:  # cached blocks no request fits: freed before an out-of-memory error
+        moment = max(api.MOMENTS, key=lambda m: r.counter_at("total", m))
+        why = "; ".join(dict.fromkeys(x.label.removeprefix("allocator: ") for x in r.lines
+                                      if x.pool == "idle" and api.alive(x, moment)))
         rows.append(f"{'':<12}{'':>8}  of which {idle / GiB:.2f} GiB idle in the allocator's cache "
-                    "(freed before it runs out of memory: not in the verdict)")
+                    f"(freed before it runs out of memory: not in the verdict): {why}")
     if r.paged_bytes:  # a paged optimizer: managed memory beside the verdict
         rows += ["", f"{'paged':<12}{'GiB':>8}  what (CUDA managed memory, outside the verdict)"]
         rows += [f"{line.category:<12}{_gib(line.bytes)}  {line.label}"

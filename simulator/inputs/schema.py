@@ -746,6 +746,10 @@ class TrainingConfig(Frozen):
     # grouped (one grouped GEMM for all experts, Megatron's TEGroupedMLP, torchtitan); None:
     # the framework's
     expert_gemms: Literal["loop", "grouped"] | None = None
+    # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the caching allocator grows segments in
+    # place instead of caching blocks of fixed sizes: less reserved beyond the tensors); None:
+    # the framework's (simulator/memory/allocator.py)
+    expandable_segments: bool | None = None
     # the keys the file, a command-line flag or the constructor gave (a framework bundle sets
     # the others); not a key of the file, so not a field: each instance's own
     given: ClassVar[frozenset[str]] = frozenset()

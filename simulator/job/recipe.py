@@ -81,6 +81,12 @@ DEFAULT_FRAMEWORK = "hf"
 # GroupedExperts and llm-foundry's MegaBlocks dMoE run one grouped GEMM.
 EXPERT_GEMMS = {"hf": "loop", "torchtune": "grouped", "torchtitan": "grouped",
                 "llm-foundry": "grouped", "megatron": "grouped"}
+# Whose launch sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: torchtitan's
+# run_llama_train.sh since a5e57e4 (2024-10-22; run_train.sh now), torchtune's own __init__.py
+# since 9d91fe3 (2025-06-20, PR #2841) unless the variable is set; the others leave PyTorch's
+# default (off).
+EXPANDABLE_SEGMENTS = {"hf": False, "torchtune": True, "torchtitan": True,
+                       "llm-foundry": False, "megatron": False}
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,8 @@ class Recipe:
     from_bundle: tuple[str, ...] = ()  # the keys the bundle set (the rest were given)
     # a mixture of experts' GEMMs (training.expert_gemms, else EXPERT_GEMMS of the framework)
     expert_gemms: str = "loop"
+    # the caching allocator's expandable segments (training key, else the framework's launch)
+    expandable_segments: bool = False
 
     @property
     def loss_compiled(self) -> bool:
@@ -129,6 +137,8 @@ class Recipe:
             out["amp"] = self.amp
         if self.ddp != "torch":
             out["ddp"] = self.ddp
+        if self.expandable_segments:
+            out["expandable_segments"] = True
         out["from_framework"] = list(self.from_bundle)
         return out
 
@@ -157,7 +167,10 @@ def resolve(training: TrainingConfig, stack: Stack = TODAY) -> Recipe:
     return Recipe(framework=framework, **values, **details,
                   optimizer_in_bwd=training.optimizer_in_bwd, amp=training.amp,
                   ddp=training.ddp, from_bundle=tuple(k for k in KEYS if k not in given),
-                  expert_gemms=training.expert_gemms or EXPERT_GEMMS[framework])
+                  expert_gemms=training.expert_gemms or EXPERT_GEMMS[framework],
+                  expandable_segments=(EXPANDABLE_SEGMENTS[framework]
+                                       if training.expandable_segments is None
+                                       else training.expandable_segments))
 
 
 def bundle_attention(framework: str, stack: Stack) -> str:

@@ -151,7 +151,14 @@ class MemoryReport:
         allocator's segments: tensors and what it caches) or ``total`` (the card: and the
         CUDA context and NCCL's buffers beside the allocator)."""
         pools = COUNTER_POOLS[counter]
-        return sum(x.bytes for x in self.lines if x.pool in pools and alive(x, moment))
+        held = sum(x.bytes for x in self.lines
+                   if x.pool in pools and x.pool != "idle" and alive(x, moment))
+        if "idle" not in pools:
+            return held
+        idle = sum(x.bytes for x in self.lines if x.pool == "idle" and alive(x, moment))
+        # the allocator frees idle blocks and retries rather than run out (allocator.py): it
+        # caches no more of them than the card has room for beside what it must hold
+        return held + min(idle, max(0.0, self.capacity_bytes - self.phase_total(moment)))
 
     def peak_as(self, counter: str) -> int:
         """The peak as a counter reports it, its own maximum over the step's timeline:
