@@ -39,6 +39,10 @@ RUNS: dict[str, dict[str, Any]] = {
         **_WORKSTATION, "workload": _w("fsdp-lora-llama2-7b"), "micro_batch": 6},
     "answerdotai-2x4090-llama2-70b-qlora-offload": {
         **_WORKSTATION, "workload": _w("fsdp-qlora-llama2-70b"), "offload": "params"},
+    "answerdotai-2x4090-yi-34b-qlora-offload": {
+        **_WORKSTATION, "workload": _w("fsdp-qlora-yi-34b"), "offload": "params",
+        "micro_batch": 4},
+    "answerdotai-2x4090-yi-34b-qlora": {**_WORKSTATION, "workload": _w("fsdp-qlora-yi-34b")},
     "torchtune-8xa100-llama3.1-70b-full-offload": {
         "topology": "8xa100-nvswitch", "workload": _w("torchtune-llama3.1-70b"),
         "strategy": "fsdp", "offload": "params", "memory": "allocated"},

@@ -190,7 +190,7 @@ def test_offloaded_fsdp_throughput_is_within_ten_percent_of_every_published_run(
     assert all(r.role == "check" for r in rows)  # no point fixed a constant
     throughput = {r.id: r.error for r in rows if r.quantity == "tok/s/GPU"
                   and not r.id.startswith("llmq")}
-    assert len(throughput) == 6  # fsdp_qlora's 2 x 4090 rows and torchtune's 8 x A100 row
+    assert len(throughput) == 8  # fsdp_qlora's 2 x 4090 rows and torchtune's 8 x A100 row
     assert all(abs(e) <= 0.10 for e in throughput.values()), throughput
 
 
@@ -198,20 +198,20 @@ def test_offloaded_fsdp_throughput_is_within_ten_percent_of_every_published_run(
 # - torchtune README (70B full, 8 x A100, CPU offload): its "peak memory" is the allocated
 #   peak, the model's exact tensors: 10%.
 # - AnswerDotAI fsdp_qlora benchmarks_03_2024.md, dual 4090: peak *reserved* memory of runs
-#   whose batch was raised until the card was nearly full. The model reserves 5% over the
-#   tensors; fsdp_qlora's own batch-1 LoRA runs reserve 11.6% and 23.7% over them (10.22 GiB
-#   reserved, 9.16 allocated at context 2048; 10.24 and 8.28 at 512), while the model's
-#   allocated peaks of those runs are within 4% (validation/frameworks.yaml): what the
-#   allocator keeps beyond the tensors is the spread. QLoRA rows 15%, LoRA and 70B rows 30%.
+#   whose batch was raised until the card was nearly full. The model's reserved counter is the
+#   allocated peak plus the median overhead of published training peaks (23%,
+#   simulator/memory/allocator.py), whose middle half (12-36%) spans -9% to +11% of a reserved
+#   figure; what else the allocator keeps is each run's history (validation/offload.yaml). QLoRA
+#   rows 15%, LoRA and 70B rows 20%.
 # - IST-DASLab/llmq 4090x4.md: DeepSpeed's host memory in use after the optimizer's setup
 #   (the whole machine's): 10%.
 OFFLOAD_MEMORY_TOLERANCE = {
     ("torchtune-8xa100-llama3.1-70b-full-offload", "allocated pea"): 0.10,
     ("answerdotai-2x4090-llama2-7b-qlora-offload", "reserved peak"): 0.15,
     ("answerdotai-2x4090-llama2-7b-qlora", "reserved peak"): 0.15,
-    ("answerdotai-2x4090-llama2-7b-lora-offload", "reserved peak"): 0.30,
-    ("answerdotai-2x4090-llama2-7b-lora", "reserved peak"): 0.30,
-    ("answerdotai-2x4090-llama2-70b-qlora-offload", "reserved peak"): 0.30,
+    ("answerdotai-2x4090-llama2-7b-lora-offload", "reserved peak"): 0.20,
+    ("answerdotai-2x4090-llama2-7b-lora", "reserved peak"): 0.20,
+    ("answerdotai-2x4090-llama2-70b-qlora-offload", "reserved peak"): 0.20,
     ("llmq-4x4090-qwen2.5-14b-zero3-offload", "host RAM"): 0.10,
 }
 
