@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.api import load_job
 from simulator.catalog.gpus import gpu
 from simulator.cli import main
 from simulator.errors import InputError
@@ -334,3 +335,33 @@ def test_fsdp2_holds_the_previous_units_reduce_scatter_input() -> None:
             block * per_element)
     zero3 = memory.estimate(job, card, "zero3", world=8)
     assert _other(zero3, "unsharded gradients of one unit") == pytest.approx(block * 2)
+
+
+def _zero_lines(strategy: str, offload: str = "none", **kw: object) -> dict[str, float]:
+    job = load_job("llama3-8b", 1, 2048, 1, "full", (("precision", "fp16"),))
+    r = memory.estimate(job, gpu("a100-sxm4-80gb"), strategy, world=8, offload=offload, **kw)
+    return {x.label: x.bytes for x in r.lines if not x.host}
+
+
+def test_deepspeed_casts_the_partitions_gradients_to_fp32_for_its_step() -> None:
+    """stage_1_and_2.py step() and stage3.py _prepare_fp32_grad_for_sub_group: the 16-bit
+    gradients of the rank's partition are flattened, then cast to fp32 (2 + 4 B a parameter),
+    at the step; ZeRO-3 one sub-group of at most 1e9 elements at a time; nothing on the GPU when
+    the optimizer steps on the CPU."""
+    n = 8_030_261_248
+    for strategy, cap in (("zero2", n / 8), ("zero3", min(n / 8, 1e9))):
+        lines = _zero_lines(strategy)
+        [step] = [v for k, v in lines.items() if k.startswith("DeepSpeed step")]
+        assert step == pytest.approx(cap * (2 + 4))
+    assert not any(k.startswith("DeepSpeed step") for k in _zero_lines("zero3", "optimizer"))
+
+
+def test_zero3_keeps_a_gradient_bucket_of_reduce_bucket_size() -> None:
+    """contiguous_gradients: one buffer of reduce_bucket_size elements in the gradients'
+    dtype (stage3.py), Hugging Face's "auto" hidden^2 unless a config gives it."""
+    auto = _zero_lines("zero3")
+    assert auto["ZeRO-3 gradient bucket buffer (reduce_bucket_size 16,777,216, "
+                "contiguous_gradients)"] == 4096 * 4096 * 2
+    given = _zero_lines("zero3", reduce_bucket_size=500_000_000)
+    assert given["ZeRO-3 gradient bucket buffer (reduce_bucket_size 5e8, "
+                 "contiguous_gradients)"] == 500_000_000 * 2

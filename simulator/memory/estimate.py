@@ -67,6 +67,9 @@ NCCL_CONNECTIONS_PER_CHANNEL = 2
 NCCL_DEFAULT_CHANNELS = 2  # assumption: NCCL's ring search gives 2 channels on PCIe-only boxes
 # DeepSpeed ZeRO-1/2 gradient reduce bucket: reduce_bucket_size default 5e8 elements (config.py).
 ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000
+# DeepSpeed ZeRO-3 steps its partition in sub-groups of sub_group_size elements (default 1e9,
+# DeepSpeedZeroConfig): each one's 16-bit gradients flattened and cast to fp32 at a time.
+ZERO3_SUB_GROUP_ELEMENTS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -241,9 +244,11 @@ def _make_state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
 def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: dict[str, float],
                   *, gradient_as_bucket_view: bool, reshard_after_forward: bool,
                   zero_overlap_comm: bool = False, fetched: bool = False,
-                  reduce_bucket_size: int | None = None) -> list[Line]:
+                  reduce_bucket_size: int | None = None,
+                  optimizer_on_gpu: bool = True) -> list[Line]:
     """Buffers beside the states; ``fetched``: parameters live in host RAM and come to the GPU
-    unit by unit even on one rank (offloaded ZeRO-3 / FSDP)."""
+    unit by unit even on one rank (offloaded ZeRO-3 / FSDP); ``optimizer_on_gpu``: the
+    optimizer steps on the GPU (not DeepSpeed's CPU offload)."""
     e = job.activation_bytes
     mixed = job.precision in ("bf16", "fp16")  # fp32 master weights, 16-bit compute
     lines: list[Line] = []
@@ -265,6 +270,26 @@ def _buffer_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int, sizes: d
                           f"{_elements(cap)})"
                           + (" x 2 (overlap_comm double buffer)" if buffers == 2 else ""),
                           buffers * n * r.grad, "backward"))
+    if strategy == "zero3" and dp > 1:
+        # contiguous_gradients (ZeRO-3's default) gathers each bucket's gradients into a buffer
+        # of reduce_bucket_size elements made once at start-up (stage3.py: bucket.buffer =
+        # torch.empty(self.reduce_bucket_size, ...)); Hugging Face's "auto" is hidden^2
+        cap = reduce_bucket_size or job.hidden * job.hidden
+        lines.append(Line("other", f"ZeRO-3 gradient bucket buffer (reduce_bucket_size "
+                          f"{_elements(cap)}, contiguous_gradients)", cap * r.grad))
+    if strategy.startswith("zero") and optimizer_on_gpu:
+        # the step casts the partition's 16-bit gradients to fp32 for the fp32 master weights:
+        # a flattened copy, then its fp32 cast (stage_1_and_2.py step():
+        # flatten_dense_tensors_aligned(...).to(fp32); stage3.py _prepare_fp32_grad_for_sub_group,
+        # one sub-group at a time); fp32 gradients are only flattened
+        part = sizes["trainable_local"] / (dp if r.shard_optimizer else 1)
+        if strategy == "zero3":
+            part = min(part, ZERO3_SUB_GROUP_ELEMENTS)
+        cast = 4 if r.grad != 4 else 0
+        lines.append(Line("other", "DeepSpeed step: the partition's gradients flattened"
+                          + (" and cast to fp32" if cast else "")
+                          + (" (per sub-group of 1e9)" if strategy == "zero3" else ""),
+                          part * (r.grad + cast), "step"))
     if strategy in ("zero3", "fsdp") and (dp > 1 or fetched):
         who = "FSDP" if strategy == "fsdp" else "ZeRO-3"
         if reshard_after_forward:
@@ -375,7 +400,8 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                            gradient_as_bucket_view=gradient_as_bucket_view,
                            reshard_after_forward=reshard_after_forward,
                            zero_overlap_comm=zero_overlap_comm, fetched=offload == "params",
-                           reduce_bucket_size=reduce_bucket_size)
+                           reduce_bucket_size=reduce_bucket_size,
+                           optimizer_on_gpu=offload == "none")
     if job.ep > 1 and job.arch is not None and job.arch.moe is not None:
         # the all-to-all's send and receive buffers of one MoE block's routed rows (Megatron's
         # dispatcher keeps the permuted input and the received rows while the block runs)
