@@ -1,10 +1,11 @@
-"""What PyTorch's caching allocator reserves beyond the live tensors (the ``cache`` pool).
+"""What PyTorch's caching allocator reserves beyond the live tensors (the ``cache`` and
+``idle`` pools of report.py).
 
 The allocator (c10/cuda/CUDACachingAllocator.cpp) never hands memory back to the driver during
 training: a freed block stays in its pool until a later request fits it (best fit over the
 free blocks of the same stream and size class, ``get_free_block``), so
 ``torch.cuda.max_memory_reserved`` is the live tensors plus the blocks that are free but cached.
-Two parts are modelled:
+Three parts are modelled:
 
 - the idle 16-bit logits: an fp32 cross-entropy upcasts the LM head's 16-bit logits
   (transformers 4.38 models/llama/modeling_llama.py LlamaForCausalLM.forward
@@ -18,7 +19,7 @@ Two parts are modelled:
   retries (``release_cached_blocks`` in ``malloc``), so the card never has to hold them.
 - the rest of rounding and fragmentation (2 MiB rounding of large blocks, 20 MiB segments for
   1-10 MiB requests, split blocks no request fits), assumed a fixed share of the tensors that
-  the card must hold (the verdict's);
+  the card must hold (the verdict's); and
 - what else a training step leaves cached: the published peaks below put max_memory_reserved a
   median 23% above max_memory_allocated with PyTorch's default allocator (interquartile
   12-36%) and 12% with ``expandable_segments`` (the recipe's; job/recipe.py); the counters
