@@ -608,8 +608,10 @@ def render(rows: list[Row]) -> str:
         if ranged:
             inside = [r for r in ranged if r.simulated_range is not None
                       and r.simulated_range[0] <= r.measured <= r.simulated_range[1]]
+            memory = any(r.quantity == "memory GiB" for r in ranged)
             lines.append(f"{len(inside)} of {len(ranged)} points fall inside their simulated "
-                         "ranges (simulator/api/ranges.py)")
+                         "ranges (simulator/api/ranges.py"
+                         + ("; reserved memory: simulator/memory/allocator.py)" if memory else ")"))
     return "\n".join(lines)
 
 

@@ -136,10 +136,11 @@ def rows(data: dict[str, Any], row_type: Any, mechanism: Any) -> list[Any]:
                                 point["samples_per_s"], r["samples_per_s"], tag, r["topology"]))
         if "peak_memory_gib" in point:
             counter = setup.get("memory", "reserved")
+            spread = result.memory.get(f"peak_{counter}_range_bytes")  # reserved: allocator.py
             out.append(row_type(point["id"], f"{counter} peak"[:13], gpus, None, "memory GiB",
                                 point["peak_memory_gib"],
                                 result.memory[f"peak_{counter}_bytes"] / GiB, None,
-                                r["topology"]))
+                                r["topology"], spread and (spread[0] / GiB, spread[1] / GiB)))
         if "mfu" in point:
             out.append(row_type(point["id"], label, gpus, None, "MFU", point["mfu"], r["mfu"],
                                 None, r["topology"]))

@@ -124,10 +124,11 @@ def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
                             r["topology"], tuple(r["tokens_per_s_per_gpu_range"])))
         if "peak_memory_gib" in point:
             counter = setup.get("memory", "reserved")
+            spread = result.memory.get(f"peak_{counter}_range_bytes")  # reserved: allocator.py
             out.append(row_type(point["id"], f"{counter} peak"[:13], gpus, None, "memory GiB",
                                 point["peak_memory_gib"],
                                 result.memory[f"peak_{counter}_bytes"] / GiB, None,
-                                r["topology"]))
+                                r["topology"], spread and (spread[0] / GiB, spread[1] / GiB)))
         if "host_used_gib" in point:  # the machine's, every rank's states and more
             out.append(row_type(point["id"], "host RAM", gpus, None, "memory GiB",
                                 point["host_used_gib"],

@@ -111,3 +111,18 @@ def test_a_loop_that_keeps_the_16bit_output_keeps_the_block_allocated() -> None:
     assert job.output_logit_bytes == 2
     assert allocator.idle_logit_bytes(job) == 0.0
     assert allocator.idle_logit_bytes(Job.from_config(cfg.with_training(keeps_output=False))) == 2
+
+
+def test_the_reserved_counter_carries_the_published_middle_half() -> None:
+    """The reserved peak again at the lower and upper quartile of the published overheads:
+    a range that holds the median's figure, given in the JSON."""
+    q1, q3 = allocator.OVERHEAD_MIDDLE_HALF[False]
+    assert q1 < allocator.OVERHEAD[False] < q3
+    assert (round(q1, 2), round(q3, 2)) == (0.12, 0.36)  # docs/weak-spots.md quotes them
+    r = _report(micro_batch=1, seq_len=512, cross_entropy="fused")
+    assert r.reserved_range is not None
+    low, high = r.reserved_range
+    tensors = r.peak_as("allocated")
+    assert low < r.peak_as("reserved") < high
+    assert (low, high) == pytest.approx((tensors * (1 + q1), tensors * (1 + q3)), rel=2e-3)
+    assert r.to_json()["peak_reserved_range_bytes"] == [low, high]

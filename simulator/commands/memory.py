@@ -155,10 +155,12 @@ def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> s
     for other, words in api.MOMENTS.items():
         if other != phase:
             rows.append(f"{'':<12}{_gib(r.phase_total(other))}  at the {words}")
+    spread = (f" ({r.reserved_range[0] / GiB:.2f}-{r.reserved_range[1] / GiB:.2f}: the middle "
+              "half of published runs' allocator overheads)" if r.reserved_range else "")
     rows.append(f"{'counters':<12}{'':>8}  peak allocated {r.peak_as('allocated') / GiB:.2f} "
                 f"GiB (torch.cuda.max_memory_allocated), reserved "
-                f"{r.peak_as('reserved') / GiB:.2f} GiB (max_memory_reserved), device total "
-                f"{r.peak_as('total') / GiB:.2f} GiB (with the CUDA context and NCCL)")
+                f"{r.peak_as('reserved') / GiB:.2f} GiB{spread} (max_memory_reserved), device "
+                f"total {r.peak_as('total') / GiB:.2f} GiB (with the CUDA context and NCCL)")
     idle = r.peak_as("total") - r.peak_bytes
     if idle > 0:  # cached blocks no request fits: freed before an out-of-memory error
         moment = max(api.MOMENTS, key=lambda m: r.counter_at("total", m))

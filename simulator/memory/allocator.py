@@ -76,9 +76,19 @@ def _median(values: list[float]) -> float:
     return (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
 
 
-# reserved beyond allocated at a training peak, as a share of allocated: the pairs' median
-OVERHEAD = {expandable: _median([r / a - 1 for a, r in pairs])
-            for expandable, pairs in ((False, DEFAULT_PAIRS), (True, EXPANDABLE_PAIRS))}
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    """The medians of the lower and the upper half (Tukey's hinges)."""
+    ordered = sorted(values)
+    half = (len(ordered) + 1) // 2
+    return _median(ordered[:half]), _median(ordered[-half:])
+
+
+_SHARES = {expandable: [r / a - 1 for a, r in pairs]
+           for expandable, pairs in ((False, DEFAULT_PAIRS), (True, EXPANDABLE_PAIRS))}
+# reserved beyond allocated at a training peak, as a share of allocated: the pairs' median, and
+# the middle half of them (the range the reserved counter carries)
+OVERHEAD = {expandable: _median(shares) for expandable, shares in _SHARES.items()}
+OVERHEAD_MIDDLE_HALF = {expandable: _quartiles(shares) for expandable, shares in _SHARES.items()}
 
 
 def overhead(expandable: bool) -> float:
@@ -98,8 +108,9 @@ def idle_logit_bytes(job: Job) -> float:
 
 
 def cache_lines(lines: list[Line], job: Job, b: int, tp: int,
-                stage: StageShare | None = None) -> list[Line]:
-    """The allocator's cached-but-free blocks at each moment of the step, beside ``lines``."""
+                stage: StageShare | None = None, share: float | None = None) -> list[Line]:
+    """The allocator's cached-but-free blocks at each moment of the step, beside ``lines``;
+    ``share``: what the step reserves beyond its tensors (default: the published median)."""
     out = []
     heads = 1 if stage is None else stage.heads_in_flight
     idle = idle_logit_bytes(job)
@@ -108,7 +119,7 @@ def cache_lines(lines: list[Line], job: Job, b: int, tp: int,
         out.append(Line("other", f"allocator: the LM head's {idle:g}-byte logits, freed by the "
                         "fp32 upcast and idle in the cache through the loss's backward",
                         idle * logits, "only:loss_backward", pool="idle"))
-    share = overhead(job.recipe.expandable_segments)
+    share = overhead(job.recipe.expandable_segments) if share is None else share
     mode = "expandable segments" if job.recipe.expandable_segments else "default allocator"
     for moment in MOMENTS:
         tensors = sum(x.bytes for x in lines if alive(x, moment))

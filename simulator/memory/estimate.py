@@ -31,7 +31,7 @@ the CUDA context) each have their own peak on it. Under
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from simulator.catalog.gpus import GPU
@@ -42,7 +42,7 @@ from simulator.job.workload import Job
 from simulator.memo import Memo
 from simulator.memory import host as host_memory
 from simulator.memory.activations import StageShare, activation_lines, activations_per_token
-from simulator.memory.allocator import FRAGMENTATION, cache_lines
+from simulator.memory.allocator import FRAGMENTATION, OVERHEAD_MIDDLE_HALF, cache_lines
 from simulator.memory.report import CATEGORIES, MOMENTS, Line, MemoryReport, alive
 from simulator.units import MiB
 
@@ -414,7 +414,8 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                           2 * rows * job.hidden * job.activation_bytes, "backward"))
     if offload != "none":  # host.py: what moves to host RAM
         lines = host_memory.offload_lines(lines, job, strategy, offload, dp, tp)
-    lines += cache_lines(lines, job, b, tp, stage)  # allocator.py: what the cache holds
+    tensors = lines
+    lines = tensors + cache_lines(tensors, job, b, tp, stage)  # allocator.py: what it caches
     lines += _reserve_lines(dp, tp, nccl_channels, pp)
     notes = [f"recipe: {r.description}",
              "peak = the largest moment of the step: the loss's backward (activations and "
@@ -433,8 +434,15 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                      "what the peak leaves free holds some, the rest lives in host RAM and "
                      "pages over the host link each step")
     parameters, trainable = _parameter_counts(job)
-    return MemoryReport(strategy=strategy, world=world, tp=tp, dp=dp, micro_batch=b,
-                        seq_len=job.seq_len, checkpointing=job.checkpointing,
-                        parameters=parameters, trainable_parameters=trainable,
-                        capacity_bytes=gpu.memory_bytes, lines=tuple(lines), notes=tuple(notes),
-                        host_capacity_bytes=host_capacity_bytes, offload=offload)
+    report = MemoryReport(strategy=strategy, world=world, tp=tp, dp=dp, micro_batch=b,
+                          seq_len=job.seq_len, checkpointing=job.checkpointing,
+                          parameters=parameters, trainable_parameters=trainable,
+                          capacity_bytes=gpu.memory_bytes, lines=tuple(lines),
+                          notes=tuple(notes), host_capacity_bytes=host_capacity_bytes,
+                          offload=offload)
+    # the reserved counter again at the middle half of the published overheads (allocator.py)
+    driver = _reserve_lines(dp, tp, nccl_channels, pp)
+    ends = [replace(report, lines=tuple(tensors + cache_lines(tensors, job, b, tp, stage, q)
+                                        + driver)).peak_as("reserved")
+            for q in OVERHEAD_MIDDLE_HALF[job.recipe.expandable_segments]]
+    return replace(report, reserved_range=(min(ends), max(ends)))

@@ -99,6 +99,9 @@ class MemoryReport:
     notes: tuple[str, ...] = field(default=())
     host_capacity_bytes: int = 0  # the machine's host RAM (every socket's)
     offload: str = "none"  # what lives in host RAM: none | optimizer | params
+    # the reserved peak at the ends of the middle half of published allocator overheads
+    # (allocator.py); None where nobody worked it out
+    reserved_range: tuple[int, int] | None = None
 
     @property
     def paged_bytes(self) -> int:
@@ -220,6 +223,8 @@ class MemoryReport:
             "peak_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes,
             "peak_allocated_bytes": self.peak_as("allocated"),
             "peak_reserved_bytes": self.peak_as("reserved"),
+            **({"peak_reserved_range_bytes": list(self.reserved_range)}
+               if self.reserved_range else {}),
             "peak_device_total_bytes": self.peak_as("total"),
             "timeline": self.timeline(),
             "fits": self.fits, "peak_phase": self.peak_phase,
