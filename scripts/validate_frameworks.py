@@ -104,13 +104,24 @@ def software_flag(point: dict[str, Any]) -> str | None:
     return ",".join(f"{k}={stack[k]}" for k in ("torch", "cuda") if k in stack)
 
 
+def memory_row(row_type: Any, point: dict[str, Any], counter: str, gpus: int,
+               memory: dict[str, Any], topology: str) -> Any:
+    """A published memory peak beside the counter it was read from (``allocated`` or
+    ``reserved``), with the reserved counter's range (simulator/memory/allocator.py)."""
+    from simulator.units import GiB
+
+    spread = memory.get(f"peak_{counter}_range_bytes")
+    return row_type(point["id"], f"{counter} peak"[:13], gpus, None, "memory GiB",
+                    point["peak_memory_gib"], memory[f"peak_{counter}_bytes"] / GiB, None,
+                    topology, spread and (spread[0] / GiB, spread[1] / GiB))
+
+
 def rows(data: dict[str, Any], row_type: Any, mechanism: Any) -> list[Any]:
     """One row per measured quantity of each run (throughput per GPU, memory, MFU);
     ``mechanism(gpu)`` tags a one-GPU throughput with the compute mechanism it measures."""
     import progress_bar
 
     from simulator.api import RunSpec, simulate
-    from simulator.units import GiB
 
     out = []
     for point in data.get("frameworks", []):
@@ -135,12 +146,8 @@ def rows(data: dict[str, Any], row_type: Any, mechanism: Any) -> list[Any]:
             out.append(row_type(point["id"], label, gpus, None, "samples/s",
                                 point["samples_per_s"], r["samples_per_s"], tag, r["topology"]))
         if "peak_memory_gib" in point:
-            counter = setup.get("memory", "reserved")
-            spread = result.memory.get(f"peak_{counter}_range_bytes")  # reserved: allocator.py
-            out.append(row_type(point["id"], f"{counter} peak"[:13], gpus, None, "memory GiB",
-                                point["peak_memory_gib"],
-                                result.memory[f"peak_{counter}_bytes"] / GiB, None,
-                                r["topology"], spread and (spread[0] / GiB, spread[1] / GiB)))
+            out.append(memory_row(row_type, point, setup.get("memory", "reserved"), gpus,
+                                  result.memory, r["topology"]))
         if "mfu" in point:
             out.append(row_type(point["id"], label, gpus, None, "MFU", point["mfu"], r["mfu"],
                                 None, r["topology"]))

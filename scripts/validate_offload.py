@@ -98,7 +98,7 @@ def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
     box's SHM rate, docs/weak-spots.md), so it is tagged with nothing and checks the ranges,
     as a run without offload does. Each throughput carries the run's range, as a user's run
     would print it."""
-    from validate_frameworks import software_flag
+    from validate_frameworks import memory_row, software_flag
 
     from simulator.api import RunSpec, simulate
     from simulator.api.ranges import offload_mechanism
@@ -123,12 +123,8 @@ def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
                             _isolated(result, offload_mechanism(spec.strategy, spec.offload)),
                             r["topology"], tuple(r["tokens_per_s_per_gpu_range"])))
         if "peak_memory_gib" in point:
-            counter = setup.get("memory", "reserved")
-            spread = result.memory.get(f"peak_{counter}_range_bytes")  # reserved: allocator.py
-            out.append(row_type(point["id"], f"{counter} peak"[:13], gpus, None, "memory GiB",
-                                point["peak_memory_gib"],
-                                result.memory[f"peak_{counter}_bytes"] / GiB, None,
-                                r["topology"], spread and (spread[0] / GiB, spread[1] / GiB)))
+            out.append(memory_row(row_type, point, setup.get("memory", "reserved"), gpus,
+                                  result.memory, r["topology"]))
         if "host_used_gib" in point:  # the machine's, every rank's states and more
             out.append(row_type(point["id"], "host RAM", gpus, None, "memory GiB",
                                 point["host_used_gib"],

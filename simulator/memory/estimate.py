@@ -414,9 +414,8 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                           2 * rows * job.hidden * job.activation_bytes, "backward"))
     if offload != "none":  # host.py: what moves to host RAM
         lines = host_memory.offload_lines(lines, job, strategy, offload, dp, tp)
-    tensors = lines
-    lines = tensors + cache_lines(tensors, job, b, tp, stage)  # allocator.py: what it caches
-    lines += _reserve_lines(dp, tp, nccl_channels, pp)
+    tensors, driver = lines, _reserve_lines(dp, tp, nccl_channels, pp)
+    lines = tensors + cache_lines(tensors, job, b, tp, stage) + driver  # allocator.py: the cache
     notes = [f"recipe: {r.description}",
              "peak = the largest moment of the step: the loss's backward (activations and "
              "logits), a block's backward (activations and its recompute), the end of backward "
@@ -441,7 +440,6 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                           notes=tuple(notes), host_capacity_bytes=host_capacity_bytes,
                           offload=offload)
     # the reserved counter again at the middle half of the published overheads (allocator.py)
-    driver = _reserve_lines(dp, tp, nccl_channels, pp)
     ends = [replace(report, lines=tuple(tensors + cache_lines(tensors, job, b, tp, stage, q)
                                         + driver)).peak_as("reserved")
             for q in OVERHEAD_MIDDLE_HALF[job.recipe.expandable_segments]]
