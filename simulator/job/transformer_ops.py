@@ -44,6 +44,7 @@ from simulator.job.kernels import (
 )
 from simulator.job.parameters import QA_LABELS
 from simulator.job.roles import BLOCK_OPS, MOE_BLOCK_OPS, POST_LN_BLOCK_OPS, role
+from simulator.memo import IdentityMemo
 
 if TYPE_CHECKING:
     from simulator.job.modules import Module
@@ -58,6 +59,35 @@ def regime(kernels: str) -> ModuleType:
     if kernels not in REGIMES:
         raise KeyError(kernels)
     return importlib.import_module(f"simulator.job.{kernels}")
+
+
+# which parameters each module owns and the modules of each op: one model's, read by every job
+# of it (an advice's candidates)
+_LAYOUT: IdentityMemo[tuple[dict[str, list[int]], dict[tuple[int, str], list[Module]]]] = \
+    IdentityMemo(limit=16)
+
+
+def _layout(job: Job) -> tuple[dict[str, list[int]], dict[tuple[int, str], list[Module]]]:
+    """module path -> indices of its params (params follow modules in order), and
+    (block, op) -> the modules whose weights that op uses."""
+    A = job.arch
+    assert A is not None
+    mod_params: dict[str, list[int]] = {}
+    i = 0
+    prefix = "base_model.model." if job.finetune != "full" else ""
+    for mod in job.modules:
+        head = f"{prefix}{mod.path}."
+        idx = []
+        while i < len(job.params) and job.params[i].name.startswith(head):
+            idx.append(i)
+            i += 1
+        mod_params[mod.path] = idx
+    by_op: dict[tuple[int, str], list[Module]] = {}
+    for mod in job.modules:
+        by_op.setdefault((mod.block, role(mod, A.layers, A.sandwich_norm)), []).append(mod)
+    if A.tied and not A.encoder:  # the head GEMM uses the embedding's weight
+        by_op.setdefault((A.layers, "lm_head"), [])
+    return mod_params, by_op
 
 
 class Builder:
@@ -75,23 +105,8 @@ class Builder:
                                 A.q_dim)
         self.kernels = job.recipe.kernels
         self.regime = regime(self.kernels)
-        # module -> indices of its params (params follow modules in order)
-        self.mod_params: dict[str, list[int]] = {}
-        i = 0
-        prefix = "base_model.model." if job.finetune != "full" else ""
-        for mod in job.modules:
-            head = f"{prefix}{mod.path}."
-            idx = []
-            while i < len(job.params) and job.params[i].name.startswith(head):
-                idx.append(i)
-                i += 1
-            self.mod_params[mod.path] = idx
-        self.by_op: dict[tuple[int, str], list[Module]] = {}
-        for mod in job.modules:
-            key = (mod.block, role(mod, A.layers, A.sandwich_norm))
-            self.by_op.setdefault(key, []).append(mod)
-        if A.tied and not A.encoder:  # the head GEMM uses the embedding's weight
-            self.by_op.setdefault((A.layers, "lm_head"), [])
+        self.mod_params, self.by_op = _LAYOUT.get((job.modules, job.params), job.finetune,
+                                                  lambda: _layout(job))
         self.block_ops = POST_LN_BLOCK_OPS if A.encoder else BLOCK_OPS
         self.loss = loss.cross_entropy(job.recipe.cross_entropy,
                                        self.T * (QA_LABELS if A.encoder else A.vocab), self.a,

@@ -38,6 +38,7 @@ from simulator.job.parameters import (
 from simulator.job.recipe import Recipe
 from simulator.job.recipe import resolve as resolve_recipe
 from simulator.job.vision import is_vision
+from simulator.memo import Memo
 
 if TYPE_CHECKING:
     from simulator.job.ops import Op, Phase
@@ -81,49 +82,18 @@ class Job:
                 raise InputError(f"must be at least 1, got {value}", key=f"training.{key}")
         if t.finetune != "full" and cfg.model is None and cfg.unet is None:
             raise InputError(f"{t.finetune} needs a transformer `model`", key="training.finetune")
-        arch: Arch | None = None
+        arch = Arch.from_model(cfg.model) if cfg.model is not None else None
         unet = UNetShape.of(cfg.unet) if cfg.unet is not None else None
-        if cfg.model is not None:
-            arch = Arch.from_model(cfg.model)
-            mods = transformer_modules(arch)
-        elif unet is not None:
-            mods = unet.modules()
-        else:
-            mods = generic_modules(list(cfg.layers or []))
-        if ep > 1:
-            mods = _local_experts(arch, mods, ep)
-        lora_rank = 0
-        if t.finetune != "full":
-            family = arch.family if arch is not None else "unet"
-            lora = t.lora or _default_lora(family)
-            lora_rank = lora.rank
-            known = LORA_TARGETS[family]
-            unknown = [x for x in lora.targets if x not in known]
-            if unknown or not lora.targets:
-                raise InputError(f"LoRA targets {quoted(unknown)} match no {family} linear "
-                                 f"layer; choose from {', '.join(known)}",
-                                 key="training.lora.targets")
-            targets = set(lora.targets)
-
-            def wrapped(m: Module) -> bool:
-                if unet is not None:  # PEFT matches a target as the path's suffix
-                    return m.kind == "linear" and any(m.path.endswith("." + x) for x in targets)
-                # adapters on the language model (LLaVA's recipes leave the vision tower out)
-                return m.leaf in targets and m.path != "lm_head" and not is_vision(m)
-
-            mods = [Module(m.path, m.kind, m.in_features, m.out_features, m.bias, m.block,
-                           lora=wrapped(m)) for m in mods]
-        params = [p for m in mods for p in module_params(
-            m, peft=t.finetune != "full", finetune=t.finetune, lora_rank=lora_rank)]
+        # an advice's or a sweep's candidates differ in batch and recipe, not in the model
+        # and its adapters: they share one list (read, never changed)
+        model = (arch, repr(cfg.unet), repr(cfg.layers), t.finetune, repr(t.lora), ep)
+        mods, params = _MODULES.get(model, lambda: _modules_and_params(cfg, arch, unet, ep))
         stack = software.resolve(t.software)
         recipe = resolve_recipe(t, stack)
         software.attention_kernel(recipe.attention, stack)  # a stack that lacks it: refused
-        # a vision-language model's image encoder stays frozen (its projector trains)
-        params = [replace(p, trainable=False) if p.trainable and _frozen_vision(p.name) else p
-                  for p in params]
         job = Job(name=cfg.name, arch=arch, generic_layers=tuple(cfg.layers or ()), training=t,
                   micro_batch=micro_batch or t.micro_batch, seq_len=seq_len or t.seq_len,
-                  grad_accum=grad_accum or t.grad_accum, modules=tuple(mods), params=params,
+                  grad_accum=grad_accum or t.grad_accum, modules=mods, params=params,
                   recipe=recipe, software=stack, ep=ep, unet=unet)
         if unet is not None:  # its blocks as the layers memory and the strategies read
             from simulator.job import diffusion
@@ -355,6 +325,53 @@ class Job:
 
         return self.model_flops_per_step() + (ops.recompute_flops_per_micro_batch(self)
                                               * self.grad_accum)
+
+
+
+# the modules and parameters of a model and its adapters, by value (Job.from_config)
+_MODULES: Memo[tuple[tuple[Module, ...], list[ParamTensor]]] = Memo(limit=16)
+
+
+def _modules_and_params(cfg: WorkloadConfig, arch: Arch | None, unet: UNetShape | None,
+                        ep: int) -> tuple[tuple[Module, ...], list[ParamTensor]]:
+    """The modules one rank holds (its experts' share under ``ep``), LoRA-wrapped as the
+    training section says, and their parameters in ``model.parameters()`` order."""
+    t = cfg.training
+    if arch is not None:
+        mods = transformer_modules(arch)
+    elif unet is not None:
+        mods = unet.modules()
+    else:
+        mods = generic_modules(list(cfg.layers or []))
+    if ep > 1:
+        mods = _local_experts(arch, mods, ep)
+    lora_rank = 0
+    if t.finetune != "full":
+        family = arch.family if arch is not None else "unet"
+        lora = t.lora or _default_lora(family)
+        lora_rank = lora.rank
+        known = LORA_TARGETS[family]
+        unknown = [x for x in lora.targets if x not in known]
+        if unknown or not lora.targets:
+            raise InputError(f"LoRA targets {quoted(unknown)} match no {family} linear "
+                             f"layer; choose from {', '.join(known)}",
+                             key="training.lora.targets")
+        targets = set(lora.targets)
+
+        def wrapped(m: Module) -> bool:
+            if unet is not None:  # PEFT matches a target as the path's suffix
+                return m.kind == "linear" and any(m.path.endswith("." + x) for x in targets)
+            # adapters on the language model (LLaVA's recipes leave the vision tower out)
+            return m.leaf in targets and m.path != "lm_head" and not is_vision(m)
+
+        mods = [Module(m.path, m.kind, m.in_features, m.out_features, m.bias, m.block,
+                       lora=wrapped(m)) for m in mods]
+    params = [p for m in mods for p in module_params(
+        m, peft=t.finetune != "full", finetune=t.finetune, lora_rank=lora_rank)]
+    # a vision-language model's image encoder stays frozen (its projector trains)
+    params = [replace(p, trainable=False) if p.trainable and _frozen_vision(p.name) else p
+              for p in params]
+    return tuple(mods), params
 
 
 def _frozen_vision(name: str) -> bool:

@@ -39,7 +39,7 @@ from simulator.errors import InputError, quoted
 from simulator.job import optimizer as optim
 from simulator.job.checkpointing import job_shape
 from simulator.job.workload import Job
-from simulator.memo import Memo
+from simulator.memo import IdentityMemo, Memo
 from simulator.memory import host as host_memory
 from simulator.memory.activations import StageShare, activation_lines, activations_per_token
 from simulator.memory.allocator import FRAGMENTATION, OVERHEAD_MIDDLE_HALF, cache_lines
@@ -155,6 +155,34 @@ def _state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
     return list(lines), dict(sizes)
 
 
+@dataclass(frozen=True)
+class _Tensor:
+    """What the state lines read of a parameter tensor: tensors alike are counted once."""
+
+    block: int
+    numel: int
+    matrix: bool  # split over tensor-parallel ranks
+    expert: bool  # an expert's, sharded over dp / ep ranks under expert parallelism
+    trainable: bool
+    quantized: bool
+
+
+_ALIKE: IdentityMemo[dict[_Tensor, int]] = IdentityMemo(limit=16)
+
+
+def _alike_tensors(job: Job) -> dict[_Tensor, int]:
+    """The job's parameter tensors, alike ones (a mixture's experts, a block's projections of
+    one shape) counted: one model's, shared by every job of it."""
+    def count() -> dict[_Tensor, int]:
+        out: dict[_Tensor, int] = {}
+        for p in job.params:
+            t = _Tensor(p.block, p.numel, len(p.shape) > 1, job.ep > 1 and ".experts." in p.name,
+                        p.trainable, p.quantized)
+            out[t] = out.get(t, 0) + 1
+        return out
+    return _ALIKE.get((job.params,), job.ep, count)
+
+
 def _make_state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
                       stage: StageShare | None) -> tuple[tuple[Line, ...], dict[str, float]]:
     frozen_bytes = job.activation_bytes  # frozen LoRA base kept in the compute dtype
@@ -163,28 +191,28 @@ def _make_state_lines(job: Job, r: Recipe, strategy: str, dp: int, tp: int,
     unit_grads: dict[int, float] = {}
     autocast = 0.0
     edp = max(1, dp // job.ep)  # expert parallelism: a rank's experts shard over fewer ranks
-    for p in job.params:
-        if stage is not None and p.block not in stage.blocks:
+    for t, count in _alike_tensors(job).items():
+        if stage is not None and t.block not in stage.blocks:
             continue
-        n = p.numel / tp if len(p.shape) > 1 else p.numel
-        d = edp if job.ep > 1 and ".experts." in p.name else dp  # the ranks sharing it
-        if p.trainable:
-            w += r.weight * n / (d if r.shard_weights else 1)
-            g += r.grad * n / (d if r.shard_grads else 1)
+        n = t.numel / tp if t.matrix else t.numel
+        d = edp if t.expert else dp  # the ranks sharing it
+        if t.trainable:
+            w += count * r.weight * n / (d if r.shard_weights else 1)
+            g += count * r.grad * n / (d if r.shard_grads else 1)
             largest = max(largest, n / (d if r.shard_grads else 1))
             on_device, in_managed = optim.paged_state_split(job.optimizer, int(n), r.optimizer)
-            o += on_device / (d if r.shard_optimizer else 1)
-            paged += in_managed / (d if r.shard_optimizer else 1)
-            unit[p.block] = unit.get(p.block, 0.0) + n * job.activation_bytes
-            unit_grads[p.block] = unit_grads.get(p.block, 0.0) + n
-            if len(p.shape) > 1 and p.block >= 0:  # matmul weights autocast caches
-                autocast += n * 2
-        elif p.quantized:
-            quant += n * NF4_BITS_PER_PARAM / 8 / (d if r.shard_weights else 1)
-            unit[p.block] = unit.get(p.block, 0.0) + n * NF4_BITS_PER_PARAM / 8
+            o += count * on_device / (d if r.shard_optimizer else 1)
+            paged += count * in_managed / (d if r.shard_optimizer else 1)
+            unit[t.block] = unit.get(t.block, 0.0) + count * n * job.activation_bytes
+            unit_grads[t.block] = unit_grads.get(t.block, 0.0) + count * n
+            if t.matrix and t.block >= 0:  # matmul weights autocast caches
+                autocast += count * n * 2
+        elif t.quantized:
+            quant += count * n * NF4_BITS_PER_PARAM / 8 / (d if r.shard_weights else 1)
+            unit[t.block] = unit.get(t.block, 0.0) + count * n * NF4_BITS_PER_PARAM / 8
         else:
-            frozen += n * frozen_bytes / (d if r.shard_weights else 1)
-            unit[p.block] = unit.get(p.block, 0.0) + n * frozen_bytes
+            frozen += count * n * frozen_bytes / (d if r.shard_weights else 1)
+            unit[t.block] = unit.get(t.block, 0.0) + count * n * frozen_bytes
     shard = f" / {dp} ranks" if dp > 1 else ""
     tp_note = f", split over {tp} TP ranks" if tp > 1 else ""
     lines = [Line("weights", f"trainable weights, {r.weight:g} B/param"
