@@ -96,6 +96,20 @@ def test_frameworks_whose_launch_sets_expandable_segments() -> None:
     assert not resolve(given).expandable_segments
 
 
+@pytest.mark.parametrize(("framework", "before", "since"),
+                         [("torchtitan", "2.5", "2.6"), ("torchtune", "2.7", "2.8")])
+def test_an_older_stack_ran_the_framework_before_it_set_expandable_segments(
+        framework: str, before: str, since: str) -> None:
+    from simulator.catalog import software
+    from simulator.job.recipe import resolve
+
+    training = load_workload(str(LORA)).with_training(framework=framework).training
+    assert not resolve(training, software.resolve({"torch": before})).expandable_segments
+    assert resolve(training, software.resolve({"torch": since})).expandable_segments
+    given = training.copy(expandable_segments=True)  # the user's setting holds on any stack
+    assert resolve(given, software.resolve(2023)).expandable_segments
+
+
 @pytest.mark.parametrize("training", [{"cross_entropy": "fused"}, {"cross_entropy": "chunked"},
                                       {"precision": "fp32"}])
 def test_no_idle_logits_without_a_freed_16bit_copy(training: dict[str, object]) -> None:

@@ -81,12 +81,20 @@ DEFAULT_FRAMEWORK = "hf"
 # GroupedExperts and llm-foundry's MegaBlocks dMoE run one grouped GEMM.
 EXPERT_GEMMS = {"hf": "loop", "torchtune": "grouped", "torchtitan": "grouped",
                 "llm-foundry": "grouped", "megatron": "grouped"}
-# Whose launch sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: torchtitan's
-# run_llama_train.sh since a5e57e4 (2024-10-22; run_train.sh now), torchtune's own __init__.py
-# since 9d91fe3 (2025-06-20, PR #2841) unless the variable is set; the others leave PyTorch's
-# default (off).
-EXPANDABLE_SEGMENTS = {"hf": False, "torchtune": True, "torchtitan": True,
-                       "llm-foundry": False, "megatron": False}
+# Whose launch sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and from which PyTorch on:
+# torchtitan's run_llama_train.sh since a5e57e4 (2024-10-22; run_train.sh now), torchtune's own
+# __init__.py since 9d91fe3 (2025-06-20, PR #2841) unless the variable is set; the others leave
+# PyTorch's default (off). A stack older than the first PyTorch release after the change
+# (2.6 of 2025-01-29; 2.8 of 2025-08-06) ran the framework before it, with the default.
+EXPANDABLE_SEGMENTS_SINCE: dict[str, tuple[int, int] | None] = {
+    "hf": None, "torchtune": (2, 8), "torchtitan": (2, 6), "llm-foundry": None,
+    "megatron": None}
+
+
+def expandable_segments(framework: str, stack: Stack) -> bool:
+    """Whether the framework's launch turned the allocator's expandable segments on."""
+    since = EXPANDABLE_SEGMENTS_SINCE[framework]
+    return since is not None and stack.torch[:2] >= since
 
 
 @dataclass(frozen=True)
@@ -168,7 +176,7 @@ def resolve(training: TrainingConfig, stack: Stack = TODAY) -> Recipe:
                   optimizer_in_bwd=training.optimizer_in_bwd, amp=training.amp,
                   ddp=training.ddp, from_bundle=tuple(k for k in KEYS if k not in given),
                   expert_gemms=training.expert_gemms or EXPERT_GEMMS[framework],
-                  expandable_segments=(EXPANDABLE_SEGMENTS[framework]
+                  expandable_segments=(expandable_segments(framework, stack)
                                        if training.expandable_segments is None
                                        else training.expandable_segments))
 
