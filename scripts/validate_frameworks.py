@@ -87,13 +87,21 @@ RUNS: dict[str, dict[str, Any]] = {
            ("llama2-7b", "qlora", "-ddp", "b8", 8, 2048),
            ("llama2-7b", "lora", "-ddp", "b4", 4, 2048),
            ("yi-34b", "qlora", "", "b2", 2, 2048), ("yi-34b", "qlora-offload", "", "b4", 4, 2048))},
+    # Hugging Face Trainer + DeepSpeed ZeRO-3 as gpjt's ds_config.json leaves it (DeepSpeed's
+    # default buckets), padded batches with their mask
+    **{f"gpjt-8xa100-llama3-8b-zero3-b{b}": {
+        "topology": "8xa100-nvswitch", "workload": "llama3-8b", "strategy": "zero3",
+        "precision": "fp16", "seq_len": 2048, "micro_batch": b, "checkpointing": "full",
+        "reduce_bucket_size": 500_000_000, "prefetch_bucket_size": 50_000_000, "padded": True}
+       for b in (1, 2, 4, 8, 12)},
     # 64 GPUs over 8 nodes in the source: eight GPUs of one node stand in for them
     "torchtitan-a100-llama3-8b-64gpu": {"topology": "8xa100-nvswitch",
                                         "workload": _w("torchtitan-llama3.1-8b"),
                                         "strategy": "fsdp", "micro_batch": 1, "proxy": True},
 }
 _SPEC_KEYS = ("gpus", "micro_batch", "grad_accum", "seq_len", "kernels", "cross_entropy",
-              "precision", "optimizer", "checkpointing", "framework", "attention", "offload")
+              "precision", "optimizer", "checkpointing", "framework", "attention", "offload",
+              "padded", "reduce_bucket_size", "prefetch_bucket_size")
 
 
 def software_flag(point: dict[str, Any]) -> str | None:

@@ -99,6 +99,41 @@ def test_flash1_runs_at_half_flash2s_rate() -> None:
     assert flop2 / flop1 == pytest.approx(software.FLASH1_SLOWDOWN)
 
 
+def test_a_padding_mask_sends_sdpa_to_its_memory_efficient_kernel() -> None:
+    stack = software.resolve({"torch": "2.2"})
+    assert software.attention_kernel("sdpa", stack, padded=True) == "mem_efficient"
+    for impl, kernel in (("flash2", "flash2"), ("eager", "eager"), ("sdpa", "flash2")):
+        assert software.attention_kernel(impl, stack, padded=impl != "sdpa") == kernel
+
+
+def test_the_memory_efficient_kernel_computes_every_pair_at_flash1s_rate() -> None:
+    from simulator.job.attention import flash
+
+    gpu = GPUS["a100-sxm4-80gb"]
+    b, s, h, e = 4, 2048, 4096, 2
+    for backward in (False, True):
+        masked = flash(b, s, h, h, e, causal=True, backward=backward, version="mem_efficient")
+        full = flash(b, s, h, h, e, causal=False, backward=backward, version=2)
+        assert masked.flops == full.flops  # the mask is a tensor: no tile skipped
+        assert masked.bytes == full.bytes + b * s * s * e  # and it is read
+        busy = compute.kernel_time(masked, gpu) - compute.LAUNCH_OVERHEAD
+        assert busy == pytest.approx(software.FLASH1_SLOWDOWN * (
+            compute.kernel_time(full, gpu) - compute.LAUNCH_OVERHEAD))
+
+
+def test_padded_batches_slow_an_sdpa_step_and_the_report_says_why(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["run", "-t", "8xa100-nvswitch", "-w", "llama3.2-1b", "--gpus", "1", "--no-ranges",
+            "--seq-len", "4096", "--attention", "sdpa", "--json"]
+    assert main(args) == 0
+    packed = json.loads(capsys.readouterr().out)
+    assert main(args + ["--padded"]) == 0
+    padded = json.loads(capsys.readouterr().out)
+    assert padded["software"]["attention"]["kernel"] == "mem_efficient"
+    assert "padding mask" in padded["software"]["attention"]["source"]
+    assert padded["step_time_s"] > packed["step_time_s"]
+
+
 def test_an_old_stack_slows_the_h100_step_and_the_report_names_its_rows() -> None:
     today = simulate(RunSpec("8xh100-nvswitch", "mpt-7b", "fsdp", micro_batch=1),
                      baseline=False).report

@@ -51,6 +51,7 @@ class RunSpec:
     optimizer: str | None = None
     optimizer_in_bwd: bool | None = None  # training.optimizer_in_bwd (torchtune's key)
     attention: str | None = None  # training.attention
+    padded: bool | None = None  # training.padded: padded batches with their attention mask
     amp: str | None = None  # training.amp: apex amp opt_level o1 | o2
     ddp: str | None = None  # training.ddp: torch | apex (DistributedDataParallel)
     # training.software as --software gives it: "2023" or "torch=2.1,cuda=12.1"
@@ -164,7 +165,7 @@ def _read_deepspeed(path: str) -> tuple[tuple[tuple[str, Any], ...], tuple[str, 
 
 
 TRAINING_OVERRIDES = ("framework", "kernels", "cross_entropy", "precision", "optimizer",
-                      "optimizer_in_bwd", "attention", "software", "amp", "ddp")
+                      "optimizer_in_bwd", "attention", "padded", "software", "amp", "ddp")
 
 
 def _training_value(key: str, value: Any) -> Any:

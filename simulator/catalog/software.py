@@ -268,10 +268,13 @@ HF_SDPA = (2, 1, 1)  # transformers utils/import_utils.py is_torch_sdpa_availabl
 FOUNDRY_NO_TRITON = (2, 2, 0)  # llm-foundry v0.7.0 (2024-03-26, torch>=2.2.1) removed triton
 
 
-def attention_kernel(impl: str, stack: Stack) -> str:
+def attention_kernel(impl: str, stack: Stack, *, padded: bool = False) -> str:
     """The kernel an attention implementation runs under a stack: flash2, flash1, flash3,
-    triton or eager (``flash`` is FlashAttention-2, as ``flash2``; ``flash1`` is
-    flash-attn 1.x, named explicitly)."""
+    triton, mem_efficient or eager (``flash`` is FlashAttention-2, as ``flash2``; ``flash1``
+    is flash-attn 1.x, named explicitly). ``padded``: the batches carry a padding mask, which
+    sdpa's flash kernel does not take (torch/nn/attention sdp_utils check_for_attn_mask), so
+    it runs the memory-efficient one (transformers builds the 4D mask whenever a batch has
+    padding: modeling_attn_mask_utils.py _ignore_causal_mask_sdpa)."""
     if impl in ("flash", "flash2"):
         return "flash2"
     if impl == "sdpa":
@@ -279,6 +282,8 @@ def attention_kernel(impl: str, stack: Stack) -> str:
             raise InputError(f"attention sdpa needs PyTorch 2.0 or later (scaled_dot_product_"
                              f"attention); the stack has {_words(stack.torch)}",
                              key="training.attention")
+        if padded:
+            return "mem_efficient"
         return "flash2" if stack.torch >= SDPA_FA2 else "flash1"
     if impl == "flash3" and stack.cuda < FLASH3_CUDA:
         raise InputError(f"attention flash3 needs CUDA 12.3 or later (flash-attention "
@@ -294,6 +299,10 @@ ATTENTION_SOURCES = {
     "flash3": "FlashAttention-3 on Hopper (flash-attention PR 1791 benchmark); FA2 elsewhere",
     "triton": "flash-attn's Triton kernel: FlashAttention-2's rate / 1.8 (arXiv:2307.08691 "
               "section 4.1: FA2 1.3-2.5x faster than FlashAttention in Triton)",
+    "mem_efficient": "sdpa's memory-efficient (xformers CUTLASS) kernel under a padding "
+                     "mask: every query-key pair, at FlashAttention-1's rate (FA2's / 2): "
+                     "forward 5% under FA1 on A100 (facebookresearch/xformers PR 362), about "
+                     "half of FA2 on A40 (xformers issue 1074)",
     "eager": "scores materialised: GEMMs and memory-bound passes (job/attention.py)",
 }
 

@@ -53,14 +53,18 @@ _HELP = {
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     """--framework, --kernels, --attention, --cross-entropy, --precision, --optimizer,
-    --optimizer-in-bwd, --software, --checkpointing: the workload's training keys of the same
-    names, overridden."""
+    --optimizer-in-bwd, --padded, --software, --checkpointing: the workload's training keys of
+    the same names, overridden."""
     for flag, (_, choices) in TRAINING_FLAGS.items():
         parser.add_argument(flag, default=None, metavar="|".join(choices), help=_HELP[flag])
     parser.add_argument("--optimizer-in-bwd", action=argparse.BooleanOptionalAction,
                         default=None, help="torchtune optimizer_in_bwd: each parameter's "
                         "optimizer step in backward as its gradient is ready (one GPU, no "
                         "gradient accumulation)")
+    parser.add_argument("--padded", action=argparse.BooleanOptionalAction, default=None,
+                        help="the batches are padded and carry their attention mask "
+                        "(training.padded; tokenizer padding, DataCollatorWithPadding): sdpa "
+                        "then runs its memory-efficient kernel over every query-key pair")
     parser.add_argument("--software", default=None, metavar="STACK",
                         help="the software stack: a year (2023) or torch=2.1,cuda=12.1 "
                         "(training.software); GEMM and attention rates by library generation "
@@ -98,6 +102,7 @@ def training_fields(args: argparse.Namespace) -> dict[str, Any]:
                                                              CHECKPOINTING_SYNONYMS))
     out["checkpointing"] = mode
     out["optimizer_in_bwd"] = args.optimizer_in_bwd
+    out["padded"] = args.padded
     if args.software is not None:
         from simulator.inputs.choices import check_software
 

@@ -728,6 +728,12 @@ class TrainingConfig(Frozen):
     # (flash-attn's Triton kernel, llm-foundry attn_impl: triton), eager (scores materialised
     # in HBM as the modules compute them, dropout on the probabilities if > 0)
     attention: Attention = "flash2"
+    # the batches are padded and carry their attention mask (a tokenizer's padding="max_length",
+    # DataCollatorWithPadding) rather than packed or of equal length: transformers then gives
+    # scaled_dot_product_attention the mask as a tensor, and sdpa runs its memory-efficient
+    # kernel over every query-key pair (flash attention takes no mask); flash-attn's path
+    # unpads and is unchanged
+    padded: bool = False
     # the software stack: a year (2023) or {torch: "2.1", cuda: "12.1"}; default today's
     # (simulator/catalog/software.py: GEMM and attention rates by library generation)
     software: Annotated[int | SoftwareConfig | None, VERSIONS, NUMBER] = None

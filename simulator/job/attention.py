@@ -29,23 +29,31 @@ def flash(b: int, s: int, h: int, kv_in: int, e: int, *, causal: bool,
     """``kv_in``: the K/V width the kernel reads (kv_dim, or hidden when repeated);
     ``version`` 1 (FlashAttention-1, SDPA's kernel before PyTorch 2.2), 2, 3
     (FlashAttention-3, Shah et al. 2024) or "triton" (flash-attn's flash_attn_triton.py, the
-    same algorithm in Triton): compute.py times them apart.
+    same algorithm in Triton) or "mem_efficient" (sdpa's memory-efficient kernel given a
+    padding mask: it skips no tile, so every query-key pair is computed, and it reads the
+    (b, 1, s, s) mask): compute.py times them apart.
     ``window``: local (sliding-window) causal attention, each query over its last ``window``
     keys, whose tiles outside the band FlashAttention skips (flash-attn 2.3 ``window_size``):
     w s - w^2 / 2 query-key pairs instead of s^2 / 2 once the sequence passes the window."""
+    masked = version == "mem_efficient"
+    causal = causal and not masked  # the mask is a tensor: no tile is known to be empty
     pairs = s * s / (2 if causal else 1)
     if window is not None and causal and s > window:
         pairs = window * s - window * window / 2
     flops = 4.0 * b * pairs * h
     tokens = b * s
+    mask_bytes = b * s * s * e if masked else 0
     names: dict[int | str, str] = {1: "flash1_attention", 2: "flash_attention",
-                                   3: "flash3_attention", "triton": "triton_flash_attention"}
+                                   3: "flash3_attention", "triton": "triton_flash_attention",
+                                   "mem_efficient": "mem_efficient_attention"}
     name = names[version]
     mask = "_causal" if causal else ""  # compute.py: a causal kernel has its own efficiency
     if not backward:
-        return Kernel("attention_fwd", flops, (2 * tokens * h + 2 * tokens * kv_in) * e,
+        return Kernel("attention_fwd", flops,
+                      (2 * tokens * h + 2 * tokens * kv_in) * e + mask_bytes,
                       name=f"{name}_forward{mask}")
-    return Kernel("attention_bwd", 2.5 * flops, (4 * tokens * h + 4 * tokens * kv_in) * e,
+    return Kernel("attention_bwd", 2.5 * flops,
+                  (4 * tokens * h + 4 * tokens * kv_in) * e + mask_bytes,
                   name=f"{name}_backward{mask}")
 
 

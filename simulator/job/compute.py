@@ -59,6 +59,14 @@ FLASH_FWD_EFFICIENCY, FLASH_BWD_EFFICIENCY = FLASH_EFFICIENCY[("ampere", 2)]
 # Triton" on A100; the geometric middle, 1.8, on every architecture (the kernel predates
 # Triton's Hopper instructions, so it runs the same mma.sync path FA2 does there).
 TRITON_FLASH_SLOWDOWN = 1.8
+# sdpa's memory-efficient kernel (xformers' CUTLASS FMHA, in PyTorch since 2.0), the one a
+# padding mask leaves it: taken at FlashAttention-1's rate, FA2's / FLASH1_SLOWDOWN. Its forward
+# ran 5% under FlashAttention-1 on A100 on average (facebookresearch/xformers PR 362, 2022-08)
+# and about half as fast as FA2's on an A40 (xformers issue 1074, 2024-07); a 16-layer
+# training step took 297 ms against FlashAttention-1's 292 (pytorch/pytorch PR 92917,
+# 2023-01). Uncertain backward: PR 362 had it 55% under FlashAttention-1 before later
+# rewrites, so the kernel may be slower still.
+MEM_EFFICIENT_SLOWDOWN = FLASH1_SLOWDOWN
 TF32_PER_16BIT = 0.5  # TF32 tensor rate over the 16-bit (FP32-accumulate) one, every arch
 
 
@@ -179,9 +187,12 @@ def _flash_version(k: Kernel) -> int:
 
 
 def _flash_slowdown(k: Kernel) -> float:
-    """Triton's and FlashAttention-1's kernels against FlashAttention-2's rate."""
+    """Triton's, FlashAttention-1's and sdpa's memory-efficient kernels against
+    FlashAttention-2's rate."""
     if k.name.startswith("triton"):
         return TRITON_FLASH_SLOWDOWN
+    if k.name.startswith("mem_efficient"):
+        return MEM_EFFICIENT_SLOWDOWN
     return FLASH1_SLOWDOWN if k.name.startswith("flash1") else 1.0
 
 

@@ -303,7 +303,8 @@ class Builder:
 
     @property
     def flash_version(self) -> int | str:
-        versions: dict[str, int | str] = {"flash3": 3, "triton": "triton", "flash1": 1}
+        versions: dict[str, int | str] = {"flash3": 3, "triton": "triton", "flash1": 1,
+                                          "mem_efficient": "mem_efficient"}
         return versions.get(self.job.attention_kernel, 2)
 
     @property

@@ -201,9 +201,10 @@ class Job:
 
     @property
     def attention_kernel(self) -> str:
-        """What the attention implementation runs on the job's stack: flash2, flash1, flash3,
-        triton or eager (catalog/software.py)."""
-        return software.attention_kernel(self.recipe.attention, self.software)
+        """What the attention implementation runs on the job's stack and batches: flash2,
+        flash1, flash3, triton, mem_efficient or eager (catalog/software.py)."""
+        return software.attention_kernel(self.recipe.attention, self.software,
+                                         padded=self.training.padded)
 
     @property
     def torchrun(self) -> bool:
@@ -325,7 +326,6 @@ class Job:
 
         return self.model_flops_per_step() + (ops.recompute_flops_per_micro_batch(self)
                                               * self.grad_accum)
-
 
 
 # the modules and parameters of a model and its adapters, by value (Job.from_config)
