@@ -214,3 +214,23 @@ def test_torch_compile_is_tried_where_the_framework_has_the_switch() -> None:
         assert eager.kernels is None and compiled.kernels == "compiled"
         assert (eager.micro_batch or 0) <= (compiled.micro_batch or 0)
     assert {r.schedule for r in candidates.recipes(8) if r.pp > 1} == {"1f1b", "interleaved"}
+
+
+def test_padded_batches_name_flash_attention_beside_the_pick(tmp_path: Any) -> None:
+    workload = tmp_path / "padded.yaml"
+    workload.write_text("name: padded\nmodel: {family: llama, layers: 4, hidden: 1024, heads: 16, "
+                        "kv_heads: 4, ffn_hidden: 4096, vocab: 32000}\n"
+                        "training: {seq_len: 4096, micro_batch: 1, padded: true}\n")
+    machines = [advise.PricedMachine("1x4090", Prices(usd_per_gpu_hour=1.0))]
+    answer = advise.advise(machines, str(workload), jobs=1)
+    best = answer["best"]
+    assert best["software"]["attention"]["kernel"] == "mem_efficient"
+    line = next(x for x in answer["explanation"] if x.startswith("padded batches"))
+    flash = api.simulate(replace(spec_text.spec_of(best["options"]), attention="flash2"),
+                         baseline=False, ranges=False).report
+    assert f"{flash['tokens_per_s']:,.0f} tokens/s" in line
+    assert flash["tokens_per_s"] > best["tokens_per_s"]  # every pair, at FA1's rate: slower
+    unpadded = tmp_path / "packed.yaml"
+    unpadded.write_text(workload.read_text().replace("padded: true", "padded: false"))
+    plain = advise.advise(machines, str(unpadded), jobs=1)
+    assert not any(x.startswith("padded batches") for x in plain["explanation"])
