@@ -234,3 +234,21 @@ def test_padded_batches_name_flash_attention_beside_the_pick(tmp_path: Any) -> N
     unpadded.write_text(workload.read_text().replace("padded: true", "padded: false"))
     plain = advise.advise(machines, str(unpadded), jobs=1)
     assert not any(x.startswith("padded batches") for x in plain["explanation"])
+
+
+def test_advise_padded_flag_reaches_every_candidate_and_its_command(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    workload = tmp_path / "small.yaml"
+    workload.write_text("name: small\nmodel: {family: llama, layers: 4, hidden: 1024, heads: 16, "
+                        "kv_heads: 4, ffn_hidden: 4096, vocab: 32000}\n"
+                        "training: {seq_len: 4096, micro_batch: 1}\n")
+    assert main(["advise", "-t", "1x4090", "-w", str(workload), "--padded", "--json",
+                 "--jobs", "1"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert all(r["options"]["padded"] for r in answer["candidates"])
+    assert all(r["software"]["attention"]["kernel"] == "mem_efficient"
+               for r in answer["candidates"])
+    best = answer["best"]
+    assert "--padded" in shlex.split(best["command"])
+    assert spec_text.spec_of(best["options"]).padded
+    assert any(x.startswith("padded batches") for x in answer["explanation"])

@@ -179,11 +179,13 @@ def check_objective(objective: str, machines: Sequence[PricedMachine]) -> None:
 def advise(given: Sequence[PricedMachine | str], workload: str, *,
            objective: str = "throughput", jobs: int | None = None,
            progress: Progress | None = None, peft: str | None = None,
-           load_in_4bit: bool = False, executor: Executor | None = None) -> dict[str, Any]:
+           load_in_4bit: bool = False, padded: bool = False,
+           executor: Executor | None = None) -> dict[str, Any]:
     """The whole answer: ranked candidates, the best with its ranges, and the explanation.
     ``given``: the machines (PricedMachine), or topology names (their own prices).
     ``peft``, ``load_in_4bit``: the job's adapters from a PEFT adapter_config.json (QLoRA on a 4-bit
-    base), as `run --peft` takes them; every candidate trains them. ``executor``: any
+    base), as `run --peft` takes them; every candidate trains them. ``padded``: the batches
+    carry a padding mask (``training.padded``, as `run --padded`). ``executor``: any
     ``concurrent.futures`` executor to run the candidates on (a process pool, Dask's
     ``client.get_executor()``, ...), left running; without one, ``jobs`` local processes
     (default one per core). The answer is the same wherever the candidates run."""
@@ -192,7 +194,7 @@ def advise(given: Sequence[PricedMachine | str], workload: str, *,
 
     def base(m: PricedMachine) -> RunSpec:
         return RunSpec(m.topology, workload, gpus=m.gpus, peft=peft, load_in_4bit=load_in_4bit,
-                       nnodes=m.nnodes)
+                       nnodes=m.nnodes, padded=True if padded else None)
 
     check_objective(objective, machines)
     started = time.perf_counter()

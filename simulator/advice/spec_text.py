@@ -24,7 +24,8 @@ def options(spec: RunSpec) -> dict[str, Any]:
             "sequence_parallel": spec.sequence_parallel,
             "reshard_after_forward": spec.reshard_after_forward, "gpus": spec.gpus,
             "peft": spec.peft, "load_in_4bit": spec.load_in_4bit, "nnodes": spec.nnodes,
-            **({"ep": spec.ep} if spec.ep > 1 else {})}
+            **({"ep": spec.ep} if spec.ep > 1 else {}),
+            **({"padded": True} if spec.padded else {})}
 
 
 def spec_of(o: dict[str, Any]) -> RunSpec:
@@ -39,7 +40,8 @@ def spec_of(o: dict[str, Any]) -> RunSpec:
                    sequence_parallel=o["sequence_parallel"],
                    reshard_after_forward=o["reshard_after_forward"],
                    peft=o.get("peft"), load_in_4bit=bool(o.get("load_in_4bit")),
-                   nnodes=o.get("nnodes"), ep=int(o.get("ep", 1)))
+                   nnodes=o.get("nnodes"), ep=int(o.get("ep", 1)),
+                   padded=True if o.get("padded") else None)
 
 
 def run_command(spec: RunSpec) -> str:
@@ -79,6 +81,8 @@ def run_command(spec: RunSpec) -> str:
         words += ["--peft", spec.peft]
     if spec.load_in_4bit:
         words.append("--load-in-4bit")
+    if spec.padded:
+        words.append("--padded")
     if not spec.reshard_after_forward:
         words.append("--no-reshard-after-forward")
     return " ".join(words)

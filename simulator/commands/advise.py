@@ -46,6 +46,10 @@ def add_parser(subparsers: Any) -> None:
                         help=f"what to rank by: {' | '.join(core.OBJECTIVES)} "
                         "(default throughput)")
     recipe_flags.add_adapter_arguments(parser)
+    parser.add_argument("--padded", action="store_true",
+                        help="the batches are padded and carry their attention mask "
+                        "(training.padded): sdpa runs its memory-efficient kernel, and the "
+                        "answer says what flash-attn 2 would buy")
     price_flags.add_arguments(parser)
     parser.add_argument("--jobs", default=None, metavar="N",
                         help="worker processes (default: one per CPU core)")
@@ -98,6 +102,7 @@ def answer_of(args: argparse.Namespace, *, progress: Any = None,
     jobs = positive_int(args.jobs, "--jobs")
     answer = core.advise(machines, args.workload, objective=args.objective, jobs=jobs,
                          progress=progress, peft=args.peft, load_in_4bit=args.load_in_4bit,
+                         padded=args.padded,
                          executor=executor)
     if args.what_if and answer["best"] is not None:
         best = answer["best"]
