@@ -2,8 +2,9 @@
 Selenium (the `browser` extra; Debian's `chromium` and `chromium-driver`, no browser download).
 
 Checks that the page's table shows every machine compared, that changing the micro-batch
-moves the memory bar, that a pasted `topo -m` is imported and a bad paste shows the very line
-the CLI prints, and that the report opens from disk fetching nothing. Each saves a screenshot
+moves the memory bar, that the padded-batches box adds `--padded`, that a pasted `topo -m` is
+imported and a bad paste shows the very line the CLI prints, and that the report opens from
+disk fetching nothing. Each saves a screenshot
 in ``$STEPSIM_SCREENSHOTS`` (else a folder of the test run), listed at the end of the run.
 The tests skip, saying why, only where no browser or driver is installed.
 """
@@ -174,6 +175,18 @@ def test_the_memory_bar_follows_the_micro_batch(browser: Any, page: str, shots: 
     assert need(after) > need(before)
     assert "--micro-batch 4" in browser.find_element(By.ID, "live-command").text
     _shot(browser, shots, "serve-memory-micro-batch-4")
+
+
+def test_the_padded_box_adds_the_flag_to_the_command(browser: Any, page: str,
+                                                     shots: Path) -> None:
+    browser.get(page)
+    _pick(browser, "8x5090-switch")
+    _wait(browser, lambda b: "GiB" in _memory_text(b))
+    command = browser.find_element(By.ID, "live-command")
+    assert "--padded" not in command.text
+    browser.find_element(By.ID, "padded").click()
+    _wait(browser, lambda b: "--padded" in b.find_element(By.ID, "live-command").text)
+    _shot(browser, shots, "serve-padded-batches")
 
 
 def test_a_pasted_topo_is_imported(browser: Any, page: str, shots: Path) -> None:

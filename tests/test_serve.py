@@ -66,6 +66,19 @@ def test_compare_is_the_commands_own_answer(url: str,
     assert _post(url, "/api/compare", FORM)["job"] == job  # the same command: cached
 
 
+def test_the_padded_box_is_the_padded_flag_of_every_command() -> None:
+    session = serve.Session()
+    try:
+        padded = {**FORM, "padded": True}
+        assert session.command("compare", padded)[-1] == "--padded"
+        assert session.command("advise", padded)[-1] == "--padded"
+        assert "--padded" in session.knob_args(padded)  # the memory bar's line too
+        assert "--padded" not in session.command("compare", FORM)
+        assert "--padded" not in session.command("advise", {**FORM, "padded": "yes"})
+    finally:
+        session.close()
+
+
 def test_the_memory_bar_is_stepsim_memorys_verdict(url: str,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     answer = _post(url, "/api/memory", {**FORM, "micro_batch": "3"})

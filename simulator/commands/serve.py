@@ -3,8 +3,8 @@
 A page (serve_page.py) to pick or paste machines (presets, a pasted `nvidia-smi topo -m`, a
 pasted nccl-tests log to calibrate one), a model (a preset, a pasted `config.json` and
 `adapter_config.json`) and the knobs (strategy, micro-batch, sequence length, checkpointing,
-LoRA rank). The server binds 127.0.0.1 on a free port (or ``--port``) and prints its address;
-it is the standard library's ``http.server``.
+LoRA rank, padded batches). The server binds 127.0.0.1 on a free port (or ``--port``) and
+prints its address; it is the standard library's ``http.server``.
 
 No answer differs from the CLI's, by construction: the page's fields become a `stepsim`
 command line (shown on the page), and
@@ -161,7 +161,11 @@ class Session:
             value = str(form.get(key) or "").strip()
             if value:
                 words += [flag, value]
-        return words
+        return words + self.padded_args(form)
+
+    def padded_args(self, form: dict[str, Any]) -> list[str]:
+        """The page's "padded batches" box: `--padded` (training.padded)."""
+        return ["--padded"] if form.get("padded") is True else []
 
     def command(self, kind: str, form: dict[str, Any]) -> list[str]:
         """The `stepsim compare` or `stepsim advise` command line of the page's fields."""
@@ -170,9 +174,7 @@ class Session:
             gpus = str(m.get("gpus") or "").strip()
             argv += ["-t", self.machine(str(m["name"])) + (f":{gpus}" if gpus else "")]
         argv += self.workload_args(form)
-        if kind == "compare":
-            argv += self.knob_args(form)
-        return argv
+        return argv + (self.knob_args(form) if kind == "compare" else self.padded_args(form))
 
     # --- answers ----------------------------------------------------------------------------
 

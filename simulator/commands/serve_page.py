@@ -25,6 +25,7 @@ FORM_STYLE = """
 #machines input.gpus { width: 5em; margin-left: 6px; }
 textarea { width: 100%; min-height: 7em; font: 12px ui-monospace, Menlo, Consolas, monospace; }
 .knobs label { margin-right: 14px; } .knobs input { width: 7em; }
+.knobs input[type=checkbox] { width: auto; }
 .error:empty { display: none; } .error { margin: 4px 0; }
 #run { margin: 12px 0; } progress { width: 14em; vertical-align: middle; }
 button.primary { background: #2b59c3; color: white; border-color: #2b59c3; }
@@ -75,7 +76,9 @@ def form() -> str:
 <label>sequence length <input id="seq_len" placeholder="workload's"></label>
 <label>checkpointing <select id="checkpointing">{_options(["", *CHECKPOINTING_MODES])}
 </select></label>
-<label>LoRA rank <input id="lora_rank" placeholder="none"></label></div>
+<label>LoRA rank <input id="lora_rank" placeholder="none"></label>
+<label title="a tokenizer's padding, DataCollatorWithPadding: sdpa runs its memory-efficient
+kernel"><input type="checkbox" id="padded"> padded batches</label></div>
 {_error("strategy")}{_error("micro_batch")}{_error("seq_len")}{_error("checkpointing")}
 {_error("lora_rank")}
 <h2>Memory per GPU, as you type</h2><div id="memory-live"><p class="muted">Pick a machine.</p>
@@ -100,7 +103,7 @@ LIVE_SCRIPT = """
             config_json: $('config-json').value, adapter_json: $('adapter-json').value,
             strategy: $('strategy').value, micro_batch: $('micro_batch').value,
             seq_len: $('seq_len').value, checkpointing: $('checkpointing').value,
-            lora_rank: $('lora_rank').value};
+            lora_rank: $('lora_rank').value, padded: $('padded').checked};
   }
   function post(path, body) {
     return fetch(path, {method: 'POST', headers: {'Content-Type': 'application/json'},
