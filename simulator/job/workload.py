@@ -56,7 +56,8 @@ class Job:
     seq_len: int
     grad_accum: int
     modules: tuple[Module, ...]
-    params: list[ParamTensor] = field(hash=False, compare=False)
+    # shared by every job of one model and its adapters (_MODULES): a tuple, never changed
+    params: tuple[ParamTensor, ...] = field(hash=False, compare=False)
     recipe: Recipe = field(default_factory=lambda: resolve_recipe(TrainingConfig(seq_len=1)))
     software: Stack = TODAY  # the software stack (catalog/software.py)
     ep: int = 1  # expert parallelism: the ranks a mixture of experts' experts are spread over
@@ -85,7 +86,7 @@ class Job:
         arch = Arch.from_model(cfg.model) if cfg.model is not None else None
         unet = UNetShape.of(cfg.unet) if cfg.unet is not None else None
         # an advice's or a sweep's candidates differ in batch and recipe, not in the model
-        # and its adapters: they share one list (read, never changed)
+        # and its adapters: they share its modules and parameters
         model = (arch, repr(cfg.unet), repr(cfg.layers), t.finetune, repr(t.lora), ep)
         mods, params = _MODULES.get(model, lambda: _modules_and_params(cfg, arch, unet, ep))
         stack = software.resolve(t.software)
@@ -329,11 +330,11 @@ class Job:
 
 
 # the modules and parameters of a model and its adapters, by value (Job.from_config)
-_MODULES: Memo[tuple[tuple[Module, ...], list[ParamTensor]]] = Memo(limit=16)
+_MODULES: Memo[tuple[tuple[Module, ...], tuple[ParamTensor, ...]]] = Memo(limit=16)
 
 
 def _modules_and_params(cfg: WorkloadConfig, arch: Arch | None, unet: UNetShape | None,
-                        ep: int) -> tuple[tuple[Module, ...], list[ParamTensor]]:
+                        ep: int) -> tuple[tuple[Module, ...], tuple[ParamTensor, ...]]:
     """The modules one rank holds (its experts' share under ``ep``), LoRA-wrapped as the
     training section says, and their parameters in ``model.parameters()`` order."""
     t = cfg.training
@@ -371,7 +372,7 @@ def _modules_and_params(cfg: WorkloadConfig, arch: Arch | None, unet: UNetShape 
     # a vision-language model's image encoder stays frozen (its projector trains)
     params = [replace(p, trainable=False) if p.trainable and _frozen_vision(p.name) else p
               for p in params]
-    return tuple(mods), params
+    return tuple(mods), tuple(params)
 
 
 def _frozen_vision(name: str) -> bool:
