@@ -59,6 +59,16 @@ def test_run_prints_the_recipe_and_flags_override_it(capsys: pytest.CaptureFixtu
     assert "hf: eager kernels, sdpa attention, fp32 cross-entropy, pure-bf16, adamw-8bit" in out
 
 
+def test_the_recipe_line_names_apex_amp_and_apex_ddp(capsys: pytest.CaptureFixture[str]) -> None:
+    # bert-large-squad runs NVIDIA's run_squad.py: amp O2 and apex.parallel.DistributedDataParallel
+    args = ["run", "-t", "8xa100-nvswitch", "-w", "bert-large-squad", "-s", "ddp", "--no-ranges"]
+    assert main(args) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("recipe"))
+    assert line.endswith("fp16, adamw, apex amp O2, apex DDP, checkpointing none")
+    assert main(["run", "-t", "8xa100-nvswitch", "-w", "llama3.2-1b", "-s", "ddp"]) == 0
+    assert "apex" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("command", ["memory", "compare", "sweep"])
 def test_every_command_takes_the_recipe_flags(command: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:

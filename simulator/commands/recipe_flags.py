@@ -195,13 +195,15 @@ def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def training_words(rec: dict[str, Any]) -> str:
     """``hf: eager kernels, sdpa attention, fp32 cross-entropy, bf16, adamw, checkpointing
-    none``."""
+    none`` (apex's amp and DDP named where the recipe uses them)."""
     if "framework" not in rec:
         return ""
     return (f"{rec['framework']}: {rec['kernels']} kernels, {rec['attention']} attention, "
             f"{rec['cross_entropy']} "
             f"cross-entropy, {rec['precision']}, {rec['optimizer']}"
             + (" in backward (optimizer_in_bwd)" if rec.get("optimizer_in_bwd") else "")
+            + (f", apex amp {rec['amp'].upper()}" if rec.get("amp") else "")
+            + (", apex DDP" if rec.get("ddp") == "apex" else "")
             + f", checkpointing {rec['activation_checkpointing']}")
 
 
