@@ -62,6 +62,21 @@ def test_compare_gives_a_flag_only_to_the_strategies_that_use_it(
     assert tp["parallelism"] == {"world": 8, "tp": 2, "dp": 4, "pp": 1}
 
 
+def test_a_comma_list_is_the_flag_repeated(capsys: pytest.CaptureFixture[str],
+                                           tmp_path: pytest.TempPathFactory) -> None:
+    base = ["compare", "-w", "llama3.2-1b", "--no-ranges", "--json"]
+    listed = _json([*base, "-t", "2x5090, 1x5090", "-s", "ddp,fsdp"], capsys)
+    repeated = _json([*base, "-t", "2x5090", "-t", "1x5090", "-s", "ddp", "-s", "fsdp"], capsys)
+    assert listed == repeated and len(listed) == 4
+    # a file whose name has a comma is one value, not two
+    named = tmp_path / "a,b.yaml"  # type: ignore[operator]
+    named.write_text(open("topologies/2x5090.yaml").read())
+    assert len(_json([*base, "-t", str(named)], capsys)) == 1
+    assert main([*base, "-t", "2x5090,"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "-t: an empty item in '2x5090,' (`stepsim compare --help` lists the flags)")
+
+
 def _json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
     assert main(argv) == 0, capsys.readouterr().err
     return json.loads(capsys.readouterr().out)

@@ -20,7 +20,7 @@ from simulator import api
 from simulator.advice import advise as core
 from simulator.advice import explain, spec_text, whatif
 from simulator.commands import html_flag, price_flags, recipe_flags, script_output, terminal
-from simulator.commands.parsing import machine_gpus
+from simulator.commands.parsing import Each, machine_gpus
 from simulator.inputs.schema import MAX_BOXES
 from simulator.units import positive_int
 
@@ -34,8 +34,9 @@ def add_parser(subparsers: Any) -> None:
         "and DeepSpeed switches that fit; simulate those that could win (pruned by memory, "
         "then by a compute bound) and rank them, e.g. "
         "`stepsim advise -t 8x5090-dual-socket -w llama2-7b`.")
-    parser.add_argument("-t", "--topology", required=True, action="append",
-                        help="topology YAML or preset name (repeatable); NAME:K uses its "
+    parser.add_argument("-t", "--topology", required=True, action=Each,
+                        help="topology YAML or preset name (repeatable, or a comma list); "
+                        "NAME:K uses its "
                         "first K GPUs")
     parser.add_argument("-w", "--workload", required=True,
                         help="workload YAML, preset name or hf:config.json")

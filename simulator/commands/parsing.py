@@ -15,6 +15,7 @@ import math
 import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from simulator.errors import VALUE_CHARS, InputError, cut, quoted
@@ -41,6 +42,20 @@ class _Once(argparse.Action):
             parser.error(f"{option_string} is given twice; give it once")
         given.add(self.dest)
         setattr(namespace, self.dest, values)
+
+
+class Each(argparse.Action):
+    """Append a repeatable flag's values, a comma list read as one value each
+    (``-t a,b`` is ``-t a -t b``); a value naming an existing file stays whole."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        text = str(values)
+        items = [text] if "," not in text or Path(text).exists() else [
+            v.strip() for v in text.split(",")]
+        if not all(items):
+            parser.error(f"{option_string}: an empty item in {quoted(text)}")
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), *items])
 
 
 class Parser(argparse.ArgumentParser):

@@ -21,7 +21,7 @@ from typing import Any
 from simulator import api
 from simulator.api import RunResult, RunSpec
 from simulator.commands import html_flag, price_flags, recipe_flags, terminal
-from simulator.commands.parsing import NO_FIT_EXIT, machine_gpus, no_fit_status
+from simulator.commands.parsing import NO_FIT_EXIT, Each, machine_gpus, no_fit_status
 from simulator.commands.run_text import print_text
 from simulator.errors import InputError, quoted
 from simulator.inputs.schema import MAX_BATCH, MAX_BOXES, MAX_GPUS, MAX_TOKENS
@@ -35,22 +35,22 @@ MAX_BUCKET_MB = 2.0**20  # one TiB
 
 def add_job_arguments(parser: argparse.ArgumentParser, *, many: bool = False) -> None:
     """The options that define a job and a machine (shared by run, compare and sweep)."""
-    action = "append" if many else "store"
+    action: Any = Each if many else "store"
     parser.add_argument("-t", "--topology", required=True, action=action,
                         help="topology YAML or preset name; NAME:K uses its first K GPUs"
-                        + (" (repeatable)" if many else ""))
+                        + (" (repeatable, or a comma list)" if many else ""))
     parser.add_argument("-w", "--workload", required=True, action=action,
                         help="workload YAML, preset name or hf:config.json (a Hugging Face config)"
-                        + (" (repeatable)" if many else ""))
+                        + (" (repeatable, or a comma list)" if many else ""))
     parser.add_argument("-s", "--strategy", action=action,
                         help=f"one of {', '.join(api.STRATEGIES)} (default ddp)"
-                        + (" (repeatable)" if many else ""))
+                        + (" (repeatable, or a comma list)" if many else ""))
     parser.add_argument("--gpus", help="use the first K GPUs of the machine (of each box with "
                         "--nnodes)")
     parser.add_argument("--nnodes", action=action,
                         help="boxes like the topology's, joined by its network (torchrun's "
-                        "--nnodes; default the topology's nnodes)" + (" (repeatable)" if many
-                                                                      else ""))
+                        "--nnodes; default the topology's nnodes)"
+                        + (" (repeatable, or a comma list)" if many else ""))
     parser.add_argument("--allow-tp-across-nodes", action="store_true",
                         help="let a tensor-parallel group span boxes (never worth it; refused "
                         "without this)")
