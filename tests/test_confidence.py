@@ -113,3 +113,16 @@ def test_every_command_prints_the_grade(capsys: pytest.CaptureFixture[str]) -> N
     assert main(["sweep", "-t", "2x5090", "-w", "gpt2-medium", "--bucket-mb", "5,25",
                  "--no-ranges"]) == 0
     assert "confidence: low" in capsys.readouterr().out
+
+
+def test_sweep_prints_a_range_line_once_with_the_points_shares() -> None:
+    from simulator.commands.sweep import merged_shares
+
+    basis = "(uncalibrated: 9 points on 5 boxes measure 0.90-1.09x the model)"
+    lines = [f"range: compute on GeForce GPUs sets {p}% of its width {basis}"
+             for p in (100, 94, 97)]
+    assert merged_shares(lines) == [f"range: compute on GeForce GPUs sets 94-100% of its width "
+                                    f"{basis}"]
+    assert merged_shares(lines[:1] * 2) == lines[:1]
+    other = "range: no validation spread applies to this run's mechanisms"
+    assert merged_shares([other, lines[0], other]) == [other, lines[0]]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -63,14 +65,14 @@ def test_compare_gives_a_flag_only_to_the_strategies_that_use_it(
 
 
 def test_a_comma_list_is_the_flag_repeated(capsys: pytest.CaptureFixture[str],
-                                           tmp_path: pytest.TempPathFactory) -> None:
+                                           tmp_path: Path) -> None:
     base = ["compare", "-w", "llama3.2-1b", "--no-ranges", "--json"]
     listed = _json([*base, "-t", "2x5090, 1x5090", "-s", "ddp,fsdp"], capsys)
     repeated = _json([*base, "-t", "2x5090", "-t", "1x5090", "-s", "ddp", "-s", "fsdp"], capsys)
     assert listed == repeated and len(listed) == 4
     # a file whose name has a comma is one value, not two
-    named = tmp_path / "a,b.yaml"  # type: ignore[operator]
-    named.write_text(open("topologies/2x5090.yaml").read())
+    named = tmp_path / "a,b.yaml"
+    shutil.copy(Path(__file__).parents[1] / "topologies" / "2x5090.yaml", named)
     assert len(_json([*base, "-t", str(named)], capsys)) == 1
     assert main([*base, "-t", "2x5090,"]) == 2
     assert capsys.readouterr().err.strip().endswith(

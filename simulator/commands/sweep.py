@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import re
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -42,9 +43,25 @@ from simulator.outputs import figures as fig
 from simulator.outputs.files import write_atomically
 from simulator.units import fraction
 
-
 # option name -> (RunSpec field, parser of one value): run's number flags, as lists
 # (--micro-batch takes max among its values)
+_SHARE = re.compile(r" sets (\d+)% of its width")
+
+
+def merged_shares(lines: list[str]) -> list[str]:
+    """The points' summary lines, once each; lines that differ only in the share a mechanism
+    sets of the range's width become one, with the points' lowest and highest share."""
+    shares: dict[str, list[int]] = {}
+    for line in lines:
+        shares.setdefault(_SHARE.sub(" sets \0% of its width", line), []).extend(
+            int(m) for m in _SHARE.findall(line))
+    out = []
+    for text, values in shares.items():
+        lo, hi = (min(values), max(values)) if values else (0, 0)
+        out.append(text.replace("\0", f"{lo}" if lo == hi else f"{lo}-{hi}") if values else text)
+    return out
+
+
 def _list_value(field: str) -> Callable[[str, str], Any]:
     return lambda text, _flag: number_flag(field, text)
 
@@ -219,11 +236,9 @@ def print_table(reports: list[dict[str, Any]], labels: list[str], base: RunSpec)
     terminal.show(table, console)
     recipes = dict.fromkeys(recipe_flags.training_words(r.get("recipe", {})) for r in reports)
     console.print("recipe: " + "; ".join(w for w in recipes if w))
-    lines = dict.fromkeys(r[key]["summary"] for r in reports for key in ("range_basis",
-                                                                         "confidence")
-                          if r.get(key))
-    for line in lines:
-        console.print(line)
+    for key in ("range_basis", "confidence"):
+        for line in merged_shares([r[key]["summary"] for r in reports if r.get(key)]):
+            console.print(line)
     for label, r in zip(labels, reports, strict=True):
         changes = r.get("what_would_fit") or []
         if changes and not r.get("simulated", True):
