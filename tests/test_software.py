@@ -121,6 +121,48 @@ def test_the_memory_efficient_kernel_computes_every_pair_at_flash1s_rate() -> No
             compute.kernel_time(full, gpu) - compute.LAUNCH_OVERHEAD))
 
 
+def test_below_sm80_sdpa_runs_its_memory_efficient_kernel() -> None:
+    today, old = software.resolve(None), software.resolve({"torch": "2.1"})
+    v100, turing, a100 = (GPUS[g].compute_capability for g in
+                          ("v100-sxm2", "rtx2080ti", "a100-sxm4-80gb"))
+    for stack, cc, kernel in ((today, v100, "mem_efficient"), (old, v100, "mem_efficient"),
+                              (today, turing, "mem_efficient"), (old, turing, "flash1"),
+                              (today, a100, "flash2"), (old, a100, "flash1")):
+        assert software.kernel_on_gpu(software.attention_kernel("sdpa", stack), "sdpa",
+                                      cc) == kernel
+    assert software.kernel_on_gpu("flash2", "flash2", a100) == "flash2"
+
+
+def test_below_sm80_the_tables_row_is_the_flash_class_kernels_own() -> None:
+    from simulator.job.attention import flash
+
+    def busy(version: int | str, gpu: str) -> float:
+        k = flash(4, 2048, 2048, 2048, 2, causal=True, backward=False, version=version)
+        return (compute.kernel_time(k, GPUS[gpu]) - compute.LAUNCH_OVERHEAD) / k.flops
+
+    # the mask costs its bytes and every pair its FLOPs (above), but no second slowdown
+    assert busy("mem_efficient", "rtx2080ti") == pytest.approx(busy(2, "rtx2080ti"))
+    assert busy(1, "rtx2080ti") == pytest.approx(busy(2, "rtx2080ti"))
+    assert busy("mem_efficient", "a100-sxm4-80gb") == pytest.approx(
+        software.FLASH1_SLOWDOWN * busy(2, "a100-sxm4-80gb"))
+
+
+def test_flash_attn_on_a_gpu_it_does_not_run_on_is_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["run", "-t", "2x2080ti-switch", "--seq-len", "512", "--micro-batch", "1"]
+    assert main([*base, "-w", "gpt2-medium", "--attention", "flash2"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "stepsim run: error: --attention flash2: attention flash2 (the flash-attn package) "
+        "needs sm80 or newer (flash-attention README); the rtx2080ti is sm75: attention sdpa "
+        "runs there (its memory-efficient kernel)")
+    workload = "validation/workloads/llamafactory-qwen2.5-0.5b.yaml"  # attention: flash2
+    assert main([*base, "-w", workload]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"stepsim run: error: {workload}:17: training.attention: attention flash2 ")
+    assert main([*base, "-w", "gpt2-medium", "--attention", "flash1", "--no-ranges"]) == 0
+    assert "attention kernel flash1" in capsys.readouterr().out  # flash-attn 1.x: sm75
+
+
 def test_padded_batches_slow_an_sdpa_step_and_the_report_says_why(
         capsys: pytest.CaptureFixture[str]) -> None:
     args = ["run", "-t", "8xa100-nvswitch", "-w", "llama3.2-1b", "--gpus", "1", "--no-ranges",

@@ -16,6 +16,7 @@ from simulator.api.confidence import grade_run
 from simulator.api.spec import (
     RunSpec,
     _tp_degree,
+    check_attention,
     check_offload,
     check_optimizer,
     check_size,
@@ -287,6 +288,7 @@ def check(spec: RunSpec, job: Job, machine: Machine) -> None:
     if spec.offload != "none" and spec.pp > 1:
         raise InputError("--offload with --pp: offloading inside a pipeline is not modelled")
     check_optimizer(spec, job, machine)
+    check_attention(spec, job, machine)
     with blame(spec.workload, "workloads"):  # its layers make the step too large
         check_size(job)
 
@@ -330,9 +332,11 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
         extra={"topology": machine.name, "workload": job.name, "strategy": spec.strategy,
                "gpu": machine.gpu.name, "tokens_per_step": tokens,
                "overlap": spec.overlap, "recipe": recipe(spec, job),
-               "software": software.rows_used(job.software, machine.gpu.arch,
-                                              job.attention_kernel,
-                                              own_gemm=machine.gpu.own_matmul),
+               "software": software.rows_used(
+                   job.software, machine.gpu.arch,
+                   software.kernel_on_gpu(job.attention_kernel, job.recipe.attention,
+                                          machine.gpu.compute_capability),
+                   own_gemm=machine.gpu.own_matmul),
                **degrees(spec, job, machine, dp)},
     )
     files = config_files(spec, job)

@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from simulator import strategies
+from simulator.catalog import software
 from simulator.errors import InputError
 from simulator.inputs.config import load_workload
 from simulator.inputs.schema import MAX_STEP_TOKENS, OPTIMIZER_IN_BWD_ACCUM, WorkloadConfig
@@ -253,6 +254,20 @@ def check_optimizer(spec: RunSpec, job: Job, machine: Machine) -> None:
         raise InputError(f"optimizer {job.optimizer} with -s {spec.strategy}"
                          + (f" --pp {spec.pp}" if spec.pp > 1 else "")
                          + ": paged optimizer states are modelled under -s ddp only")
+
+
+def check_attention(spec: RunSpec, job: Job, machine: Machine) -> None:
+    """Refuse flash-attn on a GPU of the machine it does not run on: the --attention flag's
+    choice, or the workload's (its file and key)."""
+    for gpu in dict.fromkeys(machine.gpu_of(r) for r in range(machine.n_gpus)):
+        problem = software.attention_gpu_problem(job.recipe.attention, gpu.compute_capability,
+                                                 gpu.name)
+        if problem is None:
+            continue
+        if spec.attention is not None:
+            raise InputError(f"--attention {spec.attention}: {problem}")
+        with blame(spec.workload, "workloads"):
+            raise InputError(problem, key="training.attention")
 
 
 def check_size(job: Job) -> None:

@@ -264,6 +264,13 @@ def check_card(name: str, arch: str, capability: int, stack: Stack) -> None:
 FLASH1_SLOWDOWN = 2.0
 SDPA_FA2 = (2, 2, 0)  # PyTorch 2.2: SDPA's flash backend becomes FlashAttention-2
 FLASH3_CUDA = (12, 3, 0)  # flash-attention hopper/setup.py: FlashAttention-3 needs CUDA >= 12.3
+# The GPUs the flash kernels run on (compute capability, 75 = sm75): flash-attn 2 and 3 need
+# Ampere or newer (Dao-AILab/flash-attention README: "Ampere, Ada, or Hopper GPUs"), flash-attn
+# 1.x Turing or newer ("Turing or Ampere GPUs"); sdpa's flash kernel took [sm75, sm90] while it
+# was FlashAttention-1 (PyTorch 2.0-2.1 sdp_utils.cpp check_gpu_sm75_or_greater) and [sm80,
+# sm121] since it is FlashAttention-2 (check_flash_attention_hardware_support); below that sdpa
+# runs its memory-efficient kernel ([sm50, ...]: check_mem_efficient_hardware_support).
+FLASH2_MIN_SM, FLASH1_MIN_SM = 80, 75
 HF_SDPA = (2, 1, 1)  # transformers utils/import_utils.py is_torch_sdpa_available: torch>=2.1.1
 FOUNDRY_NO_TRITON = (2, 2, 0)  # llm-foundry v0.7.0 (2024-03-26, torch>=2.2.1) removed triton
 
@@ -292,6 +299,25 @@ def attention_kernel(impl: str, stack: Stack, *, padded: bool = False) -> str:
     return impl
 
 
+def kernel_on_gpu(kernel: str, impl: str, compute_capability: int) -> str:
+    """The kernel an attention implementation runs on a GPU: ``kernel`` (``attention_kernel``)
+    where the GPU has it, else sdpa's memory-efficient fallback."""
+    floor = FLASH1_MIN_SM if kernel == "flash1" else FLASH2_MIN_SM
+    if impl == "sdpa" and kernel in ("flash1", "flash2") and compute_capability < floor:
+        return "mem_efficient"
+    return kernel
+
+
+def attention_gpu_problem(impl: str, compute_capability: int, gpu: str) -> str | None:
+    """Why flash-attn cannot run on a GPU (None: it can)."""
+    floor = FLASH1_MIN_SM if impl == "flash1" else FLASH2_MIN_SM
+    if impl in ("flash", "flash1", "flash2", "flash3") and compute_capability < floor:
+        return (f"attention {impl} (the flash-attn package) needs sm{floor} or newer "
+                f"(flash-attention README); the {gpu} is sm{compute_capability}: attention sdpa "
+                "runs there (its memory-efficient kernel)")
+    return None
+
+
 ATTENTION_SOURCES = {
     "flash2": "FlashAttention-2 shares of peak by architecture (compute.py FLASH_EFFICIENCY)",
     "flash1": "FlashAttention-1 (flash-attn 1.x, and SDPA before PyTorch 2.2): "
@@ -299,10 +325,12 @@ ATTENTION_SOURCES = {
     "flash3": "FlashAttention-3 on Hopper (flash-attention PR 1791 benchmark); FA2 elsewhere",
     "triton": "flash-attn's Triton kernel: FlashAttention-2's rate / 1.8 (arXiv:2307.08691 "
               "section 4.1: FA2 1.3-2.5x faster than FlashAttention in Triton)",
-    "mem_efficient": "sdpa's memory-efficient (xformers CUTLASS) kernel under a padding "
-                     "mask: every query-key pair, at FlashAttention-1's rate (FA2's / 2): "
-                     "forward 5% under FA1 on A100 (facebookresearch/xformers PR 362), about "
-                     "half of FA2 on A40 (xformers issue 1074)",
+    "mem_efficient": "sdpa's memory-efficient (xformers CUTLASS) kernel, under a padding "
+                     "mask (every query-key pair) or on a GPU below its flash kernel's: at "
+                     "FlashAttention-1's rate (FA2's / 2) from Ampere on (forward 5% under FA1 "
+                     "on A100, facebookresearch/xformers PR 362; about half of FA2 on A40, "
+                     "xformers issue 1074); on Volta and Turing at their own assumed row "
+                     "(compute.py FLASH_EFFICIENCY)",
     "eager": "scores materialised: GEMMs and memory-bound passes (job/attention.py)",
 }
 

@@ -142,6 +142,20 @@ def validate(data: Any, lines: dict[Loc, int], model: type[M], file: str) -> M:
     return obj
 
 
+def key_line(path: Path, key: str) -> int | None:
+    """The line of a dotted key (``training.attention``) in a YAML file, or of its nearest
+    enclosing key; None where the file cannot be read as YAML (a config.json)."""
+    if path.suffix not in (".yaml", ".yml"):
+        return None
+    from simulator.inputs.loader import decode, load_yaml
+
+    try:
+        _, lines = load_yaml(decode(path.read_bytes(), str(path)), str(path))
+    except (InputError, OSError):
+        return None
+    return _line_for(tuple(key.split(".")), lines)
+
+
 def _line_for(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | None:
     while loc:
         if loc in lines:

@@ -15,7 +15,7 @@ from functools import cache
 
 from simulator.catalog import power
 from simulator.catalog.gpus import GPU, GPUS, achievable_memory_bandwidth
-from simulator.catalog.software import FLASH1_SLOWDOWN
+from simulator.catalog.software import FLASH1_SLOWDOWN, FLASH2_MIN_SM
 from simulator.job.ops import Kernel, Op
 from simulator.job.workload import Job
 from simulator.units import US
@@ -43,8 +43,10 @@ FLASH_EFFICIENCY: dict[tuple[str, int], tuple[float, float]] = {
     ("hopper", 2): (370 / 989, 291 / 989), ("hopper", 3): (659 / 989, 554 / 989),
     # B200: no published FA2/SDPA training figure here; taken as Hopper's FA2 (assumption)
     ("blackwell", 2): (370 / 989, 291 / 989),
-    # Volta/Turing have no FA2; SDPA falls back to its memory-efficient (CUTLASS) kernel:
-    # assumption, about half the Ampere share
+    # Volta/Turing run no FlashAttention-2: sdpa runs its memory-efficient (CUTLASS) kernel
+    # there (software.kernel_on_gpu), and these rows are that kernel's: assumption, about half
+    # the Ampere share. On V100 it ran about as fast as eager PyTorch attention
+    # (facebookresearch/xformers PR 362: forward 5% slower, backward 15% slower, medians)
     ("volta", 2): (0.30, 0.25), ("turing", 2): (0.30, 0.25),
 }
 # Under a causal mask, where a measurement of both exists (same PR 1791 run): FA2 284 / 287,
@@ -186,11 +188,15 @@ def _flash_version(k: Kernel) -> int:
     return 3 if k.name.startswith("flash3") else 2
 
 
-def _flash_slowdown(k: Kernel) -> float:
+def _flash_slowdown(k: Kernel, gpu: GPU) -> float:
     """Triton's, FlashAttention-1's and sdpa's memory-efficient kernels against
-    FlashAttention-2's rate."""
+    FlashAttention-2's rate. Below sm80, where FlashAttention-2 does not run, the table's row
+    is already theirs (the memory-efficient kernel's; FlashAttention-1's forward ran within 5%
+    of it on A100, xformers PR 362)."""
     if k.name.startswith("triton"):
         return TRITON_FLASH_SLOWDOWN
+    if gpu.compute_capability < FLASH2_MIN_SM:
+        return 1.0
     if k.name.startswith("mem_efficient"):
         return MEM_EFFICIENT_SLOWDOWN
     return FLASH1_SLOWDOWN if k.name.startswith("flash1") else 1.0
@@ -222,7 +228,7 @@ def kernel_work_time(k: Kernel, gpu: GPU) -> float:
     elif k.kind in ("attention_fwd", "attention_bwd"):
         rate = gpu.matmul_flops * power.clock_share(gpu) * tensor * flash_efficiency(
             gpu, _flash_version(k), backward=k.kind == "attention_bwd",
-            causal=k.name.endswith("_causal")) / _flash_slowdown(k)
+            causal=k.name.endswith("_causal")) / _flash_slowdown(k, gpu)
     elif k.kind == "dense":
         rate = dense_rate * tensor
     else:  # memory-bound elementwise work: FLOPs on CUDA cores never bind here

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 from simulator.errors import InputError
-from simulator.inputs.config import load_topology, resolve
+from simulator.inputs.config import key_line, load_topology, resolve
 from simulator.machine.scales import NEUTRAL, RateScales
 from simulator.machine.topology import Machine
 
@@ -70,5 +70,6 @@ def blame(name_or_path: str, kind: str, machine: Machine | None = None,
             raise
         if machine is not None and exc.message.startswith(f"{machine.name}: "):
             name_or_path, kind = topology, "topologies"
-        raise InputError(exc.message, file=str(resolve(name_or_path, kind)), line=exc.line,
-                         key=exc.key) from None
+        path = resolve(name_or_path, kind)
+        line = exc.line if exc.line is not None or exc.key is None else key_line(path, exc.key)
+        raise InputError(exc.message, file=str(path), line=line, key=exc.key) from None
