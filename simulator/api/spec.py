@@ -259,9 +259,10 @@ def check_optimizer(spec: RunSpec, job: Job, machine: Machine) -> None:
 def check_attention(spec: RunSpec, job: Job, machine: Machine) -> None:
     """Refuse flash-attn on a GPU of the machine it does not run on: the --attention flag's
     choice, or the workload's (its file and key)."""
+    sinks = job.arch is not None and job.arch.attention_sinks
     for gpu in dict.fromkeys(machine.gpu_of(r) for r in range(machine.n_gpus)):
         problem = software.attention_gpu_problem(job.recipe.attention, gpu.compute_capability,
-                                                 gpu.name)
+                                                 gpu.name, sinks=sinks)
         if problem is None:
             continue
         if spec.attention is not None:

@@ -271,6 +271,10 @@ FLASH3_CUDA = (12, 3, 0)  # flash-attention hopper/setup.py: FlashAttention-3 ne
 # sm121] since it is FlashAttention-2 (check_flash_attention_hardware_support); below that sdpa
 # runs its memory-efficient kernel ([sm50, ...]: check_mem_efficient_hardware_support).
 FLASH2_MIN_SM, FLASH1_MIN_SM = 80, 75
+HOPPER_SM = 90
+# the attention implementations that take gpt-oss's per-head sinks: transformers' eager one, and
+# the sink-aware FlashAttention-3 of kernels-community/vllm-flash-attn3
+SINK_KERNELS = ("eager", "flash3")
 HF_SDPA = (2, 1, 1)  # transformers utils/import_utils.py is_torch_sdpa_available: torch>=2.1.1
 FOUNDRY_NO_TRITON = (2, 2, 0)  # llm-foundry v0.7.0 (2024-03-26, torch>=2.2.1) removed triton
 
@@ -308,8 +312,19 @@ def kernel_on_gpu(kernel: str, impl: str, compute_capability: int) -> str:
     return kernel
 
 
-def attention_gpu_problem(impl: str, compute_capability: int, gpu: str) -> str | None:
-    """Why flash-attn cannot run on a GPU (None: it can)."""
+def attention_gpu_problem(impl: str, compute_capability: int, gpu: str, *,
+                          sinks: bool = False) -> str | None:
+    """Why an attention implementation cannot run on a GPU (None: it can): flash-attn below
+    its GPUs; with ``sinks`` (gpt-oss's) anything but SINK_KERNELS, and flash3 off Hopper."""
+    if sinks and impl not in SINK_KERNELS:
+        return (f"attention {impl} takes no attention sinks: gpt-oss trains with eager "
+                "attention (GptOssPreTrainedModel _supports_sdpa = False) or flash3 (a "
+                "sink-aware FlashAttention-3 kernel, kernels-community/vllm-flash-attn3, on "
+                "Hopper)")
+    if sinks and impl == "flash3" and compute_capability != HOPPER_SM:
+        return (f"attention flash3 with gpt-oss's sinks is the Hopper (sm{HOPPER_SM}) kernel of "
+                f"kernels-community/vllm-flash-attn3; the {gpu} is sm{compute_capability}: "
+                "attention eager runs there")
     floor = FLASH1_MIN_SM if impl == "flash1" else FLASH2_MIN_SM
     if impl in ("flash", "flash1", "flash2", "flash3") and compute_capability < floor:
         return (f"attention {impl} (the flash-attn package) needs sm{floor} or newer "

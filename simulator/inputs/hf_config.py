@@ -135,12 +135,13 @@ def load(name: str) -> WorkloadConfig:
     rate = doc.get(dropout, (float,), 0.1 if model_type == "gpt2" else 0.0)
     if not 0 <= rate < 1:
         raise doc.error(dropout, f"a dropout rate is in [0, 1), got {rate:g}")
+    training_attention: str | None = None
     if model_type == "gemma2" and doc.get(("attn_logit_softcapping",), (int, float), 50.0):
         # transformers: "It is strongly recommended to train Gemma2 models with the `eager`
         # attention implementation" (models/gemma2/modeling_gemma2.py): SDPA cannot cap scores
-        training_attention: str | None = "eager"
-    else:
-        training_attention = None
+        training_attention = "eager"
+    if model_type == "gpt_oss":  # GptOssPreTrainedModel._supports_sdpa = False: the sinks
+        training_attention = "eager"
     if model_type == "mistral" and doc.get(("sliding_window",), (int,)) and \
             doc.get(("use_sliding_window",), (bool,), True):
         doc.warn(("sliding_window",), f"{doc.data['sliding_window']}-token window not modelled: "
@@ -228,6 +229,11 @@ def _four_bit(doc: JsonDoc) -> bool:
     if doc.get(q, (dict,)) is None:
         return False
     method = doc.get((*q, "quant_method"), (str,), "bitsandbytes")
+    if method == "mxfp4":  # gpt-oss's published experts
+        doc.warn(q, "MXFP4 experts are dequantized to bf16 to train (transformers "
+                 "Mxfp4Config(dequantize=True), as gpt-oss fine-tuning recipes load them): timed "
+                 "and counted in bf16")
+        return False
     if method != "bitsandbytes" or doc.get((*q, "load_in_8bit"), (bool,), False):
         raise doc.error(q, f"{method} quantization is not modelled; stepsim's quantized "
                         "training is bitsandbytes NF4 (QLoRA, load_in_4bit)")

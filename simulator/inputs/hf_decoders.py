@@ -29,6 +29,13 @@ out (``models/<type>/modeling_<type>.py`` and ``configuration_<type>.py`` of 4.x
   ``n_routed_experts`` of ``moe_intermediate_size``, ``n_shared_experts`` of that width as one
   MLP; a block is sparse from ``first_k_dense_replace`` on, every ``moe_layer_freq``-th. V3's
   multi-token-prediction layers (``num_nextn_predict_layers``) are not built by transformers.
+- gpt_oss (configuration_gpt_oss.py, modeling_gpt_oss.py): q/k/v/o_proj ``bias=attention_bias``
+  (True), ``head_dim`` (64) whatever hidden / heads, a sink logit per head (``sinks``);
+  GptOssMLP of ``num_local_experts`` experts of ``intermediate_size``, top
+  ``num_experts_per_tok``, router and experts with biases (moe.py); local attention over
+  ``sliding_window`` (128) on the blocks ``layer_types`` names, else every second from the
+  first (``bool((i + 1) % 2)``). GptOssPreTrainedModel sets ``_supports_sdpa = False``: it
+  trains with eager attention (or a sink-aware FlashAttention-3 kernel on Hopper).
 """
 
 from __future__ import annotations
@@ -40,13 +47,13 @@ from simulator.inputs.jsonfile import JsonDoc, Loc
 Fields = dict[str, tuple[Any, Loc]]  # ModelConfig key -> (value, the config key it came from)
 
 TYPES = ("llama", "mistral", "qwen2", "gemma", "qwen3", "phi3", "gemma2", "gemma3_text",
-         "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
-MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+         "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
 # each configuration_<type>.py's tie_word_embeddings default
 TIED = {"llama": False, "mistral": False, "qwen2": False, "gemma": True, "qwen3": False,
         "phi3": False, "gemma2": True, "gemma3_text": True,
         "mixtral": False, "qwen2_moe": False, "qwen3_moe": False, "deepseek_v2": False,
-        "deepseek_v3": False}
+        "deepseek_v3": False, "gpt_oss": False}
 # Read, with no effect on the layout: norm epsilons, activations (the MLP's shape is the same),
 # rotary settings, routing details that do not change a step's kernels or sizes
 KNOWN = {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
@@ -67,7 +74,9 @@ KNOWN = {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_val
          "resid_pdrop", "embd_pdrop", "original_max_position_embeddings", "partial_rotary_factor",
          "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
          "sliding_window_pattern", "rope_local_base_freq", "cache_implementation",
-         "final_logit_soft_cap", "attention_chunk_size", "sliding_window_size"}
+         "final_logit_soft_cap", "attention_chunk_size", "sliding_window_size",
+         # gpt_oss: the clamped SwiGLU's constants, the context before YaRN, a duplicate top-k
+         "swiglu_alpha", "swiglu_limit", "initial_context_length", "experts_per_token"}
 
 
 def fields(doc: JsonDoc, model_type: str, base: Loc = ()) -> Fields:
@@ -79,17 +88,19 @@ def fields(doc: JsonDoc, model_type: str, base: Loc = ()) -> Fields:
     hidden = _int(doc, at("hidden_size"))
     heads = _int(doc, at("num_attention_heads"))
     head_dim = doc.positive_int(at("head_dim"), 128 if model_type in ("qwen3", "qwen3_moe")
-                                else None)
+                                else 64 if model_type == "gpt_oss" else None)
     attention_bias = doc.get(at("attention_bias"), (bool,), False)
     mlp_bias = doc.get(at("mlp_bias"), (bool,), False) if model_type == "llama" else False
     if attention_bias != mlp_bias and model_type == "llama":
         raise doc.error(at("attention_bias"), f"attention_bias {str(attention_bias).lower()} "
                         f"with mlp_bias {str(mlp_bias).lower()}: stepsim gives o_proj and the "
                         "MLP biases together (write a workload YAML with qkv_bias and bias)")
-    if model_type != "llama":
+    if model_type == "gpt_oss":  # GptOssAttention: q/k/v/o all bias=attention_bias (True)
+        attention_bias = doc.get(at("attention_bias"), (bool,), True)
+    elif model_type != "llama":
         attention_bias = False  # the o_proj of these has bias=False (config flag or not)
-    qkv_bias = model_type in ("qwen2", "qwen2_moe") or doc.get(at("attention_bias"), (bool,),
-                                                               False)
+    qkv_bias = model_type in ("qwen2", "qwen2_moe") or doc.get(
+        at("attention_bias"), (bool,), model_type == "gpt_oss")
     out: Fields = {
         "family": ("llama", at("model_type")),
         "layers": (_int(doc, at("num_hidden_layers")), at("num_hidden_layers")),
@@ -114,6 +125,9 @@ def fields(doc: JsonDoc, model_type: str, base: Loc = ()) -> Fields:
     if model_type == "phi3" and window:
         out["sliding_window"] = (window, at("sliding_window"))
         out["local_layers"] = (list(range(layers)), at("sliding_window"))
+    if model_type == "gpt_oss":
+        out["attention_sinks"] = (True, at("model_type"))
+        out.update(_local_layers(doc, model_type, base, layers, window))
     if model_type in ("gemma2", "gemma3_text"):
         out["sandwich_norm"] = (True, at("model_type"))
         out.update(_local_layers(doc, model_type, base, layers, window))
@@ -142,19 +156,20 @@ def _local_layers(doc: JsonDoc, model_type: str, base: Loc, layers: int,
                             "full_attention")
         local = [i for i, k in enumerate(kinds) if k == "sliding_attention"]
     else:
-        step = 2 if model_type == "gemma2" else (
+        step = 2 if model_type in ("gemma2", "gpt_oss") else (
             doc.positive_int((*base, "sliding_window_pattern"), 6) or 6)
         local = [i for i in range(layers) if (i + 1) % step]
     if not local:
         return {}
-    if window is None:
-        window = 4096 if model_type == "gemma2" else 512  # the configs' defaults
+    if window is None:  # the configs' defaults
+        window = {"gemma2": 4096, "gpt_oss": 128}.get(model_type, 512)
     return {"sliding_window": (window, (*base, "sliding_window")),
             "local_layers": (local, loc)}
 
 
 def _experts_key(model_type: str) -> str:
-    return {"mixtral": "num_local_experts", "deepseek_v2": "n_routed_experts",
+    return {"mixtral": "num_local_experts", "gpt_oss": "num_local_experts",
+            "deepseek_v2": "n_routed_experts",
             "deepseek_v3": "n_routed_experts"}.get(model_type, "num_experts")
 
 
@@ -165,9 +180,9 @@ def _moe(doc: JsonDoc, model_type: str, base: Loc) -> dict[str, Any]:
     layers = _int(doc, at("num_hidden_layers"))
     experts = _int(doc, at(_experts_key(model_type)))
     top_k = _int(doc, at("num_experts_per_tok"))
-    if model_type == "mixtral":  # MixtralBlockSparseTop2MLP: ffn_dim = intermediate_size
+    if model_type in ("mixtral", "gpt_oss"):  # each expert intermediate_size wide
         return {"experts": experts, "experts_per_token": top_k,
-                "ffn_hidden": _int(doc, at("intermediate_size")), "names": "mixtral"}
+                "ffn_hidden": _int(doc, at("intermediate_size")), "names": model_type}
     ffn = _int(doc, at("moe_intermediate_size"))
     if model_type.startswith("deepseek"):
         first = _count(doc, at("first_k_dense_replace"))

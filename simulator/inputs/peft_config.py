@@ -124,6 +124,9 @@ def _warn_unmodelled(doc: JsonDoc) -> None:
     for key in ("rank_pattern", "alpha_pattern"):
         if doc.get((key,), (dict,), {}):
             doc.warn((key,), "per-layer ranks are not modelled; every target takes r")
+    if doc.get(("target_parameters",), (list,), []):  # PEFT >= 0.17: gpt-oss's experts
+        doc.warn(("target_parameters",), "adapters on parameters (not modules) are not "
+                 "modelled; those parameters stay frozen")
     if doc.get(("modules_to_save",), (list,), []):
         doc.warn(("modules_to_save",), "fully trained extra modules are not modelled")
     if doc.get(("layers_to_transform",), (list, int)) is not None:

@@ -521,8 +521,9 @@ class MoeConfig(Frozen):
                             Bounds(max_length=MAX_LAYERS), NUMBER] = field(default_factory=list)
     # module names as transformers 4.x registers them: mixtral (block_sparse_moe, w1/w3/w2),
     # qwen (mlp.gate, mlp.experts.N.gate_proj/up_proj/down_proj, shared_expert), deepseek
-    # (mlp.experts, mlp.gate, shared_experts)
-    names: Literal["mixtral", "qwen", "deepseek"] = "qwen"
+    # (mlp.experts, mlp.gate, shared_experts), gpt_oss (GptOssMLP: mlp.router with a bias,
+    # mlp.experts' fused gate_up_proj and down_proj with biases, the clamped SwiGLU)
+    names: Literal["mixtral", "qwen", "deepseek", "gpt_oss"] = "qwen"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -590,6 +591,9 @@ class ModelConfig(Frozen):
     # Gemma 2: cap * tanh(x / cap) on the attention scores and on the final logits
     attention_softcap: Annotated[Annotated[float, Bounds(gt=0, le=1e6)] | None, NUMBER] = None
     logit_softcap: Annotated[Annotated[float, Bounds(gt=0, le=1e6)] | None, NUMBER] = None
+    # gpt-oss: a learned logit per head (GptOssAttention.sinks) joins each row of scores in
+    # the softmax and is dropped after it
+    attention_sinks: bool = False
     # local attention: blocks in local_layers attend to the last sliding_window tokens only
     sliding_window: Annotated[Annotated[int, Bounds(gt=0, le=MAX_TOKENS)] | None, NUMBER] = None
     local_layers: Annotated[list[Annotated[int, Bounds(ge=0), NUMBER]],

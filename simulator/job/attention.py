@@ -93,7 +93,7 @@ class EagerChain:
         return sum(p.reads + p.writes for p in self.backward)
 
 
-PATTERNS = ("fused", "gpt2", "bert", "llama")
+PATTERNS = ("fused", "gpt2", "bert", "llama", "gpt_oss")
 
 
 def eager_chain(pattern: str, *, e: int, autocast: bool, dropout: bool) -> EagerChain:
@@ -118,6 +118,14 @@ def eager_chain(pattern: str, *, e: int, autocast: bool, dropout: bool) -> Eager
       causal_mask`` (built in the embeddings' dtype), ``softmax(..., dtype=torch.float32)``,
       ``.to(query.dtype)``, dropout (Llama's attention_dropout is 0: no kernel, ATen's dropout
       returns its input at p = 0). MPT's torch attention (llm-foundry) runs the same steps.
+    - ``gpt_oss``: modeling_gpt_oss.py eager_attention_forward: ``* scaling``, ``+
+      causal_mask``, ``torch.cat([scores, sinks])`` (one more column per row: the sinks,
+      taken as none), ``combined - combined.max(dim=-1, keepdim=True).values`` (a reduction
+      and a pass), ``softmax(..., dtype=combined.dtype)``, ``probs[..., :-1]`` (a view),
+      dropout, ``.to(value_states.dtype)``. Backward adds the slice's slice_backward (a
+      zero-filled tensor, the gradient copied in), the max's: the subtraction's gradient
+      summed per row, scattered into a zero-filled tensor (value_selecting_reduction_backward)
+      and added to the passed-through one.
 
     Autocast's op lists (pytorch aten/src/ATen/autocast_mode.h): matmul, bmm lower precision;
     softmax CastPolicy::fp32_set_opt_dtype (a 16-bit input is read and fp32 written by the one
@@ -129,6 +137,8 @@ def eager_chain(pattern: str, *, e: int, autocast: bool, dropout: bool) -> Eager
     if pattern not in PATTERNS:
         raise ValueError(f"unknown eager attention pattern {pattern!r}")
     s = e  # Q K^T writes the activations' dtype (16-bit under autocast: its matmul list)
+    if pattern == "gpt_oss":
+        return _sinks_chain(e, autocast=autocast, dropout=dropout)
     if pattern == "fused":
         fwd = [Pass("scale_mask_softmax", s, e)]
         bwd = [Pass("scale_mask_softmax_backward", 2 * e, e)]
@@ -165,6 +175,34 @@ def eager_chain(pattern: str, *, e: int, autocast: bool, dropout: bool) -> Eager
         bwd.insert(0, Pass("autocast_probs_to_16bit_backward", e, last))
         last = e
     if dropout or last != out:  # the P V matmul's own input (else softmax's output again)
+        saved += e
+    return EagerChain(tuple(fwd), tuple(bwd), saved)
+
+
+def _sinks_chain(e: int, *, autocast: bool, dropout: bool) -> EagerChain:
+    """gpt-oss's eager attention (``eager_chain``'s ``gpt_oss``): the mask in the parameters'
+    dtype promotes the scores (and the sinks' column joins them in it); its softmax keeps
+    that dtype."""
+    m = FP32 if autocast else e
+    p = max(e, m)
+    fwd = [Pass("mul_scaling", e, e), Pass("add_attention_mask", e, p), Pass("cat_sinks", p, p),
+           Pass("amax", p, 0), Pass("sub_max", p, p), Pass("softmax", p, p)]
+    bwd = [Pass("slice_backward.zeros", 0, p), Pass("slice_backward.copy", p, p),
+           Pass("softmax_backward", 2 * p, p), Pass("sub_backward.sum_for_max", p, 0),
+           Pass("amax_backward.zeros", 0, p), Pass("accumulate_combined", 2 * p, p)]
+    if p != e:
+        bwd.append(Pass("add_backward.to_scores_dtype", p, e))
+    bwd.append(Pass("mul_scaling_backward", e, e))
+    last, saved = p, float(p)  # softmax keeps its output
+    if dropout:
+        fwd.append(Pass("dropout", p, p + 1))
+        bwd.insert(0, Pass("dropout_backward", p + 1, p))
+        saved += 1
+    if p != e:
+        fwd.append(Pass("to_value_dtype", p, e))
+        bwd.insert(0, Pass("to_value_dtype_backward", e, p))
+        last = e
+    if dropout or last != p:  # the P V matmul's own input
         saved += e
     return EagerChain(tuple(fwd), tuple(bwd), saved)
 

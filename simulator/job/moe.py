@@ -11,7 +11,11 @@ transformers 5's fused 3-D expert tensors too, under other names):
   ``mlp.shared_expert_gate`` (Linear(hidden, 1));
 - deepseek (deepseek_v2, deepseek_v3): ``mlp.experts.N.gate_proj / up_proj / down_proj``,
   ``mlp.gate`` (a weight of (experts, hidden); V3's e_score_correction_bias is a buffer), then
-  ``mlp.shared_experts`` (one MLP of n_shared_experts x moe_intermediate_size).
+  ``mlp.shared_experts`` (one MLP of n_shared_experts x moe_intermediate_size);
+- gpt_oss (modeling_gpt_oss.py GptOssMLP): ``mlp.router`` (a weight of (experts, hidden) and a
+  bias), then ``mlp.experts``' four tensors, ``gate_up_proj`` (experts, hidden, 2 x ffn) and
+  ``down_proj`` (experts, ffn, hidden) each with a bias per expert; here one gate_up_proj and
+  one down_proj, with biases, per expert.
 
 Ops of an MoE block's MLP half, forward order (each op's backward undoes it):
 - ``router``: the gate GEMM, softmax over the experts in fp32, top-k (and its renormalisation);
@@ -20,8 +24,13 @@ Ops of an MoE block's MLP half, forward order (each op's backward undoes it):
   Grouped (Megatron's moe_utils.permute, torchtitan): the tokens sorted by expert, k copies each;
 - ``experts``: transformers loops over the experts: per expert ``torch.where`` on its mask,
   the rows it was given gathered, its MLP, the routing weight multiplied in, ``index_add_``
-  into the output. Grouped runs every expert's GEMM as one grouped GEMM (Megatron
-  TEGroupedMLP, torchtitan GroupedExperts) over the permuted tokens;
+  into the output. GptOssExperts' MLP is ``x @ gate_up_proj[e] + gate_up_proj_bias[e]`` (the
+  bias added by a kernel of its own), the clamped SwiGLU (``_apply_gate``), then ``@
+  down_proj[e] + down_proj_bias[e]``; indexing a fused parameter (``select``) sends its
+  gradient back as a zero-filled tensor of the whole parameter with the expert's slice copied
+  in (ATen select_backward), which autograd adds into the gradient once per expert.
+  Grouped runs every expert's GEMM as one grouped GEMM (Megatron TEGroupedMLP, torchtitan
+  GroupedExperts) over the permuted tokens;
 - ``combine``: transformers zero-fills the output before the loop; grouped un-permutes
   (each token's k rows summed back);
 - ``shared_mlp``: the shared experts' MLP beside the routed ones (and Qwen2-MoE's sigmoid
@@ -40,7 +49,15 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from simulator.job.kernels import FP32, BlockShape, Kernel, MemoryBound, pointwise, tiny
+from simulator.job.kernels import (
+    FP32,
+    BlockShape,
+    Kernel,
+    MemoryBound,
+    memory,
+    pointwise,
+    tiny,
+)
 from simulator.job.modules import Module
 
 if TYPE_CHECKING:
@@ -50,7 +67,10 @@ if TYPE_CHECKING:
 MOE_OPS = ("router", "dispatch", "experts", "combine", "shared_mlp")
 INDEX = 8  # bytes of an int64 index (one_hot, topk indices)
 EXPERT_LEAVES = {"mixtral": ("w1", "w2", "w3"), "qwen": ("gate_proj", "up_proj", "down_proj"),
-                 "deepseek": ("gate_proj", "up_proj", "down_proj")}
+                 "deepseek": ("gate_proj", "up_proj", "down_proj"),
+                 "gpt_oss": ("gate_up_proj", "down_proj")}
+# GptOssExperts._apply_gate: the gate clamped above, the up projection both sides
+GPT_OSS_LIMIT = 7.0
 
 
 @dataclass(frozen=True)
@@ -72,8 +92,9 @@ class MoeShape:
                         tuple(sorted(set(cfg.dense_layers))), cfg.names)
 
     def expert_params(self, hidden: int) -> int:
-        """One expert's weights: gate, up and down projections."""
-        return 3 * hidden * self.ffn
+        """One expert's weights: gate, up and down projections (gpt-oss: and their biases)."""
+        biases = 2 * self.ffn + hidden if self.names == "gpt_oss" else 0
+        return 3 * hidden * self.ffn + biases
 
     def modules(self, p: str, hidden: int, bias: bool, block: int) -> list[Module]:
         """The MLP half of one MoE block, in registration order."""
@@ -82,6 +103,12 @@ class MoeShape:
         gate = [Module(f"{base}.gate", "linear", h, n, False, block)]
         leaves = EXPERT_LEAVES[self.names]
         experts: list[Module] = []
+        if self.names == "gpt_oss":  # GptOssMLP: router, experts
+            for j in range(n):
+                e = f"{base}.experts.{j}"
+                experts += [Module(f"{e}.gate_up_proj", "linear", h, 2 * f, True, block),
+                            Module(f"{e}.down_proj", "linear", f, h, True, block)]
+            return [Module(f"{base}.router", "linear", h, n, True, block)] + experts
         for j in range(n):
             e = f"{base}.experts.{j}"
             if self.names == "mixtral":  # w1, w2, w3
@@ -113,7 +140,7 @@ def role(mod: Module) -> str | None:
     if ".shared_expert." in mod.path or ".shared_experts." in mod.path or \
             mod.leaf == "shared_expert_gate":
         return "shared_mlp"
-    if mod.leaf == "gate":
+    if mod.leaf in ("gate", "router"):
         return "router"
     return None
 
@@ -157,6 +184,11 @@ def forward(bld: Builder, block: int, op: str) -> list[Kernel]:
     assert moe is not None
     h, E, k = A.hidden, moe.experts, moe.top_k
     mods = bld.by_op.get((block, op), [])
+    if op == "router" and moe.names == "gpt_oss":  # GptOssTopKRouter: top-k of the logits,
+        # then a softmax over those k in the logits' dtype
+        return bld.linears_fwd(mods) + [
+            pointwise("topk", T * E, reads=a, writes=0), tiny("topk.indices"),
+            pointwise("softmax_topk", T * k, reads=a, writes=a)]
     if op == "router":
         return bld.linears_fwd(mods) + [
             pointwise("softmax_fp32", T * E, reads=a, writes=FP32),
@@ -189,6 +221,10 @@ def backward(bld: Builder, block: int, op: str) -> list[Kernel]:
     assert moe is not None
     h, E, k = A.hidden, moe.experts, moe.top_k
     mods = bld.by_op.get((block, op), [])
+    if op == "router" and moe.names == "gpt_oss":
+        return [pointwise("softmax_topk_backward", T * k, reads=2 * a, writes=a),
+                pointwise("topk_backward_scatter", T * E, reads=0, writes=a)] + \
+            bld.linears_bwd(mods, T)
     if op == "router":
         return [pointwise("routing_weights_backward", T * k, reads=a, writes=FP32),
                 pointwise("normalise_topk_backward", T * k, reads=2 * FP32, writes=FP32),
@@ -213,9 +249,9 @@ def backward(bld: Builder, block: int, op: str) -> list[Kernel]:
 
 
 def _one_expert(mods: list[Module]) -> tuple[list[Module], Module]:
-    """(the two input projections, the down projection) of one expert: every expert this
-    rank runs is alike, so the first one's modules stand for each."""
-    first = mods[:3]
+    """(the input projections, the down projection) of one expert: every expert this rank
+    runs is alike, so the first one's modules stand for each."""
+    first = mods[:2] if mods and mods[0].leaf == "gate_up_proj" else mods[:3]
     down = next(m for m in first if m.leaf in ("w2", "down_proj"))
     return [m for m in first if m is not down], down
 
@@ -223,7 +259,35 @@ def _one_expert(mods: list[Module]) -> tuple[list[Module], Module]:
 def _act(bld: Builder, rows: int, ffn: int) -> MemoryBound:
     A = bld.arch
     shape = BlockShape(rows, A.hidden, A.kv_dim, ffn, A.heads, bld.a)
+    if A.moe is not None and A.moe.names == "gpt_oss" and bld.kernels != "compiled":
+        return clamped_swiglu(rows * ffn, bld.a, ffn)
     return bld.regime.activation(shape, A.mlp, gelu=A.gelu)  # type: ignore[no-any-return]
+
+
+def clamped_swiglu(n: float, e: int, ffn: int) -> MemoryBound:
+    """GptOssExperts._apply_gate op by op over ``n`` = rows x ffn elements: ``gate, up =
+    gate_up[..., ::2], gate_up[..., 1::2]`` (strided views: each read moves the interleaved
+    pair), ``gate.clamp(max=limit)``, ``up.clamp(-limit, limit)``, ``gate * alpha``,
+    ``sigmoid``, ``gate * sigmoid`` (glu), ``up + 1``, ``(up + 1) * glu``. Backward, autograd's
+    formulas (derivatives.yaml): the two products' four gradients, sigmoid_backward, the
+    scalar product's, the gate's two gradients added, each clamp's masked gradient (reading
+    its saved input), and each strided view's slice_backward (a zero-filled 2 x ffn tensor and
+    the gradient copied into every other element), the two added. Saved: gate_up (both clamps'
+    input), the clamped gate, sigmoid's output, up + 1 and glu. torch.compile fuses it into
+    one kernel each way, as the regime's SwiGLU."""
+    fwd = [("clamp_gate", 2 * e), ("clamp_up", 2 * e), ("mul_alpha", e), ("sigmoid", e),
+           ("mul_glu", 2 * e), ("add_one", e), ("mul_out", 2 * e)]
+    bwd = [("mul_out_backward.a", 2 * e, e), ("mul_out_backward.b", 2 * e, e),
+           ("mul_glu_backward.a", 2 * e, e), ("mul_glu_backward.b", 2 * e, e),
+           ("sigmoid_backward", 2 * e, e), ("mul_alpha_backward", e, e),
+           ("accumulate_gate", 2 * e, e), ("clamp_gate_backward", 3 * e, e),
+           ("clamp_up_backward", 3 * e, e), ("slice_backward.zeros_gate", 0, 2 * e),
+           ("slice_backward.copy_gate", e, 2 * e), ("slice_backward.zeros_up", 0, 2 * e),
+           ("slice_backward.copy_up", e, 2 * e), ("accumulate_gate_up", 4 * e, 2 * e)]
+    return MemoryBound.of(
+        [pointwise(f"clamped_swiglu.{name}", n, reads=r, writes=e) for name, r in fwd],
+        [pointwise(f"clamped_swiglu.{name}", n, reads=r, writes=w) for name, r, w in bwd],
+        saved_per_token=6 * e * ffn)
 
 
 def _experts_fwd(bld: Builder, mods: list[Module], r: Routing) -> list[Kernel]:
@@ -231,17 +295,45 @@ def _experts_fwd(bld: Builder, mods: list[Module], r: Routing) -> list[Kernel]:
     moe = bld.arch.moe
     assert moe is not None
     ins, down = _one_expert(mods)
+
+    def mlp(rows: int) -> list[Kernel]:
+        return (bld.linears_fwd(ins, rows) + _bias_adds(ins, rows, a)
+                + list(_act(bld, rows, moe.ffn).forward)
+                + bld.linears_fwd([down], rows) + _bias_adds([down], rows, a))
+
     if r.grouped:  # every expert at once: one GEMM per projection over all rows
         rows = r.rows
-        return (bld.linears_fwd(ins, rows) + list(_act(bld, rows, moe.ffn).forward)
-                + bld.linears_fwd([down], rows)
-                + [pointwise("mul_routing_weights", rows * h, reads=a, writes=a)])
+        return mlp(rows) + [pointwise("mul_routing_weights", rows * h, reads=a, writes=a)]
     one = ([tiny("where_expert"), pointwise("gather_rows", m * h, reads=a, writes=a)]
-           + bld.linears_fwd(ins, m) + list(_act(bld, m, moe.ffn).forward)
-           + bld.linears_fwd([down], m)
+           + mlp(m)
            + [pointwise("mul_routing_weight", m * h, reads=a, writes=a),
               pointwise("index_add", m * h, reads=2 * a, writes=a)])
     return one * r.local_experts
+
+
+def _bias_adds(mods: list[Module], rows: int, a: int) -> list[Kernel]:
+    """GptOssExperts adds each projection's bias by a kernel of its own (``x @ w + b``; an
+    nn.Linear's addmm adds it inside the GEMM)."""
+    return [pointwise("expert_bias_add", rows * m.out_features, reads=a, writes=a)
+            for m in mods if m.bias and m.leaf in EXPERT_LEAVES["gpt_oss"]]
+
+
+def _select_backward(bld: Builder, mods: list[Module], r: Routing) -> list[Kernel]:
+    """Trained fused expert tensors (gpt-oss) indexed per expert in transformers' loop: each
+    expert's weight gradients come back as a zero-filled tensor of all the rank's experts with
+    its slice copied in (ATen TensorShape.cpp select_backward), added into the sum of the
+    others (autograd's InputBuffer): per expert a fill and, after the first, an add, in the
+    dtype of the parameter the forward indexed (the 16-bit compute copy under FSDP)."""
+    moe = bld.arch.moe
+    assert moe is not None
+    if r.grouped or moe.names != "gpt_oss" or bld.job.finetune != "full":
+        return []
+    g = FP32 if bld.autocast else bld.a  # the indexed parameter's dtype: fp32 under autocast
+    local = r.local_experts
+    whole = local * moe.expert_params(bld.arch.hidden) * g  # bytes of the rank's tensors
+    one = whole / local
+    return ([memory(whole + one, name="select_backward.zeros_and_copy")] * local
+            + [memory(3 * whole, name="select_backward.accumulate")] * (local - 1))
 
 
 def _experts_bwd(bld: Builder, mods: list[Module], r: Routing) -> list[Kernel]:
@@ -261,7 +353,7 @@ def _experts_bwd(bld: Builder, mods: list[Module], r: Routing) -> list[Kernel]:
     # index_add's backward gathers the rows' gradient; the gather's scatters them back
     one = ([pointwise("index_add_backward", m * h, reads=a, writes=a)] + weight + body
            + [pointwise("gather_rows_backward", m * h, reads=2 * a, writes=a)])
-    return one * r.local_experts
+    return one * r.local_experts + _select_backward(bld, mods, r)
 
 
 def _shared_fwd(bld: Builder, mods: list[Module]) -> list[Kernel]:

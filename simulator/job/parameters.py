@@ -100,6 +100,7 @@ class Arch:
     sliding_window: int | None = None  # local attention's window, tokens
     local_layers: tuple[int, ...] = ()  # the blocks that attend locally
     vision: VisionShape | None = None  # a vision-language model's image encoder (job/vision.py)
+    attention_sinks: bool = False  # gpt-oss: a learned softmax logit per head
 
     @property
     def gelu(self) -> str:
@@ -175,6 +176,7 @@ class Arch:
             attention_softcap=m.attention_softcap, logit_softcap=m.logit_softcap,
             sliding_window=m.sliding_window, local_layers=tuple(sorted(set(m.local_layers))),
             vision=None if m.vision is None else VisionShape.of(m.vision),
+            attention_sinks=m.attention_sinks,
         )
 
 
@@ -245,9 +247,9 @@ def transformer_modules(a: Arch) -> list[Module]:
 
 def _attention(a: Arch, p: str, b: int) -> list[Module]:
     """A Llama-layout block's attention: q/k/v/o (LlamaAttention; Qwen3Attention adds q_norm
-    and k_norm after o_proj), or DeepseekV2Attention's latent projections (q_proj, or
-    q_a_proj, q_a_layernorm, q_b_proj; kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj;
-    o_proj)."""
+    and k_norm after o_proj, GptOssAttention its sinks), or DeepseekV2Attention's latent
+    projections (q_proj, or q_a_proj, q_a_layernorm, q_b_proj; kv_a_proj_with_mqa,
+    kv_a_layernorm, kv_b_proj; o_proj)."""
     h, m = a.hidden, a.mla
     if a.fused_projections:  # Phi3Attention: one qkv_proj, then o_proj
         return [Module(f"{p}.qkv_proj", "linear", h, a.q_dim + 2 * a.kv_dim, a.qkv_bias, b),
@@ -260,6 +262,8 @@ def _attention(a: Arch, p: str, b: int) -> list[Module]:
         if a.qk_norm:
             mods += [Module(f"{p}.q_norm", "norm", a.head_dim, a.head_dim, False, b),
                      Module(f"{p}.k_norm", "norm", a.head_dim, a.head_dim, False, b)]
+        if a.attention_sinks:  # GptOssAttention.sinks, one logit per head (here .sinks.weight)
+            mods.append(Module(f"{p}.sinks", "norm", a.heads, a.heads, False, b))
         return mods
     if m.q_lora_rank is None:
         mods = [Module(f"{p}.q_proj", "linear", h, a.q_dim, False, b)]

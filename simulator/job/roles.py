@@ -23,6 +23,7 @@ _ROLE = {
     "q_norm": "qkv", "k_norm": "qkv", "q_a_proj": "qkv", "q_a_layernorm": "qkv",
     "q_b_proj": "qkv", "kv_a_proj_with_mqa": "qkv", "kv_a_layernorm": "qkv", "kv_b_proj": "qkv",
     "qkv_proj": "qkv", "gate_up_proj": "mlp_in",  # Phi-3's fused projections
+    "sinks": "attention",  # gpt-oss: the softmax's per-head logit, inside the attention core
     # Gemma 2/3 (sandwich): the MLP's input norm, and the norm of its output
     "pre_feedforward_layernorm": "mlp_norm", "post_feedforward_layernorm": "mlp_out",
 }

@@ -27,6 +27,7 @@ from simulator.inputs.schema import (
 )
 from simulator.job.attention import EagerChain, eager_chain
 from simulator.job.diffusion import UNetShape
+from simulator.job.moe import role as moe_role
 from simulator.job.parameters import (
     Arch,
     Module,
@@ -224,6 +225,8 @@ class Job:
         assert self.arch is not None
         if self.kernels != "eager":
             pattern = "fused"
+        elif self.arch.attention_sinks:
+            pattern = "gpt_oss"
         else:
             pattern = {"gpt2": "gpt2", "bert": "bert"}.get(self.arch.family, "llama")
         return eager_chain(pattern, e=self.activation_bytes, autocast=self.recipe.autocast,
@@ -359,9 +362,16 @@ def _modules_and_params(cfg: WorkloadConfig, arch: Arch | None, unet: UNetShape 
                              key="training.lora.targets")
         targets = set(lora.targets)
 
+        fused_experts = arch is not None and arch.moe is not None and \
+            arch.moe.names == "gpt_oss"
+
         def wrapped(m: Module) -> bool:
             if unet is not None:  # PEFT matches a target as the path's suffix
                 return m.kind == "linear" and any(m.path.endswith("." + x) for x in targets)
+            if fused_experts and moe_role(m) in ("experts", "router"):
+                # gpt-oss's router and experts are no nn.Linear: target_modules cannot reach
+                # them (PEFT's target_parameters, not modelled, can)
+                return False
             # adapters on the language model (LLaVA's recipes leave the vision tower out)
             return m.leaf in targets and m.path != "lm_head" and not is_vision(m)
 
