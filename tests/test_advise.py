@@ -236,6 +236,22 @@ def test_padded_batches_name_flash_attention_beside_the_pick(tmp_path: Any) -> N
     assert not any(x.startswith("padded batches") for x in plain["explanation"])
 
 
+def test_below_sm80_sdpa_is_memory_efficient_whatever_the_batches(tmp_path: Any) -> None:
+    """On an RTX 2080 Ti sdpa runs its memory-efficient kernel padded or not, and flash-attn 2
+    does not run: advise picks as usual and offers no flash-attn line."""
+    workload = tmp_path / "padded.yaml"
+    workload.write_text("name: padded\nmodel: {family: llama, layers: 4, hidden: 1024, heads: 16, "
+                        "kv_heads: 4, ffn_hidden: 4096, vocab: 32000}\n"
+                        "training: {seq_len: 2048, micro_batch: 1, padded: true}\n")
+    machines = [advise.PricedMachine("2x2080ti-switch", Prices(usd_per_gpu_hour=1.0))]
+    for path in (workload, tmp_path / "packed.yaml"):
+        path.write_text(workload.read_text().replace(
+            "padded: true", "padded: " + str(path.name == "padded.yaml").lower()))
+        answer = advise.advise(machines, str(path), jobs=1)
+        assert answer["best"]["software"]["attention"]["kernel"] == "mem_efficient"
+        assert not any(x.startswith("padded batches") for x in answer["explanation"])
+
+
 def test_advise_padded_flag_reaches_every_candidate_and_its_command(
         tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     workload = tmp_path / "small.yaml"

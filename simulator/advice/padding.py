@@ -15,12 +15,19 @@ from typing import Any
 
 from simulator import api
 from simulator.advice import spec_text
+from simulator.catalog import software
+from simulator.catalog.gpus import GPUS
 
 
 def flash_instead(best: dict[str, Any]) -> list[str]:
     """A line for the pick when padding sends its attention to sdpa's memory-efficient kernel:
-    its throughput under flash-attn 2 instead; none otherwise."""
+    its throughput under flash-attn 2 instead; none otherwise (a GPU below sm80 runs that
+    kernel whatever the batches, and no flash-attn 2)."""
     if (best.get("software") or {}).get("attention", {}).get("kernel") != "mem_efficient":
+        return []
+    gpu = GPUS.get(best.get("gpu", ""))
+    if gpu is not None and software.attention_gpu_problem("flash2", gpu.compute_capability,
+                                                          gpu.name):
         return []
     spec = replace(spec_text.spec_of(best["options"]), attention="flash2")
     flash = api.simulate(spec, baseline=False, ranges=False).report
