@@ -36,8 +36,7 @@ def add_parser(subparsers: Any) -> None:
         "`stepsim advise -t 8x5090-dual-socket -w llama2-7b`.")
     parser.add_argument("-t", "--topology", required=True, action=Each,
                         help="topology YAML or preset name (repeatable, or a comma list); "
-                        "NAME:K uses its "
-                        "first K GPUs")
+                        "NAME:K uses its first K GPUs")
     parser.add_argument("-w", "--workload", required=True,
                         help="workload YAML, preset name or hf:config.json")
     parser.add_argument("--nnodes", default=None, metavar="N[,N...]",

@@ -43,8 +43,7 @@ from simulator.outputs import figures as fig
 from simulator.outputs.files import write_atomically
 from simulator.units import fraction
 
-# option name -> (RunSpec field, parser of one value): run's number flags, as lists
-# (--micro-batch takes max among its values)
+# a range line's "<mechanism> sets N% of its width" (api/ranges.py summary_line)
 _SHARE = re.compile(r" sets (\d+)% of its width")
 
 
@@ -66,6 +65,8 @@ def _list_value(field: str) -> Callable[[str, str], Any]:
     return lambda text, _flag: number_flag(field, text)
 
 
+# option name -> (RunSpec field, parser of one value): run's number flags, as lists
+# (--micro-batch takes max among its values)
 LIST_OPTIONS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     field: (field, _list_value(field)) for field in NUMBER_FLAGS}
 

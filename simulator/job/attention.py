@@ -119,8 +119,8 @@ def eager_chain(pattern: str, *, e: int, autocast: bool, dropout: bool) -> Eager
       ``.to(query.dtype)``, dropout (Llama's attention_dropout is 0: no kernel, ATen's dropout
       returns its input at p = 0). MPT's torch attention (llm-foundry) runs the same steps.
     - ``gpt_oss``: modeling_gpt_oss.py eager_attention_forward: ``* scaling``, ``+
-      causal_mask``, ``torch.cat([scores, sinks])`` (one more column per row: the sinks,
-      taken as none), ``combined - combined.max(dim=-1, keepdim=True).values`` (a reduction
+      causal_mask``, ``torch.cat([scores, sinks])`` (the sinks' one extra column per row
+      left out of the bytes), ``combined - combined.max(dim=-1, keepdim=True).values`` (a reduction
       and a pass), ``softmax(..., dtype=combined.dtype)``, ``probs[..., :-1]`` (a view),
       dropout, ``.to(value_states.dtype)``. Backward adds the slice's slice_backward (a
       zero-filled tensor, the gradient copied in), the max's: the subtraction's gradient

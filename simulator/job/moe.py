@@ -69,8 +69,6 @@ INDEX = 8  # bytes of an int64 index (one_hot, topk indices)
 EXPERT_LEAVES = {"mixtral": ("w1", "w2", "w3"), "qwen": ("gate_proj", "up_proj", "down_proj"),
                  "deepseek": ("gate_proj", "up_proj", "down_proj"),
                  "gpt_oss": ("gate_up_proj", "down_proj")}
-# GptOssExperts._apply_gate: the gate clamped above, the up projection both sides
-GPT_OSS_LIMIT = 7.0
 
 
 @dataclass(frozen=True)
