@@ -268,3 +268,21 @@ def test_advise_padded_flag_reaches_every_candidate_and_its_command(
     assert "--padded" in shlex.split(best["command"])
     assert spec_text.spec_of(best["options"]).padded
     assert any(x.startswith("padded batches") for x in answer["explanation"])
+
+
+def test_a_bf16_pick_without_bf16_tensor_cores_names_fp16_beside_it(tmp_path: Any) -> None:
+    workload = tmp_path / "small.yaml"
+    workload.write_text("name: small\nmodel: {family: llama, layers: 4, hidden: 1024, heads: 16, "
+                        "kv_heads: 4, ffn_hidden: 4096, vocab: 32000}\n"
+                        "training: {seq_len: 1024, micro_batch: 1, precision: bf16}\n")
+    turing = [advise.PricedMachine("2x2080ti-switch", Prices(usd_per_gpu_hour=1.0))]
+    answer = advise.advise(turing, str(workload), jobs=1)
+    best = answer["best"]
+    line = next(x for x in answer["explanation"] if x.startswith("bf16 on the rtx2080ti"))
+    fp16 = api.simulate(replace(spec_text.spec_of(best["options"]), precision="fp16"),
+                        baseline=False, ranges=False).report
+    assert f"{fp16['tokens_per_s']:,.0f} tokens/s" in line
+    assert fp16["tokens_per_s"] > best["tokens_per_s"]
+    ampere = [advise.PricedMachine("1x4090", Prices(usd_per_gpu_hour=1.0))]
+    plain = advise.advise(ampere, str(workload), jobs=1)
+    assert not any(x.startswith("bf16 on") for x in plain["explanation"])

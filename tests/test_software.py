@@ -45,7 +45,7 @@ def test_hopper_gemm_rows_follow_the_published_cublas_measurements() -> None:
     rates = {}
     for cuda in ("11.8", "12.0", "12.1", "12.8"):
         stack = software.resolve({"torch": "2.1", "cuda": cuda})
-        card = machine.for_job("x", stack).gpu
+        card = machine.for_job("x", stack, precision="bf16").gpu
         rates[cuda] = compute.matmul_rate(card) / T
     # pytorch/pytorch#100850: cuBLAS 11.11 median 720, cuBLAS 12.0 median 549.5 TFLOPS
     assert rates["11.8"] == pytest.approx(720.0, rel=1e-6)
@@ -55,19 +55,19 @@ def test_hopper_gemm_rows_follow_the_published_cublas_measurements() -> None:
 
 def test_other_architectures_have_one_row_and_a_topologys_own_rate_is_kept(tmp_path: Path) -> None:
     old = software.resolve(2023)
-    a100 = load_machine("8xa100-nvswitch").for_job("x", old).gpu
+    a100 = load_machine("8xa100-nvswitch").for_job("x", old, precision="bf16").gpu
     assert compute.matmul_rate(a100) == compute.matmul_rate(GPUS["a100-sxm4-80gb"])
     path = tmp_path / "own.yaml"
     path.write_text("name: own\ngpu: {base: h100-sxm, matmul_tflops: 700}\nnodes:\n"
                     "  - {id: cpu0, kind: cpu}\n  - {id: gpu0, kind: gpu}\n"
                     "links:\n  - {a: cpu0, b: gpu0, kind: pcie, gen: 5, lanes: 16}\n")
-    card = load_machine(str(path)).for_job("x", old).gpu
+    card = load_machine(str(path)).for_job("x", old, precision="bf16").gpu
     assert compute.matmul_rate(card) == pytest.approx(700 * T)  # measured there: kept
 
 
 def test_a_stack_without_kernels_for_the_card_is_refused() -> None:
     with pytest.raises(InputError, match="needs CUDA 12.8"):
-        load_machine("2x5090").for_job("x", software.resolve(2023))
+        load_machine("2x5090").for_job("x", software.resolve(2023), precision="bf16")
 
 
 def test_attention_kernels_by_stack() -> None:
@@ -208,3 +208,29 @@ def test_a_bad_software_flag_is_named_as_the_flag(value: str, words: str,
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"stepsim run: error: --software '{value}': ") and words in line
     assert "yaml" not in line
+
+
+def test_bf16_without_bf16_tensor_cores_runs_on_the_cuda_cores(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from simulator.catalog.gpus import half_dtype_share
+
+    turing, a100 = GPUS["rtx2080ti"], GPUS["a100-sxm4-80gb"]
+    assert half_dtype_share(turing, "bf16") == pytest.approx(
+        turing.fp32_flops / turing.matmul_flops)  # type: ignore[operator]
+    assert half_dtype_share(turing, "fp16") == half_dtype_share(a100, "bf16") == 1.0
+    bf16 = load_machine("2x2080ti-switch").for_job("x", software.resolve(None),
+                                                   precision="pure-bf16").gpu
+    gemm = (4096, 4096, 4096)
+    assert compute.gemm_rate(*gemm, bf16, 2) == pytest.approx(
+        compute.gemm_rate(*gemm, turing, 2) * half_dtype_share(turing, "bf16"))
+    assert compute.fp32_rate(bf16) == pytest.approx(compute.fp32_rate(turing))
+    args = ["run", "-t", "2x2080ti-switch", "-w", "gpt2-medium", "--seq-len", "512",
+            "--micro-batch", "2", "--no-ranges", "--json"]
+    assert main([*args, "--precision", "bf16"]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert main([*args, "--precision", "fp16"]) == 0
+    fast = json.loads(capsys.readouterr().out)
+    assert slow["step_time_s"] > fast["step_time_s"]
+    assert slow["software"]["gemm"]["bf16_on_cuda_cores"] == pytest.approx(
+        half_dtype_share(turing, "bf16"))
+    assert "bf16_on_cuda_cores" not in fast["software"]["gemm"]

@@ -28,7 +28,16 @@ from functools import partial
 from typing import Any
 
 from simulator import api
-from simulator.advice import bound, boxes, caveats, explain, fallback, padding, spec_text
+from simulator.advice import (
+    bound,
+    boxes,
+    caveats,
+    explain,
+    fallback,
+    half_precision,
+    padding,
+    spec_text,
+)
 from simulator.advice import candidates as cand
 from simulator.api import RunSpec
 from simulator.errors import InputError, quoted
@@ -301,6 +310,7 @@ def advise(given: Sequence[PricedMachine | str], workload: str, *,
     lines.append(explain.winner_line(best, objective))
     lines.append("why: " + explain.why(best))
     lines.extend(padding.flash_instead(best))
+    lines.extend(half_precision.fp16_instead(best))
     for m in machines:
         lines.extend(explain.not_fitting_lines(verdicts[m.key],
                                                prefix=explain.prefix(machines, m)))

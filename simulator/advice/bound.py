@@ -56,7 +56,7 @@ def _bound(key: RunSpec) -> float:
     n_gpus, tp = api.load_machine(key.topology, key.gpus, nnodes=key.nnodes).n_gpus, key.tp or 1
     job = api.job_of(key)
     machine = api.load_machine(key.topology, key.gpus, nnodes=key.nnodes).for_job(
-        job.name, job.software)
+        job.name, job.software, precision=job.precision)
     fwd, bwd = job.forward_ops(), job.backward_ops()
     if tp > 1:  # sharded as the TP build shards them, so both share the shards' times
         fwd, bwd = (shard_ops(fwd, tp, key.sequence_parallel),

@@ -197,7 +197,7 @@ def single_gpu_tokens_per_s(spec: RunSpec) -> float | None:
 def _single_gpu(one: RunSpec) -> float | None:
     job = job_of(one)
     comm = load_communicator(one.topology, 1, one.scales, one.nccl, nnodes=1)
-    one_gpu = comm.machine.for_job(job.name, job.software)
+    one_gpu = comm.machine.for_job(job.name, job.software, precision=job.precision)
     if not _memory(job, one_gpu, one)["fits"]:
         return None
     programs = strategies.build("ddp", job, one_gpu, strategy_options(one, job, one_gpu))
@@ -266,7 +266,7 @@ def _job_and_machine(spec: RunSpec) -> tuple[Job, Machine, Communicator]:
     measured for the job), and NCCL over it under the spec's variables."""
     job = job_of(spec)
     comm = load_communicator(spec.topology, spec.gpus, spec.scales, spec.nccl, spec.nnodes)
-    return job, comm.machine.for_job(job.name, job.software), comm
+    return job, comm.machine.for_job(job.name, job.software, precision=job.precision), comm
 
 
 def _programs(spec: RunSpec, job: Job, machine: Machine) -> list[Program]:
@@ -336,7 +336,8 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
                    job.software, machine.gpu.arch,
                    software.kernel_on_gpu(job.attention_kernel, job.recipe.attention,
                                           machine.gpu.compute_capability),
-                   own_gemm=machine.gpu.own_matmul),
+                   own_gemm=machine.gpu.own_matmul,
+                   half_dtype_share=machine.gpu.half_dtype_share),
                **degrees(spec, job, machine, dp)},
     )
     files = config_files(spec, job)

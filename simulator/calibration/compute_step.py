@@ -23,7 +23,7 @@ FRACTION_RANGE = (0.02, 20.0)  # a measured step 50x slower or 20x faster than m
 
 def _step(spec: api.RunSpec, machine: Machine, fraction: float) -> float:
     job = api.job_of(spec)
-    machine = machine.for_job(job.name, job.software)  # the job's stack's GEMM rate
+    machine = machine.for_job(job.name, job.software, precision=job.precision)
     cards = replace(machine, gpu=replace(machine.gpu, achieved_fraction=fraction),
                     gpus=tuple(replace(g, achieved_fraction=fraction) for g in machine.gpus))
     programs = strategies.build(spec.strategy, job, cards, api.options_of(spec))

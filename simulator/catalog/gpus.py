@@ -53,6 +53,10 @@ class GPU:
     # the topology gives this card's own measured plain GEMM rate (matmul_tflops), which no
     # library table then scales
     own_matmul: bool = False
+    # the share of the 16-bit tensor rate the job's 16-bit dtype gets, 1.0 in the catalog; only
+    # Machine.for_job sets it: bf16 on a card without bf16 tensor cores (BF16_MIN_SM) runs its
+    # matmuls on the CUDA cores
+    half_dtype_share: float = 1.0
 
     @property
     def power_limit(self) -> float:
@@ -72,6 +76,20 @@ class GPU:
 
 
 _T = 1e12
+# bf16 tensor cores arrive with Ampere (sm80; NVIDIA A100 whitepaper: "BF16 ... new in A100");
+# below it PyTorch runs bf16 where it can emulate it (torch.cuda.is_bf16_supported
+# including_emulation) and cuBLAS multiplies bf16 on the CUDA cores in fp32
+BF16_MIN_SM = 80
+
+
+def half_dtype_share(card: GPU, precision: str) -> float:
+    """The share of ``card``'s 16-bit tensor rate a job of ``precision`` gets: its FP32
+    CUDA-core rate's for bf16 below BF16_MIN_SM, else all of it."""
+    if precision in ("bf16", "pure-bf16") and card.compute_capability < BF16_MIN_SM \
+            and card.fp32_flops:
+        return card.fp32_flops / card.matmul_flops
+    return 1.0
+
 
 # Dense 16-bit tensor-core FLOPs per FP32 CUDA-core FLOP, per SM and clock, by compute
 # capability: A100 whitepaper (GA100 SM: 4 tensor cores x 512 FP16 FLOP/clk = 2048 against

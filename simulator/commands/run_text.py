@@ -142,8 +142,12 @@ def software_words(sw: dict[str, Any]) -> str:
     stack, gemm = sw["stack"], sw["gemm"]
     name = "today's stack" if stack["given"] == "today" else stack["given"]
     where = f"{gemm['arch']} {gemm['row']}" if "arch" in gemm else gemm["row"]
+    cuda_cores = gemm.get("bf16_on_cuda_cores")
+    bf16 = (f"; bf16 on the CUDA cores ({cuda_cores:.0%} of the 16-bit tensor rate: no bf16 "
+            f"tensor cores before sm80)" if cuda_cores else "")
     return (f"{name} (PyTorch {stack['torch']}, CUDA {stack['cuda']}): GEMM row {where}, "
-            f"{gemm['share']:.0%} of today's rate; attention kernel {sw['attention']['kernel']}")
+            f"{gemm['share']:.0%} of today's rate; attention kernel {sw['attention']['kernel']}"
+            + bf16)
 
 
 def _usd(value: float) -> str:

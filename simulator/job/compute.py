@@ -133,6 +133,11 @@ def matmul_rate(gpu: GPU) -> float:
     limit: plain-matmul measured, else from MAMF, else spec x the median ratio of its product
     line; slowed with the SM clock under a lower power limit (simulator/catalog/power.py), and
     at the share the job's cuBLAS generation reaches (catalog/software.py GEMM_ROWS)."""
+    return _tensor_rate(gpu) * gpu.half_dtype_share
+
+
+def _tensor_rate(gpu: GPU) -> float:
+    """``matmul_rate`` on the tensor cores, whatever the job's 16-bit dtype gets of it."""
     rate = _derived_plain_rate(gpu) or gpu.matmul_flops * plain_to_spec(gpu.line)
     return rate * power.clock_share(gpu) * gpu.gemm_library_share
 
@@ -149,8 +154,8 @@ def fp32_rate(gpu: GPU) -> float:
     share of its spec the card's 16-bit GEMMs reach (assumption: the same clock and power
     limits bind both paths)."""
     if gpu.fp32_flops is None:  # every catalog GPU has the figure; this guards new entries
-        return matmul_rate(gpu)
-    return gpu.fp32_flops * matmul_rate(gpu) / gpu.matmul_flops
+        return _tensor_rate(gpu)
+    return gpu.fp32_flops * _tensor_rate(gpu) / gpu.matmul_flops
 
 
 def memory_rate(gpu: GPU) -> float:
@@ -211,7 +216,8 @@ def kernel_time(k: Kernel, gpu: GPU) -> float:
 def kernel_work_time(k: Kernel, gpu: GPU) -> float:
     """``kernel_time`` before the achieved-rate factor (``achieved``): the part a range's
     re-runs and a calibration's fraction leave unchanged."""
-    tensor = 1.0 if k.element_bytes == 4 else sustained_share(gpu)
+    # fp32, and bf16 where the CUDA cores run it (half_dtype_share), at the benchmark's clock
+    tensor = 1.0 if k.element_bytes == 4 or gpu.half_dtype_share < 1 else sustained_share(gpu)
     dense_rate = fp32_rate(gpu) if k.element_bytes == 4 else matmul_rate(gpu)
     # cuDNN runs fp32 convolutions in TF32 on Ampere and later (PyTorch's default
     # torch.backends.cudnn.allow_tf32 = True): the tensor cores at half their 16-bit rate
@@ -226,9 +232,9 @@ def kernel_work_time(k: Kernel, gpu: GPU) -> float:
     elif k.kind == "gemm" and k.shape is not None:
         rate = gemm_rate(*k.shape, gpu, k.element_bytes) * tensor
     elif k.kind in ("attention_fwd", "attention_bwd"):
-        rate = gpu.matmul_flops * power.clock_share(gpu) * tensor * flash_efficiency(
-            gpu, _flash_version(k), backward=k.kind == "attention_bwd",
-            causal=k.name.endswith("_causal")) / _flash_slowdown(k, gpu)
+        share = flash_efficiency(gpu, _flash_version(k), backward=k.kind == "attention_bwd",
+                                 causal=k.name.endswith("_causal")) / _flash_slowdown(k, gpu)
+        rate = gpu.matmul_flops * gpu.half_dtype_share * power.clock_share(gpu) * tensor * share
     elif k.kind == "dense":
         rate = dense_rate * tensor
     else:  # memory-bound elementwise work: FLOPs on CUDA cores never bind here

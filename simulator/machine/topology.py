@@ -62,7 +62,7 @@ class Machine:
     scales: RateScales = NEUTRAL  # achieved-rate factors for range propagation (scales.py)
     # the machine as each job runs it (for_job); not carried over by ``replace``: a machine at
     # other rates (with_scales) or with other cards must work its own out
-    _jobs: dict[tuple[str, Stack], Machine] = field(default_factory=dict, init=False,
+    _jobs: dict[tuple[str, Stack, str], Machine] = field(default_factory=dict, init=False,
                                                     repr=False)
     # several boxes (machine/cluster.py): how many, and the file's one box they copy
     nnodes: int = 1
@@ -174,24 +174,28 @@ class Machine:
         gpus = tuple(node_gpu(nodes[n], gpu) for n in gpu_nodes)
         return cls(config, gpu, graph, links, gpu_nodes, gpus)
 
-    def for_job(self, workload: str, stack: Stack = TODAY) -> Machine:
+    def for_job(self, workload: str, stack: Stack = TODAY, *, precision: str) -> Machine:
         """The machine as this job runs it: its cards at the compute fraction measured for the
-        workload (the topology's calibration.compute, `stepsim calibrate --step-time`) and at
+        workload (the topology's calibration.compute, `stepsim calibrate --step-time`), at
         the GEMM rate of the job's software stack (catalog/software.py; a card whose topology
-        gives its own matmul_tflops keeps it); itself when neither changes a card. A stack
-        without kernels for a card is refused."""
+        gives its own matmul_tflops keeps it) and at the rate its ``precision``'s 16-bit dtype
+        gets (bf16 without bf16 tensor cores: gpus.half_dtype_share); itself when none of these
+        changes a card. A stack without kernels for a card is refused."""
         calibration = self.config.calibration
         fractions = {c.gpu: c.achieved_fraction for c in calibration.compute
                      if c.workload == workload} if calibration else {}
-        key = (workload, stack)
+        key = (workload, stack, precision)
         if key not in self._jobs:
             def measured(card: gpu_catalog.GPU) -> gpu_catalog.GPU:
                 software.check_card(card.name, card.arch, card.compute_capability, stack)
                 share = 1.0 if card.own_matmul else software.gemm_row(card.arch, stack).share
                 fraction = fractions.get(card.name, card.achieved_fraction)
-                if (share, fraction) == (card.gemm_library_share, card.achieved_fraction):
+                half = gpu_catalog.half_dtype_share(card, precision)
+                if (share, fraction, half) == (card.gemm_library_share, card.achieved_fraction,
+                                               card.half_dtype_share):
                     return card
-                return replace(card, achieved_fraction=fraction, gemm_library_share=share)
+                return replace(card, achieved_fraction=fraction, gemm_library_share=share,
+                               half_dtype_share=half)
 
             gpu = measured(self.gpu)
             gpus = tuple(measured(g) for g in self.gpus)
