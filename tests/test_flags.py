@@ -74,6 +74,10 @@ def test_a_comma_list_is_the_flag_repeated(capsys: pytest.CaptureFixture[str],
     named = tmp_path / "a,b.yaml"
     shutil.copy(Path(__file__).parents[1] / "topologies" / "2x5090.yaml", named)
     assert len(_json([*base, "-t", str(named)], capsys)) == 1
+    folder = tmp_path / "my,model"  # an hf: folder named with a comma, as -w names it
+    shutil.copytree(Path(__file__).parent / "fixtures" / "hf" / "llama-3.2-1b", folder)
+    assert len(_json(["compare", "-t", "2x5090", "-w", f"hf:{folder}", "--no-ranges",
+                      "--json"], capsys)) == 1
     assert main([*base, "-t", "2x5090,"]) == 2
     assert capsys.readouterr().err.strip().endswith(
         "-t: an empty item in '2x5090,' (`stepsim compare --help` lists the flags)")

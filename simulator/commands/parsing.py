@@ -46,12 +46,14 @@ class _Once(argparse.Action):
 
 class Each(argparse.Action):
     """Append a repeatable flag's values, a comma list read as one value each
-    (``-t a,b`` is ``-t a -t b``); a value naming an existing file stays whole."""
+    (``-t a,b`` is ``-t a -t b``); a value naming an existing file (``hf:`` or not) stays
+    whole."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
         text = str(values)
-        items = [text] if "," not in text or Path(text).exists() else [
+        whole = "," not in text or Path(text.removeprefix("hf:")).exists()
+        items = [text] if whole else [
             v.strip() for v in text.split(",")]
         if not all(items):
             parser.error(f"{option_string}: an empty item in {quoted(text)}")
