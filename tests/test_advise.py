@@ -216,11 +216,17 @@ def test_torch_compile_is_tried_where_the_framework_has_the_switch() -> None:
     assert {r.schedule for r in candidates.recipes(8) if r.pp > 1} == {"1f1b", "interleaved"}
 
 
+def _small_llama(tmp_path: Any, name: str, training: str) -> Any:
+    """A four-layer Llama workload YAML named ``name`` with the ``training`` keys given."""
+    workload = tmp_path / f"{name}.yaml"
+    workload.write_text(f"name: {name}\nmodel: {{family: llama, layers: 4, hidden: 1024, "
+                        "heads: 16, kv_heads: 4, ffn_hidden: 4096, vocab: 32000}\n"
+                        f"training: {{{training}}}\n")
+    return workload
+
+
 def test_padded_batches_name_flash_attention_beside_the_pick(tmp_path: Any) -> None:
-    workload = tmp_path / "padded.yaml"
-    workload.write_text("name: padded\nmodel: {family: llama, layers: 4, hidden: 1024, heads: 16, "
-                        "kv_heads: 4, ffn_hidden: 4096, vocab: 32000}\n"
-                        "training: {seq_len: 4096, micro_batch: 1, padded: true}\n")
+    workload = _small_llama(tmp_path, "padded", "seq_len: 4096, micro_batch: 1, padded: true")
     machines = [advise.PricedMachine("1x4090", Prices(usd_per_gpu_hour=1.0))]
     answer = advise.advise(machines, str(workload), jobs=1)
     best = answer["best"]
@@ -239,10 +245,7 @@ def test_padded_batches_name_flash_attention_beside_the_pick(tmp_path: Any) -> N
 def test_below_sm80_sdpa_is_memory_efficient_whatever_the_batches(tmp_path: Any) -> None:
     """On an RTX 2080 Ti sdpa runs its memory-efficient kernel padded or not, and flash-attn 2
     does not run: advise picks as usual and offers no flash-attn line."""
-    workload = tmp_path / "padded.yaml"
-    workload.write_text("name: padded\nmodel: {family: llama, layers: 4, hidden: 1024, heads: 16, "
-                        "kv_heads: 4, ffn_hidden: 4096, vocab: 32000}\n"
-                        "training: {seq_len: 2048, micro_batch: 1, padded: true}\n")
+    workload = _small_llama(tmp_path, "padded", "seq_len: 2048, micro_batch: 1, padded: true")
     machines = [advise.PricedMachine("2x2080ti-switch", Prices(usd_per_gpu_hour=1.0))]
     for path in (workload, tmp_path / "packed.yaml"):
         path.write_text(workload.read_text().replace(
@@ -254,10 +257,7 @@ def test_below_sm80_sdpa_is_memory_efficient_whatever_the_batches(tmp_path: Any)
 
 def test_advise_padded_flag_reaches_every_candidate_and_its_command(
         tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    workload = tmp_path / "small.yaml"
-    workload.write_text("name: small\nmodel: {family: llama, layers: 4, hidden: 1024, heads: 16, "
-                        "kv_heads: 4, ffn_hidden: 4096, vocab: 32000}\n"
-                        "training: {seq_len: 4096, micro_batch: 1}\n")
+    workload = _small_llama(tmp_path, "small", "seq_len: 4096, micro_batch: 1")
     assert main(["advise", "-t", "1x4090", "-w", str(workload), "--padded", "--json",
                  "--jobs", "1"]) == 0
     answer = json.loads(capsys.readouterr().out)
@@ -271,10 +271,7 @@ def test_advise_padded_flag_reaches_every_candidate_and_its_command(
 
 
 def test_a_bf16_pick_without_bf16_tensor_cores_names_fp16_beside_it(tmp_path: Any) -> None:
-    workload = tmp_path / "small.yaml"
-    workload.write_text("name: small\nmodel: {family: llama, layers: 4, hidden: 1024, heads: 16, "
-                        "kv_heads: 4, ffn_hidden: 4096, vocab: 32000}\n"
-                        "training: {seq_len: 1024, micro_batch: 1, precision: bf16}\n")
+    workload = _small_llama(tmp_path, "small", "seq_len: 1024, micro_batch: 1, precision: bf16")
     turing = [advise.PricedMachine("2x2080ti-switch", Prices(usd_per_gpu_hour=1.0))]
     answer = advise.advise(turing, str(workload), jobs=1)
     best = answer["best"]

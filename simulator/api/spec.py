@@ -260,7 +260,7 @@ def check_attention(spec: RunSpec, job: Job, machine: Machine) -> None:
     """Refuse flash-attn on a GPU of the machine it does not run on: the --attention flag's
     choice, or the workload's (its file and key)."""
     sinks = job.arch is not None and job.arch.attention_sinks
-    for gpu in dict.fromkeys(machine.gpu_of(r) for r in range(machine.n_gpus)):
+    for gpu in machine.cards():
         problem = software.attention_gpu_problem(job.recipe.attention, gpu.compute_capability,
                                                  gpu.name, sinks=sinks)
         if problem is None:
