@@ -163,6 +163,53 @@ def test_flash_attn_on_a_gpu_it_does_not_run_on_is_one_line(
     assert "attention kernel flash1" in capsys.readouterr().out  # flash-attn 1.x: sm75
 
 
+def test_fp32_inputs_send_sdpa_to_its_memory_efficient_kernel_and_refuse_flash_attn() -> None:
+    stack = software.resolve(None)
+    assert software.attention_kernel("sdpa", stack, fp32=True) == "mem_efficient"
+    assert software.attention_kernel("eager", stack, fp32=True) == "eager"
+    for impl in software.HALF_ONLY:
+        with pytest.raises(InputError, match="takes fp16 and bf16 only"):
+            software.attention_kernel(impl, stack, fp32=True)
+
+
+def test_fp32_attention_multiplies_as_3xtf32_from_ampere_and_on_cuda_cores_before() -> None:
+    from simulator.job.attention import flash
+
+    def busy(e: int, gpu: str) -> float:  # seconds per FLOP, compute-bound
+        k = flash(8, 4096, 4096, 4096, e, causal=True, backward=False, version="mem_efficient")
+        return (compute.kernel_work_time(k, GPUS[gpu]) - compute.LAUNCH_OVERHEAD) / k.flops
+
+    # three TF32 products, each at half the 16-bit tensor rate, per fp32 one
+    assert busy(4, "a100-sxm4-80gb") / busy(2, "a100-sxm4-80gb") == pytest.approx(6)
+    turing = GPUS["rtx2080ti"]  # the CUDA cores: the spec's fp32 over 16-bit tensor rate
+    assert busy(4, "rtx2080ti") / busy(2, "rtx2080ti") == pytest.approx(
+        turing.matmul_flops / turing.fp32_flops)
+
+
+def test_an_fp32_run_reports_the_memory_efficient_kernel_and_a_flash_flag_is_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["run", "-t", "8xa100-nvswitch", "--gpus", "1", "-w", "llama3.2-1b", "--no-ranges",
+            "--precision", "fp32", "--micro-batch", "1", "--seq-len", "1024"]
+    assert main([*base, "--attention", "sdpa", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["software"]["attention"]["kernel"] == "mem_efficient"
+    assert main([*base, "--attention", "flash2"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "stepsim run: error: --attention flash2: attention flash2 takes fp16 and bf16 only "
+        "(flash-attn flash_api.cpp: \"FlashAttention only support fp16 and bf16 data type\"); "
+        "with --precision fp32 use attention sdpa (its memory-efficient kernel takes fp32) or "
+        "eager")
+
+
+def test_an_error_about_a_flagged_training_key_names_the_flag_not_the_workload_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "-t", "1x4090", "-w", "gpt2-medium", "--attention", "sdpa",
+                 "--software", "2022"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "stepsim run: error: --attention sdpa: attention sdpa needs PyTorch 2.0 or later "
+        "(scaled_dot_product_attention); the stack has 1.13")
+
+
 def test_padded_batches_slow_an_sdpa_step_and_the_report_says_why(
         capsys: pytest.CaptureFixture[str]) -> None:
     args = ["run", "-t", "8xa100-nvswitch", "-w", "llama3.2-1b", "--gpus", "1", "--no-ranges",

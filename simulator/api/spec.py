@@ -185,11 +185,16 @@ def _training_value(key: str, value: Any) -> Any:
 
 def job_of(spec: RunSpec) -> Job:
     """The job a spec names, with its batch, sequence and training-recipe overrides."""
+    flags = {k: getattr(spec, k) for k in (*TRAINING_OVERRIDES, "checkpointing")
+             if getattr(spec, k) is not None}  # before a DeepSpeed config adds its own
     spec = configured(spec)
     training = tuple((k, _training_value(k, getattr(spec, k))) for k in TRAINING_OVERRIDES
                      if getattr(spec, k) is not None)
-    job = load_job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum,
-                   spec.checkpointing, training, spec.peft, spec.load_in_4bit, spec.ep)
+    try:
+        job = load_job(spec.workload, spec.micro_batch, spec.seq_len, spec.grad_accum,
+                       spec.checkpointing, training, spec.peft, spec.load_in_4bit, spec.ep)
+    except InputError as exc:
+        raise _as_flag_error(exc, flags) from None
     if job.recipe.optimizer_in_bwd and job.grad_accum > 1:
         raise InputError(f"{OPTIMIZER_IN_BWD_ACCUM} (grad_accum {job.grad_accum})")
     tokens = job.micro_batch * job.grad_accum * job.seq_len
@@ -199,6 +204,17 @@ def job_of(spec: RunSpec) -> Job:
                          f"most {MAX_STEP_TOKENS:,} (docs/inputs.md: Limits)",
                          file=_deepspeed_source(spec, ("micro_batch", "grad_accum")))
     return job
+
+
+def _as_flag_error(exc: InputError, flags: dict[str, Any]) -> InputError:
+    """An error about a training key a flag set names that flag, not the workload's line."""
+    key = (exc.key or "").removeprefix("training.")
+    key = "checkpointing" if key == "activation_checkpointing" else key
+    if key not in flags:
+        return exc
+    value = flags[key]
+    flag = f"--{key.replace('_', '-')}" + ("" if isinstance(value, bool) else f" {value}")
+    return InputError(f"{flag}: {exc.message}")
 
 
 def _deepspeed_source(spec: RunSpec, settings: tuple[str, ...]) -> str | None:

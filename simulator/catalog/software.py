@@ -275,17 +275,31 @@ HOPPER_SM = 90
 # the attention implementations that take gpt-oss's per-head sinks: transformers' eager one, and
 # the sink-aware FlashAttention-3 of kernels-community/vllm-flash-attn3
 SINK_KERNELS = ("eager", "flash3")
+# The implementations that take 16-bit inputs only: the flash-attn package's kernels (csrc
+# flash_api.cpp mha_fwd "FlashAttention only support fp16 and bf16 data type"; its Triton kernel,
+# flash_attn_triton.py, asserts the same) and sdpa's flash backend (sdp_utils.cpp
+# check_flash_attention's dtypes: half, bfloat16). sdpa's memory-efficient backend also takes
+# fp32, on every GPU (less_than_sm80_ and greater_than_or_equal_sm80_mem_efficient_dtypes).
+HALF_ONLY = ("flash", "flash1", "flash2", "flash3", "triton")
 HF_SDPA = (2, 1, 1)  # transformers utils/import_utils.py is_torch_sdpa_available: torch>=2.1.1
 FOUNDRY_NO_TRITON = (2, 2, 0)  # llm-foundry v0.7.0 (2024-03-26, torch>=2.2.1) removed triton
 
 
-def attention_kernel(impl: str, stack: Stack, *, padded: bool = False) -> str:
+def attention_kernel(impl: str, stack: Stack, *, padded: bool = False,
+                     fp32: bool = False) -> str:
     """The kernel an attention implementation runs under a stack: flash2, flash1, flash3,
     triton, mem_efficient or eager (``flash`` is FlashAttention-2, as ``flash2``; ``flash1``
     is flash-attn 1.x, named explicitly). ``padded``: the batches carry a padding mask, which
     sdpa's flash kernel does not take (torch/nn/attention sdp_utils check_for_attn_mask), so
     it runs the memory-efficient one (transformers builds the 4D mask whenever a batch has
-    padding: modeling_attn_mask_utils.py _ignore_causal_mask_sdpa)."""
+    padding: modeling_attn_mask_utils.py _ignore_causal_mask_sdpa). ``fp32``: the attention's
+    inputs are fp32 (fp32 training, no autocast), which no flash kernel takes (HALF_ONLY): sdpa
+    runs its memory-efficient one, a flash-attn kernel is refused."""
+    if fp32 and impl in HALF_ONLY:
+        raise InputError(f"attention {impl} takes fp16 and bf16 only (flash-attn flash_api.cpp: "
+                         "\"FlashAttention only support fp16 and bf16 data type\"); with "
+                         "--precision fp32 use attention sdpa (its memory-efficient kernel "
+                         "takes fp32) or eager", key="training.attention")
     if impl in ("flash", "flash2"):
         return "flash2"
     if impl == "sdpa":
@@ -293,7 +307,7 @@ def attention_kernel(impl: str, stack: Stack, *, padded: bool = False) -> str:
             raise InputError(f"attention sdpa needs PyTorch 2.0 or later (scaled_dot_product_"
                              f"attention); the stack has {_words(stack.torch)}",
                              key="training.attention")
-        if padded:
+        if padded or fp32:
             return "mem_efficient"
         return "flash2" if stack.torch >= SDPA_FA2 else "flash1"
     if impl == "flash3" and stack.cuda < FLASH3_CUDA:
@@ -345,7 +359,8 @@ ATTENTION_SOURCES = {
                      "FlashAttention-1's rate (FA2's / 2) from Ampere on (forward 5% under FA1 "
                      "on A100, facebookresearch/xformers PR 362; about half of FA2 on A40, "
                      "xformers issue 1074); on Volta and Turing at their own assumed row "
-                     "(compute.py FLASH_EFFICIENCY)",
+                     "(compute.py FLASH_EFFICIENCY); given fp32 (fp32 training) it multiplies "
+                     "in fp32 (compute.py fp32_attention_share)",
     "eager": "scores materialised: GEMMs and memory-bound passes (job/attention.py)",
 }
 

@@ -51,10 +51,10 @@ def flash(b: int, s: int, h: int, kv_in: int, e: int, *, causal: bool,
     if not backward:
         return Kernel("attention_fwd", flops,
                       (2 * tokens * h + 2 * tokens * kv_in) * e + mask_bytes,
-                      name=f"{name}_forward{mask}")
+                      element_bytes=e, name=f"{name}_forward{mask}")
     return Kernel("attention_bwd", 2.5 * flops,
                   (4 * tokens * h + 4 * tokens * kv_in) * e + mask_bytes,
-                  name=f"{name}_backward{mask}")
+                  element_bytes=e, name=f"{name}_backward{mask}")
 
 
 def flash_saved_per_token(h: int, kv_in: int, heads: int, e: int) -> float:

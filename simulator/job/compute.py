@@ -70,6 +70,13 @@ TRITON_FLASH_SLOWDOWN = 1.8
 # rewrites, so the kernel may be slower still.
 MEM_EFFICIENT_SLOWDOWN = FLASH1_SLOWDOWN
 TF32_PER_16BIT = 0.5  # TF32 tensor rate over the 16-bit (FP32-accumulate) one, every arch
+# sdpa's memory-efficient kernel given fp32 (fp32 training) multiplies in fp32: from sm80 on the
+# tensor cores as three TF32 products per fp32 one (CUTLASS 3xTF32: PyTorch's
+# mem_eff_attention/gemm_kernel_utils.h DefaultGemmType<ArchTag >= 80, float> uses
+# OpMultiplyAddFastF32), before sm80 on the CUDA cores (OpClassSimt). Assumption: it reaches
+# the same share of that rate as of the 16-bit one.
+TF32_PRODUCTS_PER_FP32 = 3
+TF32_MIN_SM = 80
 
 
 def flash_efficiency(gpu: GPU, version: int = 2, backward: bool = False,
@@ -158,6 +165,13 @@ def fp32_rate(gpu: GPU) -> float:
     return gpu.fp32_flops * _tensor_rate(gpu) / gpu.matmul_flops
 
 
+def fp32_attention_share(gpu: GPU) -> float:
+    """What an fp32 attention kernel gets of the card's 16-bit tensor rate (above)."""
+    if gpu.compute_capability >= TF32_MIN_SM:
+        return TF32_PER_16BIT / TF32_PRODUCTS_PER_FP32
+    return (gpu.fp32_flops or gpu.matmul_flops) / gpu.matmul_flops
+
+
 def memory_rate(gpu: GPU) -> float:
     return achievable_memory_bandwidth(gpu)
 
@@ -234,7 +248,8 @@ def kernel_work_time(k: Kernel, gpu: GPU) -> float:
     elif k.kind in ("attention_fwd", "attention_bwd"):
         share = flash_efficiency(gpu, _flash_version(k), backward=k.kind == "attention_bwd",
                                  causal=k.name.endswith("_causal")) / _flash_slowdown(k, gpu)
-        rate = gpu.matmul_flops * gpu.half_dtype_share * power.clock_share(gpu) * tensor * share
+        dtype_share = fp32_attention_share(gpu) if k.element_bytes == 4 else gpu.half_dtype_share
+        rate = gpu.matmul_flops * dtype_share * power.clock_share(gpu) * tensor * share
     elif k.kind == "dense":
         rate = dense_rate * tensor
     else:  # memory-bound elementwise work: FLOPs on CUDA cores never bind here

@@ -92,7 +92,8 @@ class Job:
         mods, params = _MODULES.get(model, lambda: _modules_and_params(cfg, arch, unet, ep))
         stack = software.resolve(t.software)
         recipe = resolve_recipe(t, stack)
-        software.attention_kernel(recipe.attention, stack)  # a stack that lacks it: refused
+        # a stack that lacks it, or fp32 inputs it does not take: refused
+        software.attention_kernel(recipe.attention, stack, fp32=recipe.precision == "fp32")
         job = Job(name=cfg.name, arch=arch, generic_layers=tuple(cfg.layers or ()), training=t,
                   micro_batch=micro_batch or t.micro_batch, seq_len=seq_len or t.seq_len,
                   grad_accum=grad_accum or t.grad_accum, modules=mods, params=params,
@@ -206,7 +207,8 @@ class Job:
         """What the attention implementation runs on the job's stack and batches: flash2,
         flash1, flash3, triton, mem_efficient or eager (catalog/software.py)."""
         return software.attention_kernel(self.recipe.attention, self.software,
-                                         padded=self.training.padded)
+                                         padded=self.training.padded,
+                                         fp32=self.precision == "fp32")
 
     @property
     def torchrun(self) -> bool:
