@@ -39,7 +39,10 @@ coordinator.py, partition_parameters.py and stage3.py.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from simulator.engine.program import Comm, Program
@@ -79,18 +82,25 @@ def fetch_units(job: Job, threshold: int) -> dict[str, _Unit]:
     return out
 
 
-def _released(uses: list[_Unit | None], t: int, limit: int) -> bool:
+def _later_uses(uses: list[_Unit | None], used_at: list[int], t: int) -> Iterator[_Unit]:
+    """The units the trace uses after op ``t``, in order (``used_at``: the ops that use one)."""
+    for position in islice(used_at, bisect_right(used_at, t), None):
+        unit = uses[position]
+        assert unit is not None
+        yield unit
+
+
+def _released(uses: list[_Unit | None], used_at: list[int], t: int, limit: int) -> bool:
     """Whether the unit used at ``t`` is freed after it: no later use within ``limit``
     elements of the trace (the ones in between counted as they run)."""
     unit = uses[t]
     seen = 0
-    for later in uses[t + 1:]:
+    for later in _later_uses(uses, used_at, t):
         if later is unit:
             return False
-        if later is not None:
-            seen += later.numel
-            if seen >= limit:
-                return True
+        seen += later.numel
+        if seen >= limit:
+            return True
     return True
 
 
@@ -114,6 +124,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions) -> Program:
     fwd, bwd = job.forward_ops(), job.backward_ops()
     ops: list[Op] = fwd + bwd
     uses = [units.get(op.name) for op in ops]
+    used_at = [t for t, unit in enumerate(uses) if unit is not None]
     counts = {"allgather": 0, "reducescatter": 0}
     n_fetches = 0
 
@@ -146,6 +157,10 @@ def build(job: Job, machine: Machine, options: StrategyOptions) -> Program:
         """One micro-step's fetches, compute and reductions; returns its last task."""
         available: set[int] = set()
         inflight: dict[int, int] = {}
+        # DeepSpeed's fetch queue (partitioned_param_coordinator.py fetch_sub_module): the
+        # trace's parameter uses, each looked at once per step; an entry whose unit is already
+        # there or on its way is popped without a fetch
+        queue = 0  # the next entry of used_at the prefetcher has not popped
         last = after
         order = [i for op in bwd for i in op.grads]
         trainable = {i for i, p in enumerate(job.params) if p.trainable}
@@ -164,11 +179,13 @@ def build(job: Job, machine: Machine, options: StrategyOptions) -> Program:
                 if ready >= 0:
                     deps.append(ready)
                 available.add(id(unit))
+            queue = max(queue, bisect_right(used_at, t))  # the current op's own entries
             numel = 0  # prefetch the next parameters of the trace, up to the bucket
-            for later in uses[t + 1:]:
-                if numel >= bucket:
-                    break
-                if later is None or id(later) in available or id(later) in inflight:
+            while queue < len(used_at) and numel < bucket:
+                later = uses[used_at[queue]]
+                queue += 1
+                assert later is not None
+                if id(later) in available or id(later) in inflight:
                     continue
                 sync, ready = fetch(later, prefix, sync=True, start=after)
                 inflight[id(later)] = ready
@@ -176,7 +193,7 @@ def build(job: Job, machine: Machine, options: StrategyOptions) -> Program:
                 if sync is not None:
                     deps.append(sync)  # the CPU waits for the copy before launching
             last = emit(prog, op, tuple(deps), prefix)
-            if unit is not None and _released(uses, t, MAX_REUSE_DISTANCE):
+            if unit is not None and _released(uses, used_at, t, MAX_REUSE_DISTANCE):
                 available.discard(id(unit))
             for i in op.grads:
                 k = closes.get(i)
