@@ -11,7 +11,10 @@ coordinator.py, partition_parameters.py and stage3.py.
   records it and prefetches nothing), after the current module's fetch, the next parameters
   of the trace are gathered until ``stage3_prefetch_bucket_size`` elements are in flight:
   Hugging Face's ``"auto"`` is 0.9 x hidden^2 (transformers integrations/deepspeed.py), under
-  one MLP matrix, so about one module ahead.
+  one MLP matrix, so about one module ahead. The trace is a queue each entry leaves once a
+  step (``__param_queue.popleft``, L362 and L389): an entry whose parameters are there or on
+  their way when it is reached is dropped, so if they are freed before that use, the use
+  fetches them itself.
 - An offloaded partition reaches the GPU by ``param.ds_tensor.to(device)`` inside
   ``all_gather_coalesced`` (partition_parameters.py L1332): a copy without non_blocking, on
   the all-gather stream, so the CPU thread waits for that stream to reach and finish it
