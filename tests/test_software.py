@@ -210,6 +210,18 @@ def test_an_error_about_a_flagged_training_key_names_the_flag_not_the_workload_l
         "(scaled_dot_product_attention); the stack has 1.13")
 
 
+def test_a_model_without_attention_names_no_attention(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "-t", "8xa100-nvswitch", "--gpus", "1", "-w", "resnet50", "--no-ranges",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["software"]["attention"] is None and report["recipe"]["attention"] is None
+    assert main(["run", "-t", "8xa100-nvswitch", "--gpus", "1", "-w", "resnet50",
+                 "--no-ranges"]) == 0
+    text = capsys.readouterr().out
+    assert "attention" not in text and "fp32 cross-entropy, fp32, sgd" in text
+
+
 def test_padded_batches_slow_an_sdpa_step_and_the_report_says_why(
         capsys: pytest.CaptureFixture[str]) -> None:
     args = ["run", "-t", "8xa100-nvswitch", "-w", "llama3.2-1b", "--gpus", "1", "--no-ranges",

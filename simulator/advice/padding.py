@@ -23,7 +23,7 @@ def flash_instead(best: dict[str, Any]) -> list[str]:
     """A line for the pick when padding sends its attention to sdpa's memory-efficient kernel:
     its throughput under flash-attn 2 instead; none otherwise (a GPU below sm80 runs that
     kernel whatever the batches, and no flash-attn 2)."""
-    if (best.get("software") or {}).get("attention", {}).get("kernel") != "mem_efficient":
+    if ((best.get("software") or {}).get("attention") or {}).get("kernel") != "mem_efficient":
         return []
     gpu = GPUS.get(best.get("gpu", ""))
     if gpu is not None and software.attention_gpu_problem("flash2", gpu.compute_capability,

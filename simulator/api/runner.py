@@ -158,7 +158,7 @@ def recipe(spec: RunSpec, job: Job | None = None) -> dict[str, Any]:
     """The recipe flags as the report lists them (framework option names); with ``job``, the
     checkpointing the job actually runs (the workload's unless overridden)."""
     checkpointing = job.checkpointing if job is not None else spec.checkpointing
-    training = job.recipe.to_json() if job is not None else {}
+    training = job.recipe_json() if job is not None else {}
     return {**training, "activation_checkpointing": checkpointing,
             "comm_hook": spec.grad_compression,
             "gradient_as_bucket_view": spec.gradient_as_bucket_view,
@@ -335,7 +335,8 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
                "software": software.rows_used(
                    job.software, machine.gpu.arch,
                    software.kernel_on_gpu(job.attention_kernel, job.recipe.attention,
-                                          machine.gpu.compute_capability),
+                                          machine.gpu.compute_capability)
+                   if job.has_attention else None,
                    own_gemm=machine.gpu.own_matmul,
                    half_dtype_share=machine.gpu.half_dtype_share),
                **degrees(spec, job, machine, dp)},

@@ -200,7 +200,7 @@ def memory(spec: RunSpec, *, largest_micro_batch: bool = False,
     found = fullest(reports)
     summary: dict[str, Any] = {"topology": machine.name, "workload": job.name, "gpu": card.name,
                                **found.to_json(), "strategy": spec.strategy,
-                               "recipe": job.recipe.to_json()}
+                               "recipe": job.recipe_json()}
     if pipeline is not None:
         summary["stage"] = reports.index(found)
         summary["stages"] = _stages_json(reports, pipeline)

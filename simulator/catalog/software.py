@@ -365,14 +365,16 @@ ATTENTION_SOURCES = {
 }
 
 
-def rows_used(stack: Stack, arch: str, kernel: str, *, own_gemm: bool = False,
+def rows_used(stack: Stack, arch: str, kernel: str | None, *, own_gemm: bool = False,
               half_dtype_share: float = 1.0) -> dict[str, Any]:
-    """The table rows a run reads: its GEMM row and its attention kernel's, for the report;
-    ``half_dtype_share`` below 1: bf16 on a card without bf16 tensor cores (gpus.py)."""
+    """The table rows a run reads: its GEMM row and its attention kernel's (None: a model
+    without attention), for the report; ``half_dtype_share`` below 1: bf16 on a card without
+    bf16 tensor cores (gpus.py)."""
     gemm = ({"row": "the topology's own matmul_tflops", "share": 1.0,
              "source": "measured on this machine"} if own_gemm
             else {"arch": arch, **gemm_row(arch, stack).to_json()})
     if half_dtype_share < 1:
         gemm["bf16_on_cuda_cores"] = half_dtype_share
     return {"stack": stack.to_json(), "gemm": gemm,
-            "attention": {"kernel": kernel, "source": ATTENTION_SOURCES.get(kernel, "")}}
+            "attention": None if kernel is None else
+            {"kernel": kernel, "source": ATTENTION_SOURCES.get(kernel, "")}}

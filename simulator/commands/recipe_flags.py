@@ -198,8 +198,8 @@ def training_words(rec: dict[str, Any]) -> str:
     none`` (apex's amp and DDP named where the recipe uses them)."""
     if "framework" not in rec:
         return ""
-    return (f"{rec['framework']}: {rec['kernels']} kernels, {rec['attention']} attention, "
-            f"{rec['cross_entropy']} "
+    attention = f"{rec['attention']} attention, " if rec["attention"] else ""
+    return (f"{rec['framework']}: {rec['kernels']} kernels, {attention}{rec['cross_entropy']} "
             f"cross-entropy, {rec['precision']}, {rec['optimizer']}"
             + (" in backward (optimizer_in_bwd)" if rec.get("optimizer_in_bwd") else "")
             + (f", apex amp {rec['amp'].upper()}" if rec.get("amp") else "")

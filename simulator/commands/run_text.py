@@ -145,9 +145,9 @@ def software_words(sw: dict[str, Any]) -> str:
     cuda_cores = gemm.get("bf16_on_cuda_cores")
     bf16 = (f"; bf16 on the CUDA cores ({cuda_cores:.0%} of the 16-bit tensor rate: no bf16 "
             f"tensor cores before sm80)" if cuda_cores else "")
+    attention = f"; attention kernel {sw['attention']['kernel']}" if sw["attention"] else ""
     return (f"{name} (PyTorch {stack['torch']}, CUDA {stack['cuda']}): GEMM row {where}, "
-            f"{gemm['share']:.0%} of today's rate; attention kernel {sw['attention']['kernel']}"
-            + bf16)
+            f"{gemm['share']:.0%} of today's rate{attention}" + bf16)
 
 
 def _usd(value: float) -> str:

@@ -13,7 +13,7 @@ simulator/job/ops.py; their time on a GPU in simulator/job/compute.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simulator.catalog import software
 from simulator.catalog.software import TODAY, Stack
@@ -201,6 +201,19 @@ class Job:
     @property
     def kernels(self) -> str:
         return self.recipe.kernels
+
+    @property
+    def has_attention(self) -> bool:
+        """A transformer's or a UNet's attention; a model of generic layers (a ResNet) has
+        none, and its report names no attention."""
+        return self.arch is not None or self.unet is not None
+
+    def recipe_json(self) -> dict[str, Any]:
+        """The recipe as reports give it: no attention where the model has none."""
+        out = self.recipe.to_json()
+        if not self.has_attention:
+            out["attention"] = None
+        return out
 
     @property
     def attention_kernel(self) -> str:
