@@ -269,13 +269,14 @@ def test_a_bad_software_flag_is_named_as_the_flag(value: str, words: str,
     assert "yaml" not in line
 
 
-def test_bf16_without_bf16_tensor_cores_runs_on_the_cuda_cores(
+def test_bf16_without_bf16_tensor_cores_is_emulated_on_the_cuda_cores(
         capsys: pytest.CaptureFixture[str]) -> None:
     from simulator.catalog.gpus import half_dtype_share
 
     turing, a100 = GPUS["rtx2080ti"], GPUS["a100-sxm4-80gb"]
-    assert half_dtype_share(turing, "bf16") == pytest.approx(
-        turing.fp32_flops / turing.matmul_flops)  # type: ignore[operator]
+    # measured: an RTX 2080 Ti's bf16 GEMM at 14% of its fp16 one, under its fp32 GEMM's 23%
+    assert half_dtype_share(turing, "bf16") == pytest.approx(6.95 / 49.61)
+    assert half_dtype_share(turing, "bf16") < turing.fp32_flops / turing.matmul_flops  # type: ignore[operator]
     assert half_dtype_share(turing, "fp16") == half_dtype_share(a100, "bf16") == 1.0
     bf16 = load_machine("2x2080ti-switch").for_job("x", software.resolve(None),
                                                    precision="pure-bf16").gpu

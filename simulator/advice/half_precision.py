@@ -1,10 +1,10 @@
 """What bf16 costs advise's pick on a card without bf16 tensor cores, and fp16 instead.
 
-Below sm80 (V100, T4, RTX 20xx) a bf16 job's matmuls run on the CUDA cores (catalog/gpus.py
-half_dtype_share); fp16 under autocast with a GradScaler (``--precision fp16``, Hugging Face
-``TrainingArguments(fp16=True)``) runs them on the tensor cores. The pick is simulated again in
-fp16: a choice of number format, not of strategy, so it is said beside the pick rather than
-ranked.
+Below sm80 (V100, T4, RTX 20xx) a bf16 job's matmuls are emulated on the CUDA cores, at a
+seventh to a tenth of the fp16 tensor rate (catalog/gpus.py half_dtype_share); fp16 under
+autocast with a GradScaler (``--precision fp16``, Hugging Face ``TrainingArguments(fp16=True)``)
+runs them on the tensor cores. The pick is simulated again in fp16: a choice of number format,
+not of strategy, so it is said beside the pick rather than ranked.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def fp16_instead(best: dict[str, Any]) -> list[str]:
         return []
     gain = fp16["tokens_per_s"] / best["tokens_per_s"] - 1
     return [f"bf16 on the {best['gpu']}: it has no bf16 tensor cores (before sm80), so bf16 "
-            "matmuls run on its CUDA cores; fp16 (--precision fp16: autocast to float16 with a "
-            f"GradScaler, TrainingArguments fp16=True) runs them on the tensor cores: "
+            "matmuls are emulated on its CUDA cores; fp16 (--precision fp16: autocast to "
+            "float16 with a GradScaler, TrainingArguments fp16=True) runs them on the tensor "
+            "cores: "
             f"{fp16['tokens_per_s']:,.0f} tokens/s ({gain:+.0%}) with the same recipe"]

@@ -78,17 +78,27 @@ class GPU:
 _T = 1e12
 # bf16 tensor cores arrive with Ampere (sm80; NVIDIA A100 whitepaper: "BF16 ... new in A100");
 # below it PyTorch runs bf16 where it can emulate it (torch.cuda.is_bf16_supported
-# including_emulation) and cuBLAS multiplies bf16 on the CUDA cores in fp32
+# including_emulation) and cuBLAS multiplies bf16 on the CUDA cores, slower than its own fp32
+# GEMMs. The share of the fp16 tensor rate a bf16 GEMM gets there, measured as bf16 over fp16
+# TFLOPS of one 8192^3 torch.matmul run on one card (zzc0721/torch-performance-test-data,
+# PyTorch 2.7 with CUDA 12.8): RTX 2080 Ti 6.95 / 49.61 (issue 181, 2026-06-27; its fp32 11.52),
+# V100-SXM2-16GB 10.65 / 97.36 (issue 140, 2026-02-14; its fp32 14.38). Uncertain by about 2x
+# within an architecture: other Turing boards of that set measure 4.26 / 56.01 (TU104, issue
+# 90) and 4.82 / 53.86 (TITAN RTX, issue 127).
 BF16_MIN_SM = 80
+BF16_EMULATED_SHARE = {"turing": 6.95 / 49.61, "volta": 10.65 / 97.36}
 
 
 def half_dtype_share(card: GPU, precision: str) -> float:
-    """The share of ``card``'s 16-bit tensor rate a job of ``precision`` gets: its FP32
-    CUDA-core rate's for bf16 below BF16_MIN_SM, else all of it."""
-    if precision in ("bf16", "pure-bf16") and card.compute_capability < BF16_MIN_SM \
-            and card.fp32_flops:
-        return card.fp32_flops / card.matmul_flops
-    return 1.0
+    """The share of ``card``'s 16-bit tensor rate a job of ``precision`` gets: bf16 below
+    BF16_MIN_SM its architecture's emulated share (a card of another architecture there: its
+    FP32 CUDA-core rate's, an upper bound: every emulated bf16 GEMM above ran slower than
+    fp32), else all of it."""
+    if precision not in ("bf16", "pure-bf16") or card.compute_capability >= BF16_MIN_SM:
+        return 1.0
+    if card.arch in BF16_EMULATED_SHARE:
+        return BF16_EMULATED_SHARE[card.arch]
+    return card.fp32_flops / card.matmul_flops if card.fp32_flops else 1.0
 
 
 # Dense 16-bit tensor-core FLOPs per FP32 CUDA-core FLOP, per SM and clock, by compute

@@ -143,8 +143,8 @@ def software_words(sw: dict[str, Any]) -> str:
     name = "today's stack" if stack["given"] == "today" else stack["given"]
     where = f"{gemm['arch']} {gemm['row']}" if "arch" in gemm else gemm["row"]
     cuda_cores = gemm.get("bf16_on_cuda_cores")
-    bf16 = (f"; bf16 on the CUDA cores ({cuda_cores:.0%} of the 16-bit tensor rate: no bf16 "
-            f"tensor cores before sm80)" if cuda_cores else "")
+    bf16 = (f"; bf16 GEMMs emulated on the CUDA cores at {cuda_cores:.0%} of the fp16 tensor "
+            "rate (no bf16 tensor cores before sm80)" if cuda_cores else "")
     attention = f"; attention kernel {sw['attention']['kernel']}" if sw["attention"] else ""
     return (f"{name} (PyTorch {stack['torch']}, CUDA {stack['cuda']}): GEMM row {where}, "
             f"{gemm['share']:.0%} of today's rate{attention}" + bf16)

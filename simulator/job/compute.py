@@ -248,7 +248,10 @@ def kernel_work_time(k: Kernel, gpu: GPU) -> float:
     elif k.kind in ("attention_fwd", "attention_bwd"):
         share = flash_efficiency(gpu, _flash_version(k), backward=k.kind == "attention_bwd",
                                  causal=k.name.endswith("_causal")) / _flash_slowdown(k, gpu)
-        dtype_share = fp32_attention_share(gpu) if k.element_bytes == 4 else gpu.half_dtype_share
+        # fp32 inputs; or bf16 below sm80, which sdpa's math kernel takes and upcasts to fp32
+        # (PyTorch >= 2.5: pytorch/pytorch PR 128922, allow_fp16_bf16_reduction_math_sdp off)
+        fp32 = k.element_bytes == 4 or gpu.half_dtype_share < 1
+        dtype_share = fp32_attention_share(gpu) if fp32 else 1.0
         rate = gpu.matmul_flops * dtype_share * power.clock_share(gpu) * tensor * share
     elif k.kind == "dense":
         rate = dense_rate * tensor
