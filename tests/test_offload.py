@@ -42,9 +42,10 @@ def test_zero3_frees_a_module_unless_it_recurs_within_the_reuse_distance() -> No
 
     a, b = _Unit((0,), 100), _Unit((1,), 1000)
     uses = [a, None, b, a]
-    assert not _released(uses, 0, 1001)  # a recurs after 1,000 elements: kept
-    assert _released(uses, 0, 1000)  # the distance reached first: freed
-    assert _released(uses, 3, 10**9)  # no later use this step: freed
+    used_at = [0, 2, 3]  # the ops that use a unit
+    assert not _released(uses, used_at, 0, 1001)  # a recurs after 1,000 elements: kept
+    assert _released(uses, used_at, 0, 1000)  # the distance reached first: freed
+    assert _released(uses, used_at, 3, 10**9)  # no later use this step: freed
 
 
 def test_parameter_offload_fetches_every_unit_forward_and_backward() -> None:
