@@ -181,9 +181,9 @@ def test_fp32_attention_multiplies_as_3xtf32_from_ampere_and_on_cuda_cores_befor
 
     # three TF32 products, each at half the 16-bit tensor rate, per fp32 one
     assert busy(4, "a100-sxm4-80gb") / busy(2, "a100-sxm4-80gb") == pytest.approx(6)
-    turing = GPUS["rtx2080ti"]  # the CUDA cores: the spec's fp32 over 16-bit tensor rate
+    turing = GPUS["rtx2080ti"]  # the CUDA cores: its fp32 GEMM rate over its 16-bit one
     assert busy(4, "rtx2080ti") / busy(2, "rtx2080ti") == pytest.approx(
-        turing.matmul_flops / turing.fp32_flops)
+        compute.matmul_rate(turing) / compute.fp32_rate(turing))
 
 
 def test_an_fp32_run_reports_the_memory_efficient_kernel_and_a_flash_flag_is_one_line(

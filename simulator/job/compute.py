@@ -14,7 +14,7 @@ import math
 from functools import cache
 
 from simulator.catalog import power
-from simulator.catalog.gpus import GPU, GPUS, achievable_memory_bandwidth
+from simulator.catalog.gpus import FP32_GEMM_SHARE, GPU, GPUS, achievable_memory_bandwidth
 from simulator.catalog.software import FLASH1_SLOWDOWN, FLASH2_MIN_SM
 from simulator.job.ops import Kernel, Op
 from simulator.job.workload import Job
@@ -156,12 +156,17 @@ def sustained_share(gpu: GPU) -> float:
 
 
 def fp32_rate(gpu: GPU) -> float:
-    """Achievable dense FP32 FLOP/s (CUDA cores; fp32 training on Volta/Turing has no tensor
-    cores and PyTorch does not use TF32 for matmuls by default): the spec FP32 rate x the
-    share of its spec the card's 16-bit GEMMs reach (assumption: the same clock and power
-    limits bind both paths)."""
+    """Achievable dense FP32 FLOP/s (CUDA cores; PyTorch does not use TF32 for matmuls by
+    default) at the card's power limit: its measured fp32 GEMM rate, else its spec FP32 rate
+    at the share measured cards of its generation reach (gpus.FP32_GEMM_SHARE), else at the
+    share of its spec its 16-bit GEMMs reach (assumption: the same clock and power limits bind
+    both paths)."""
+    if gpu.fp32_matmul_flops:
+        return gpu.fp32_matmul_flops * power.clock_share(gpu)
     if gpu.fp32_flops is None:  # every catalog GPU has the figure; this guards new entries
         return _tensor_rate(gpu)
+    if gpu.compute_capability in FP32_GEMM_SHARE:
+        return gpu.fp32_flops * FP32_GEMM_SHARE[gpu.compute_capability] * power.clock_share(gpu)
     return gpu.fp32_flops * _tensor_rate(gpu) / gpu.matmul_flops
 
 
@@ -169,7 +174,7 @@ def fp32_attention_share(gpu: GPU) -> float:
     """What an fp32 attention kernel gets of the card's 16-bit tensor rate (above)."""
     if gpu.compute_capability >= TF32_MIN_SM:
         return TF32_PER_16BIT / TF32_PRODUCTS_PER_FP32
-    return (gpu.fp32_flops or gpu.matmul_flops) / gpu.matmul_flops
+    return fp32_rate(gpu) / _tensor_rate(gpu)
 
 
 def memory_rate(gpu: GPU) -> float:
