@@ -172,15 +172,15 @@ def test_fp32_inputs_send_sdpa_to_its_memory_efficient_kernel_and_refuse_flash_a
             software.attention_kernel(impl, stack, fp32=True)
 
 
-def test_fp32_attention_multiplies_as_3xtf32_from_ampere_and_on_cuda_cores_before() -> None:
+def test_fp32_attention_runs_at_its_measured_slowdown_from_ampere_on_cuda_cores_before() -> None:
     from simulator.job.attention import flash
 
     def busy(e: int, gpu: str) -> float:  # seconds per FLOP, compute-bound
         k = flash(8, 4096, 4096, 4096, e, causal=True, backward=False, version="mem_efficient")
         return (compute.kernel_work_time(k, GPUS[gpu]) - compute.LAUNCH_OVERHEAD) / k.flops
 
-    # three TF32 products, each at half the 16-bit tensor rate, per fp32 one
-    assert busy(4, "a100-sxm4-80gb") / busy(2, "a100-sxm4-80gb") == pytest.approx(6)
+    # the fp32 kernel 3.5-4.3x slower than the fp16 one on an A100 (xformers PRs 467, 587)
+    assert 3.4 < busy(4, "a100-sxm4-80gb") / busy(2, "a100-sxm4-80gb") < 4.3
     turing = GPUS["rtx2080ti"]  # the CUDA cores: its fp32 GEMM rate over its 16-bit one
     assert busy(4, "rtx2080ti") / busy(2, "rtx2080ti") == pytest.approx(
         compute.matmul_rate(turing) / compute.fp32_rate(turing))

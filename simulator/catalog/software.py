@@ -359,8 +359,9 @@ ATTENTION_SOURCES = {
                      "FlashAttention-1's rate (FA2's / 2) from Ampere on (forward 5% under FA1 "
                      "on A100, facebookresearch/xformers PR 362; about half of FA2 on A40, "
                      "xformers issue 1074); on Volta and Turing at their own assumed row "
-                     "(compute.py FLASH_EFFICIENCY); given fp32 (fp32 training) it multiplies "
-                     "in fp32 (compute.py fp32_attention_share)",
+                     "(compute.py FLASH_EFFICIENCY); given fp32 (fp32 training) 3.8x slower "
+                     "from Ampere on (xformers PRs 467, 587, A100), at the CUDA cores' rate "
+                     "before (compute.py fp32_attention_share)",
     "eager": "scores materialised: GEMMs and memory-bound passes (job/attention.py)",
 }
 

@@ -11,6 +11,7 @@ rate, others at the 16-bit tensor-core rate. Assumes one kernel has the GPU to i
 from __future__ import annotations
 
 import math
+import statistics
 from functools import cache
 
 from simulator.catalog import power
@@ -73,9 +74,14 @@ TF32_PER_16BIT = 0.5  # TF32 tensor rate over the 16-bit (FP32-accumulate) one, 
 # sdpa's memory-efficient kernel given fp32 (fp32 training) multiplies in fp32: from sm80 on the
 # tensor cores as three TF32 products per fp32 one (CUTLASS 3xTF32: PyTorch's
 # mem_eff_attention/gemm_kernel_utils.h DefaultGemmType<ArchTag >= 80, float> uses
-# OpMultiplyAddFastF32), before sm80 on the CUDA cores (OpClassSimt). Assumption: it reaches
-# the same share of that rate as of the 16-bit one.
-TF32_PRODUCTS_PER_FP32 = 3
+# OpMultiplyAddFastF32), before sm80 on the CUDA cores (OpClassSimt). Measured on an A100 (the
+# xformers CUTLASS kernel PyTorch ships), fp32 over fp16 time: forward 5843.4 / 1679.2 and
+# 13157.7 / 3090.0 us (facebookresearch/xformers PR 587: B=64, M=1024, H=16, K=64 and 128),
+# backward 2335.2 / 613.4 and 2241.3 / 583.6 us (PR 467: B=384, M=197, K=88 and 80); their
+# median on every card from sm80 (assumption: the same kernel, TF32 at half the 16-bit rate
+# everywhere); before sm80 the CUDA cores' fp32 GEMM rate over the 16-bit one.
+FP32_ATTENTION_SLOWDOWN = statistics.median(
+    (5843.4 / 1679.2, 13157.7 / 3090.0, 2335.2 / 613.4, 2241.3 / 583.6))
 TF32_MIN_SM = 80
 
 
@@ -173,7 +179,7 @@ def fp32_rate(gpu: GPU) -> float:
 def fp32_attention_share(gpu: GPU) -> float:
     """What an fp32 attention kernel gets of the card's 16-bit tensor rate (above)."""
     if gpu.compute_capability >= TF32_MIN_SM:
-        return TF32_PER_16BIT / TF32_PRODUCTS_PER_FP32
+        return 1 / FP32_ATTENTION_SLOWDOWN
     return fp32_rate(gpu) / _tensor_rate(gpu)
 
 
