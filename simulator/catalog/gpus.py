@@ -4,6 +4,7 @@ every number with its source. Bandwidths are bytes/s (1 GB/s = 1e9 B/s), memory 
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from simulator.errors import InputError, quoted
@@ -42,7 +43,7 @@ class GPU:
     # one large fp32 torch.matmul (no TF32: PyTorch's default), measured (the note above
     # GPUS): SGEMM reaches about two thirds of a GeForce card's spec FP32 (Ampere and later
     # count a second FP32 path GEMMs do not keep busy) and nearly all of a data-centre card's;
-    # None: the spec at the 16-bit GEMMs' share of theirs (compute.py fp32_rate)
+    # None: the spec at the share measured cards of its generation reach (FP32_GEMM_SHARE)
     fp32_matmul_flops: float | None = None
     tdp_w: float = 0.0  # default board power limit (spec sheet): the measured rates' condition
     power_limit_w: float | None = None  # an enforced lower limit (nvidia-smi -pl); None = TDP
@@ -128,17 +129,17 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("v100-sxm2", "volta", 70, 80, 32 * GiB, 900 * GB, 125 * _T, None, 6, 3,
         "NVIDIA V100 datasheet (125 TFLOPS tensor, 900 GB/s, 6 NVLink2, 300 W); plain matmul: "
         "mli/transformers-benchmarks README, FP16 MatMul 95 TFLOPS", plain_matmul_flops=95 * _T,
-        fp32_matmul_flops=14.38 * _T,  # the fp32 GEMM note above GPUS
+        fp32_matmul_flops=14.38 * _T,
         fp32_flops=15.7 * _T, tdp_w=300),  # V100 datasheet: FP32 15.7 TFLOPS (SXM2)
     GPU("rtx2080ti", "turing", 75, 68, 11 * GiB, 616 * GB, 53.8 * _T, None, 2, 3,
         "Turing whitepaper (FP16 tensor FP32-acc 53.8 TFLOPS, 616 GB/s, 250 W)", 1199,
         line="geforce",
-        fp32_matmul_flops=11.52 * _T,  # the fp32 GEMM note above GPUS
+        fp32_matmul_flops=11.52 * _T,
         fp32_flops=13.4 * _T, tdp_w=250),  # Turing whitepaper: FP32 13.4 TFLOPS
     GPU("rtx3090", "ampere", 86, 82, 24 * GiB, 936 * GB, 71 * _T, None, 4, 4,
         "GA102 whitepaper (FP16/BF16 tensor FP32-acc 71 TFLOPS dense, 936 GB/s, 350 W)", 1499,
         line="geforce",
-        fp32_matmul_flops=24.79 * _T,  # the fp32 GEMM note above GPUS
+        fp32_matmul_flops=24.79 * _T,
         fp32_flops=35.6 * _T, tdp_w=350),  # GA102 whitepaper: FP32 35.6 TFLOPS
     GPU("rtx3090ti", "ampere", 86, 84, 24 * GiB, 1008 * GB, 80 * _T, None, 4, 4,
         "NVIDIA RTX 3090 Ti spec (FP32-acc tensor 80 TFLOPS dense = half of 160, 1008 GB/s, "
@@ -149,20 +150,20 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
         "Ada whitepaper (165.2 TFLOPS FP32-acc dense, 1008 GB/s, 450 W); MAMF: stas00; plain "
         "matmul: mli/transformers-benchmarks issue 4 (fp16, n = 8192: 158.6 TFLOPS)", 1599,
         plain_matmul_flops=158.6 * _T, line="geforce",
-        fp32_matmul_flops=54.77 * _T,  # the fp32 GEMM note above GPUS
+        fp32_matmul_flops=54.77 * _T,
         fp32_flops=82.6 * _T, tdp_w=450),  # Ada whitepaper: FP32 82.6 TFLOPS
     GPU("rtx5090", "blackwell", 120, 170, 32 * GiB, 1792 * GB, 209.5 * _T, None, 0, 5,
         "Blackwell GeForce whitepaper (1792 GB/s, 575 W); 209.5 TFLOPS FP32-acc derived as half "
         "the FP16-acc rate (measurements.yaml gpus); plain matmul: zzc0721/torch-performance-"
         "test-data PR 15 (bf16 8192, PyTorch 2.8: 236 TFLOPS, the card boosts above its spec "
         "clock)", 1999, plain_matmul_flops=236 * _T, line="geforce",
-        fp32_matmul_flops=67.57 * _T,  # the fp32 GEMM note above GPUS
+        fp32_matmul_flops=67.57 * _T,
         fp32_flops=104.8 * _T, tdp_w=575),  # Blackwell GeForce whitepaper: FP32 104.8 TFLOPS
     GPU("a100-sxm4-80gb", "ampere", 80, 108, 80 * GiB, 2039 * GB, 312 * _T, 271.2 * _T, 12, 4,
         "A100 datasheet (312 TFLOPS, 2039 GB/s, 12 NVLink3, 400 W); MAMF: stas00; plain matmul: "
         "mli/transformers-benchmarks README, FP16 MatMul 230 TFLOPS", 15000,
         plain_matmul_flops=230 * _T,
-        fp32_matmul_flops=19.18 * _T,  # the fp32 GEMM note above GPUS
+        fp32_matmul_flops=19.18 * _T,
         fp32_flops=19.5 * _T, tdp_w=400),  # A100 datasheet: FP32 19.5 TFLOPS
     GPU("a100-pcie-80gb", "ampere", 80, 108, 80 * GiB, 1935 * GB, 312 * _T, 252.9 * _T, 12, 4,
         "A100 datasheet (312 TFLOPS, 1935 GB/s, 300 W); MAMF: stas00; plain matmul: "
@@ -185,7 +186,7 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
         "H100 datasheet (989 TFLOPS dense BF16, 3.35 TB/s, 18 NVLink4, 700 W); MAMF: stas00; "
         "plain matmul: zzc0721/torch-performance-test-data issue 79 (bf16 8192, PyTorch 2.7: "
         "797.5 TFLOPS)", 30000, plain_matmul_flops=797.5 * _T,
-        fp32_matmul_flops=52.11 * _T,  # the fp32 GEMM note above GPUS
+        fp32_matmul_flops=52.11 * _T,
         fp32_flops=67 * _T, tdp_w=700),  # H100 datasheet: FP32 67 TFLOPS
     GPU("h100-pcie", "hopper", 90, 114, 80 * GiB, 2000 * GB, 756 * _T, None, 12, 5,
         "H100 PCIe datasheet (756 TFLOPS dense BF16, 2.0 TB/s, 350 W); H100 PCIe product brief "
@@ -199,17 +200,17 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("h200", "hopper", 90, 132, 141 * 10**9, 4800 * GB, 989 * _T, 794.5 * _T, 18, 5,
         "H200 datasheet (141 GB, 4.8 TB/s, 989 TFLOPS dense BF16, 700 W); plain matmul as H100 "
         "SXM (same die, clocks and power limit)", 32000, plain_matmul_flops=797.5 * _T,
-        fp32_matmul_flops=51.34 * _T,  # the fp32 GEMM note above GPUS
+        fp32_matmul_flops=51.34 * _T,
         fp32_flops=67 * _T, tdp_w=700),  # H200 datasheet: FP32 67 TFLOPS
     GPU("b200", "blackwell", 100, 148, 180 * GiB, 8000 * GB, 2250 * _T, None, 18, 6,
         "NVIDIA HGX B200 datasheet (180 GB HBM3e per GPU in DGX B200, 8 TB/s, FP16/BF16 "
         "4.5 PFLOPS with sparsity = 2.25 dense, 1000 W, NVLink5 1.8 TB/s = 18 links)", 40000,
-        fp32_matmul_flops=66.24 * _T,  # the fp32 GEMM note above GPUS
+        fp32_matmul_flops=66.24 * _T,
         fp32_flops=80 * _T, tdp_w=1000),  # HGX B200 datasheet: FP32 80 TFLOPS
     GPU("l40s", "ada", 89, 142, 48 * GiB, 864 * GB, 362.05 * _T, None, 0, 4,
         "NVIDIA L40S datasheet (48 GB GDDR6, 864 GB/s, BF16 tensor 362.05 TFLOPS dense = half "
         "of 733 with sparsity, 350 W, no NVLink)", 9000,
-        fp32_matmul_flops=46.88 * _T,  # the fp32 GEMM note above GPUS
+        fp32_matmul_flops=46.88 * _T,
         fp32_flops=91.6 * _T, tdp_w=350),  # L40S datasheet: FP32 91.6 TFLOPS
     GPU("rtx6000-ada", "ada", 89, 142, 48 * GiB, 960 * GB, 364.2 * _T, None, 0, 4,
         "NVIDIA RTX 6000 Ada datasheet (48 GB GDDR6, 960 GB/s, 1457 FP8 TFLOPS with sparsity "
@@ -218,12 +219,12 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("rtx-pro-6000", "blackwell", 120, 188, 96 * GiB, 1792 * GB, 503.8 * _T, None, 0, 5,
         "NVIDIA RTX PRO 6000 Blackwell datasheet (96 GB GDDR7, 1792 GB/s, 4000 AI TOPS FP4 "
         "with sparsity = 503.8 dense FP16, 600 W Workstation Edition, no NVLink)", 8500,
-        fp32_matmul_flops=77.24 * _T,  # the fp32 GEMM note above GPUS
+        fp32_matmul_flops=77.24 * _T,
         fp32_flops=125 * _T, tdp_w=600),  # RTX PRO 6000 datasheet: FP32 125 TFLOPS
     GPU("rtx-a6000", "ampere", 86, 84, 48 * GiB, 768 * GB, 154.8 * _T, None, 4, 4,
         "NVIDIA RTX A6000 datasheet (48 GB GDDR6, 768 GB/s, 309.7 tensor TFLOPS with sparsity "
         "= 154.8 dense, 300 W, 2-way NVLink bridge 112.5 GB/s: link model ampere-ga102)", 4650,
-        fp32_matmul_flops=23.92 * _T,  # the fp32 GEMM note above GPUS
+        fp32_matmul_flops=23.92 * _T,
         fp32_flops=38.7 * _T, tdp_w=300),  # RTX A6000 datasheet: FP32 38.7 TFLOPS
     GPU("a40", "ampere", 86, 84, 48 * GiB, 696 * GB, 149.7 * _T, None, 4, 4,
         "NVIDIA A40 datasheet (48 GB GDDR6, 696 GB/s, BF16 tensor 149.7 TFLOPS dense = half of "
@@ -302,17 +303,13 @@ def from_device_name(name: str) -> tuple[str, float | None] | None:
     return None
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
-
-
 # The share of the spec FP32 rate an fp32 GEMM reaches, by compute capability: the median over
-# the catalog's cards of that generation whose fp32 GEMM is measured (an SM design with a second
-# FP32 path, sm86 / sm89 / sm120, reaches 0.5-0.7; the data-centre ones 0.77-0.98)
+# the catalog's cards of that generation whose fp32 GEMM is measured (an SM with a second FP32
+# path, sm86 / sm89 / sm120, reaches 0.5-0.7; the others 0.77-0.98)
 FP32_GEMM_SHARE: dict[int, float] = {
-    cc: _median([g.fp32_matmul_flops / g.fp32_flops for g in GPUS.values()
-                 if g.compute_capability == cc and g.fp32_matmul_flops and g.fp32_flops])
+    cc: statistics.median([g.fp32_matmul_flops / g.fp32_flops for g in GPUS.values()
+                           if g.compute_capability == cc and g.fp32_matmul_flops
+                           and g.fp32_flops])
     for cc in {g.compute_capability for g in GPUS.values() if g.fp32_matmul_flops}}
 
 
