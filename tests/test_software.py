@@ -222,6 +222,27 @@ def test_a_model_without_attention_names_no_attention(
     assert "attention" not in text and "fp32 cross-entropy, fp32, sgd" in text
 
 
+def test_a_t4_runs_at_its_power_capped_rate_and_emulates_bf16_at_its_own_measured_share(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from simulator.catalog.gpus import from_device_name, half_dtype_share
+
+    t4 = GPUS["t4"]
+    assert from_device_name("Tesla T4") == ("t4", None)
+    assert compute.matmul_rate(t4) == pytest.approx(24e12)  # sustained under 70 W
+    # its own measured bf16 share (5-6% of fp16), where a Turing card without one would take
+    # the median of the architecture's measured cards
+    assert half_dtype_share(t4, "bf16") == pytest.approx(0.056, abs=0.003)
+    assert half_dtype_share(t4, "bf16") < half_dtype_share(GPUS["rtx2080ti"], "bf16")
+    args = ["run", "-t", "1xt4-colab", "-w", "gpt2-medium", "--micro-batch", "2", "--json",
+            "--no-ranges"]
+    assert main([*args, "--precision", "fp16"]) == 0
+    fp16 = json.loads(capsys.readouterr().out)
+    assert main([*args, "--precision", "bf16"]) == 0
+    bf16 = json.loads(capsys.readouterr().out)
+    assert fp16["memory"]["capacity_bytes"] == 15 * 2**30
+    assert bf16["step_time_s"] > 5 * fp16["step_time_s"]
+
+
 def test_padded_batches_slow_an_sdpa_step_and_the_report_says_why(
         capsys: pytest.CaptureFixture[str]) -> None:
     args = ["run", "-t", "8xa100-nvswitch", "-w", "llama3.2-1b", "--gpus", "1", "--no-ranges",

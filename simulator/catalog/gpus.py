@@ -4,7 +4,6 @@ every number with its source. Bandwidths are bytes/s (1 GB/s = 1e9 B/s), memory 
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 from simulator.errors import InputError, quoted
@@ -85,25 +84,37 @@ _T = 1e12
 # bf16 tensor cores arrive with Ampere (sm80; NVIDIA A100 whitepaper: "BF16 ... new in A100");
 # below it PyTorch runs bf16 where it can emulate it (torch.cuda.is_bf16_supported
 # including_emulation) and cuBLAS multiplies bf16 on the CUDA cores, slower than its own fp32
-# GEMMs. The share of the fp16 tensor rate a bf16 GEMM gets there, measured as bf16 over fp16
-# TFLOPS of one 8192^3 torch.matmul run on one card (zzc0721/torch-performance-test-data,
-# PyTorch 2.7 with CUDA 12.8): RTX 2080 Ti 6.95 / 49.61 (issue 181, 2026-06-27; its fp32 11.52),
-# V100-SXM2-16GB 10.65 / 97.36 (issue 140, 2026-02-14; its fp32 14.38). Uncertain by about 2x
-# within an architecture: other Turing boards of that set measure 4.26 / 56.01 (TU104, issue
-# 90) and 4.82 / 53.86 (TITAN RTX, issue 127).
+# GEMMs. The share of the fp16 tensor rate a bf16 GEMM gets there, measured per card as bf16
+# over fp16 TFLOPS of one torch.matmul run (zzc0721/torch-performance-test-data, PyTorch 2.6-2.8):
+# RTX 2080 Ti 6.95 / 49.61 (issue 181, 8192^3; its fp32 11.52), V100-SXM2-16GB 10.65 / 97.36
+# (issue 140, 8192^3; its fp32 14.38), T4 2.46 / 41.91 and 2.27 / 42.71 (database.md: Colab,
+# Kaggle, best over the sizes). A card without its own takes its architecture's median, uncertain
+# by about 2x: Turing boards of that set run 0.054 (T4) to 0.14 (RTX 2080 Ti), TU104 4.26 / 56.01
+# (issue 90) and TITAN RTX 4.82 / 53.86 (issue 127) between.
 BF16_MIN_SM = 80
-BF16_EMULATED_SHARE = {"turing": 6.95 / 49.61, "volta": 10.65 / 97.36}
+BF16_EMULATED_SHARE = {"rtx2080ti": 6.95 / 49.61, "v100-sxm2": 10.65 / 97.36,
+                       "t4": (2.46 / 41.91 + 2.27 / 42.71) / 2}
+
+
+def median(values: list[float]) -> float:
+    """The middle value (the mean of the two middle ones of an even count), without importing
+    statistics (and its fractions and decimal) into every run."""
+    ordered = sorted(values)
+    return (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
 
 
 def half_dtype_share(card: GPU, precision: str) -> float:
     """The share of ``card``'s 16-bit tensor rate a job of ``precision`` gets: bf16 below
-    BF16_MIN_SM its architecture's emulated share (a card of another architecture there: its
-    FP32 CUDA-core rate's, an upper bound: every emulated bf16 GEMM above ran slower than
-    fp32), else all of it."""
+    BF16_MIN_SM the card's measured emulated share, else the median of its architecture's
+    measured cards (a card of an architecture without one: its FP32 CUDA-core rate's, an upper
+    bound: every emulated bf16 GEMM above ran slower than fp32); all of it otherwise."""
     if precision not in ("bf16", "pure-bf16") or card.compute_capability >= BF16_MIN_SM:
         return 1.0
-    if card.arch in BF16_EMULATED_SHARE:
-        return BF16_EMULATED_SHARE[card.arch]
+    if card.name in BF16_EMULATED_SHARE:
+        return BF16_EMULATED_SHARE[card.name]
+    kin = [share for name, share in BF16_EMULATED_SHARE.items() if GPUS[name].arch == card.arch]
+    if kin:
+        return median(kin)
     return card.fp32_flops / card.matmul_flops if card.fp32_flops else 1.0
 
 
@@ -136,6 +147,18 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
         line="geforce",
         fp32_matmul_flops=11.52 * _T,
         fp32_flops=13.4 * _T, tdp_w=250),  # Turing whitepaper: FP32 13.4 TFLOPS
+    # Tesla T4 (Colab's and Kaggle's GPU): under its 70 W cap a continuous GEMM runs at the
+    # clocks the power controller settles on, ~24 TFLOPS fp16 at 4096^3 over 100 iterations
+    # (NVIDIA developer forum "About GPU peak performance", 2023-08: "arising due to power
+    # capping ... expected behavior"), where a short benchmark reaches 41.9-42.7 (zzc0721
+    # database.md: Colab, Kaggle): a training step runs for seconds, at the sustained rate.
+    # 15 GiB: nvidia-smi's 15360 MiB with ECC on, as the clouds run it.
+    GPU("t4", "turing", 75, 40, 15 * GiB, 320 * GB, 65 * _T, None, 0, 3,
+        "NVIDIA T4 datasheet (FP16/FP32 mixed precision 65 TFLOPS, 16 GB GDDR6, 320 GB/s, "
+        "70 W, PCIe Gen3 x16, no NVLink); plain matmul: NVIDIA developer forum, 24 TFLOPS "
+        "sustained under the power cap", plain_matmul_flops=24 * _T,
+        fp32_matmul_flops=4.3 * _T,  # database.md: 4.17 (Colab), 4.43 (Kaggle)
+        fp32_flops=8.1 * _T, tdp_w=70),  # T4 datasheet: FP32 8.1 TFLOPS
     GPU("rtx3090", "ampere", 86, 82, 24 * GiB, 936 * GB, 71 * _T, None, 4, 4,
         "GA102 whitepaper (FP16/BF16 tensor FP32-acc 71 TFLOPS dense, 936 GB/s, 350 W)", 1499,
         line="geforce",
@@ -287,7 +310,7 @@ DEVICE_NAMES: tuple[tuple[str, str, float | None], ...] = (
     ("a800 80gb pcie", "a100-pcie-80gb", None), ("h100 80gb hbm3", "h100-sxm", None),
     ("h100 pcie", "h100-pcie", None), ("h100 nvl", "h100-nvl", None), ("h200", "h200", None),
     ("b200", "b200", None), ("l40s", "l40s", None), ("a40", "a40", None), ("l4", "l4", None),
-    ("v100-sxm2-16gb", "v100-sxm2", 16), ("v100-sxm2", "v100-sxm2", None),
+    ("v100-sxm2-16gb", "v100-sxm2", 16), ("v100-sxm2", "v100-sxm2", None), ("t4", "t4", None),
 )
 
 
@@ -307,9 +330,8 @@ def from_device_name(name: str) -> tuple[str, float | None] | None:
 # the catalog's cards of that generation whose fp32 GEMM is measured (an SM with a second FP32
 # path, sm86 / sm89 / sm120, reaches 0.5-0.7; the others 0.77-0.98)
 FP32_GEMM_SHARE: dict[int, float] = {
-    cc: statistics.median([g.fp32_matmul_flops / g.fp32_flops for g in GPUS.values()
-                           if g.compute_capability == cc and g.fp32_matmul_flops
-                           and g.fp32_flops])
+    cc: median([g.fp32_matmul_flops / g.fp32_flops for g in GPUS.values()
+                if g.compute_capability == cc and g.fp32_matmul_flops and g.fp32_flops])
     for cc in {g.compute_capability for g in GPUS.values() if g.fp32_matmul_flops}}
 
 

@@ -11,11 +11,10 @@ rate, others at the 16-bit tensor-core rate. Assumes one kernel has the GPU to i
 from __future__ import annotations
 
 import math
-import statistics
 from functools import cache
 
 from simulator.catalog import power
-from simulator.catalog.gpus import FP32_GEMM_SHARE, GPU, GPUS, achievable_memory_bandwidth
+from simulator.catalog.gpus import FP32_GEMM_SHARE, GPU, GPUS, achievable_memory_bandwidth, median
 from simulator.catalog.software import FLASH1_SLOWDOWN, FLASH2_MIN_SM
 from simulator.job.ops import Kernel, Op
 from simulator.job.workload import Job
@@ -80,8 +79,8 @@ TF32_PER_16BIT = 0.5  # TF32 tensor rate over the 16-bit (FP32-accumulate) one, 
 # backward 2335.2 / 613.4 and 2241.3 / 583.6 us (PR 467: B=384, M=197, K=88 and 80); their
 # median on every card from sm80 (assumption: the same kernel, TF32 at half the 16-bit rate
 # everywhere); before sm80 the CUDA cores' fp32 GEMM rate over the 16-bit one.
-FP32_ATTENTION_SLOWDOWN = statistics.median(
-    (5843.4 / 1679.2, 13157.7 / 3090.0, 2335.2 / 613.4, 2241.3 / 583.6))
+FP32_ATTENTION_SLOWDOWN = median(
+    [5843.4 / 1679.2, 13157.7 / 3090.0, 2335.2 / 613.4, 2241.3 / 583.6])
 TF32_MIN_SM = 80
 
 
@@ -134,8 +133,6 @@ def _derived_plain_rate(gpu: GPU) -> float | None:
 def plain_to_spec(line: str) -> float:
     """Median plain-matmul/spec ratio over catalog GPUs of one product line with a published
     (or MAMF-derived) rate."""
-    from statistics import median  # with fractions and decimal: only for a card lacking a rate
-
     ratios = [rate / g.matmul_flops for g in GPUS.values()
               if g.line == line and (rate := _derived_plain_rate(g)) is not None]
     return median(ratios)

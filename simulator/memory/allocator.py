@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simulator.catalog.gpus import median
 from simulator.job.workload import Job
 from simulator.memory.report import MOMENTS, Line, alive
 
@@ -71,23 +72,18 @@ EXPANDABLE_PAIRS = ((11179, 13252), (14212, 16698), (19281, 20804), (49029, 5497
                     (26520, 34680), (69632, 78332), (20880, 21184))
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
-
-
 def _quartiles(values: list[float]) -> tuple[float, float]:
     """The medians of the lower and the upper half (Tukey's hinges)."""
     ordered = sorted(values)
     half = (len(ordered) + 1) // 2
-    return _median(ordered[:half]), _median(ordered[-half:])
+    return median(ordered[:half]), median(ordered[-half:])
 
 
 _SHARES = {expandable: [r / a - 1 for a, r in pairs]
            for expandable, pairs in ((False, DEFAULT_PAIRS), (True, EXPANDABLE_PAIRS))}
 # reserved beyond allocated at a training peak, as a share of allocated: the pairs' median, and
 # the middle half of them (the range the reserved counter carries)
-OVERHEAD = {expandable: _median(shares) for expandable, shares in _SHARES.items()}
+OVERHEAD = {expandable: median(shares) for expandable, shares in _SHARES.items()}
 OVERHEAD_MIDDLE_HALF = {expandable: _quartiles(shares) for expandable, shares in _SHARES.items()}
 
 
