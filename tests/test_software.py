@@ -197,8 +197,7 @@ def test_an_fp32_run_reports_the_memory_efficient_kernel_and_a_flash_flag_is_one
     assert capsys.readouterr().err.strip() == (
         "stepsim run: error: --attention flash2: attention flash2 takes fp16 and bf16 only "
         "(flash-attn flash_api.cpp: \"FlashAttention only support fp16 and bf16 data type\"); "
-        "with --precision fp32 use attention sdpa (its memory-efficient kernel takes fp32) or "
-        "eager")
+        "an fp32 run takes attention sdpa (its memory-efficient kernel takes fp32) or eager")
 
 
 def test_an_error_about_a_flagged_training_key_names_the_flag_not_the_workload_line(

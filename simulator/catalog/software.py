@@ -297,9 +297,9 @@ def attention_kernel(impl: str, stack: Stack, *, padded: bool = False,
     runs its memory-efficient one, a flash-attn kernel is refused."""
     if fp32 and impl in HALF_ONLY:
         raise InputError(f"attention {impl} takes fp16 and bf16 only (flash-attn flash_api.cpp: "
-                         "\"FlashAttention only support fp16 and bf16 data type\"); with "
-                         "--precision fp32 use attention sdpa (its memory-efficient kernel "
-                         "takes fp32) or eager", key="training.attention")
+                         "\"FlashAttention only support fp16 and bf16 data type\"); an fp32 "
+                         "run takes attention sdpa (its memory-efficient kernel takes fp32) or "
+                         "eager", key="training.attention")
     if impl in ("flash", "flash2"):
         return "flash2"
     if impl == "sdpa":
