@@ -280,7 +280,8 @@ SINK_KERNELS = ("eager", "flash3")
 # flash_attn_triton.py, asserts the same) and sdpa's flash backend (sdp_utils.cpp
 # check_flash_attention's dtypes: half, bfloat16). sdpa's memory-efficient backend also takes
 # fp32, on every GPU (less_than_sm80_ and greater_than_or_equal_sm80_mem_efficient_dtypes).
-HALF_ONLY = ("flash", "flash1", "flash2", "flash3", "triton")
+FLASH_ATTN = ("flash", "flash1", "flash2", "flash3")  # the flash-attn package's CUDA kernels
+HALF_ONLY = (*FLASH_ATTN, "triton")
 HF_SDPA = (2, 1, 1)  # transformers utils/import_utils.py is_torch_sdpa_available: torch>=2.1.1
 FOUNDRY_NO_TRITON = (2, 2, 0)  # llm-foundry v0.7.0 (2024-03-26, torch>=2.2.1) removed triton
 
@@ -340,7 +341,7 @@ def attention_gpu_problem(impl: str, compute_capability: int, gpu: str, *,
                 f"kernels-community/vllm-flash-attn3; the {gpu} is sm{compute_capability}: "
                 "attention eager runs there")
     floor = FLASH1_MIN_SM if impl == "flash1" else FLASH2_MIN_SM
-    if impl in ("flash", "flash1", "flash2", "flash3") and compute_capability < floor:
+    if impl in FLASH_ATTN and compute_capability < floor:
         return (f"attention {impl} (the flash-attn package) needs sm{floor} or newer "
                 f"(flash-attention README); the {gpu} is sm{compute_capability}: attention sdpa "
                 "runs there (its memory-efficient kernel)")

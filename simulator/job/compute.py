@@ -238,15 +238,18 @@ def kernel_time(k: Kernel, gpu: GPU) -> float:
 def kernel_work_time(k: Kernel, gpu: GPU) -> float:
     """``kernel_time`` before the achieved-rate factor (``achieved``): the part a range's
     re-runs and a calibration's fraction leave unchanged."""
-    # fp32, and bf16 where the CUDA cores run it (half_dtype_share), at the benchmark's clock
-    tensor = 1.0 if k.element_bytes == 4 or gpu.half_dtype_share < 1 else sustained_share(gpu)
+    # fp32, and bf16 where the CUDA cores emulate it (half_dtype_share): at the benchmark's
+    # clock; an attention kernel given either multiplies in fp32 (fp32_attention_share: sdpa's
+    # math kernel upcasts bf16 below sm80, PyTorch >= 2.5, pytorch/pytorch PR 128922)
+    fp32 = k.element_bytes == 4 or gpu.half_dtype_share < 1
+    tensor = 1.0 if fp32 else sustained_share(gpu)
     dense_rate = fp32_rate(gpu) if k.element_bytes == 4 else matmul_rate(gpu)
     # cuDNN runs fp32 convolutions in TF32 on Ampere and later (PyTorch's default
     # torch.backends.cudnn.allow_tf32 = True): the tensor cores at half their 16-bit rate
     # (spec sheets: A100 156 / 312, H100 SXM 494.7 / 989.4, RTX 3090 35.6 / 71,
-    # RTX 4090 82.6 / 165.2, RTX 5090 104.8 / 209.5 TFLOPS dense). A GeForce card's TF32 rate
-    # equals its FP32 CUDA-core rate; a data-centre card's is 8x (A100) or 7.4x (H100) it.
-    tf32 = k.name.endswith("_tf32") and gpu.compute_capability >= 80
+    # RTX 4090 82.6 / 165.2, RTX 5090 104.8 / 209.5 TFLOPS dense): about 1.5x a GeForce card's
+    # measured fp32 GEMM rate, 6x an A100's.
+    tf32 = k.name.endswith("_tf32") and gpu.compute_capability >= TF32_MIN_SM
     if tf32 and k.kind == "gemm" and k.shape is not None:
         rate = gemm_rate(*k.shape, gpu, 2) * sustained_share(gpu) * TF32_PER_16BIT
     elif tf32 and k.kind == "dense":
@@ -256,9 +259,6 @@ def kernel_work_time(k: Kernel, gpu: GPU) -> float:
     elif k.kind in ("attention_fwd", "attention_bwd"):
         share = flash_efficiency(gpu, _flash_version(k), backward=k.kind == "attention_bwd",
                                  causal=k.name.endswith("_causal")) / _flash_slowdown(k, gpu)
-        # fp32 inputs; or bf16 below sm80, which sdpa's math kernel takes and upcasts to fp32
-        # (PyTorch >= 2.5: pytorch/pytorch PR 128922, allow_fp16_bf16_reduction_math_sdp off)
-        fp32 = k.element_bytes == 4 or gpu.half_dtype_share < 1
         dtype_share = fp32_attention_share(gpu) if fp32 else 1.0
         rate = gpu.matmul_flops * dtype_share * power.clock_share(gpu) * tensor * share
     elif k.kind == "dense":
