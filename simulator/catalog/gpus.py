@@ -58,6 +58,9 @@ class GPU:
     # the topology gives this card's own measured plain GEMM rate (matmul_tflops), which no
     # library table then scales
     own_matmul: bool = False
+    # the SM clock sustained tensor-core work holds at the default power limit, measured, over
+    # the clock the catalog's GEMM benchmark ran at (TENSOR_PER_FP32's note); None: not measured
+    sustained_clock_share: float | None = None
     # the share of the 16-bit tensor rate the job's 16-bit dtype gets, 1.0 in the catalog; only
     # Machine.for_job sets it: bf16 on a card without bf16 tensor cores (BF16_MIN_SM) runs its
     # matmuls on the CUDA cores
@@ -73,7 +76,10 @@ class GPU:
         """The clock sustained tensor-core work runs at, as a share of the clock a short GEMM
         benchmark reaches: a datasheet that rates its tensor peak below its FP32 peak's clock
         says so (module note on TENSOR_PER_FP32); 1.0 where the two clocks agree or the
-        per-clock ratio of the architecture is not known."""
+        per-clock ratio of the architecture is not known; a measured sustained clock
+        (``sustained_clock_share``) before either."""
+        if self.sustained_clock_share is not None:
+            return self.sustained_clock_share
         per_clock = TENSOR_PER_FP32.get(self.compute_capability)
         if per_clock is None or not self.fp32_flops:
             return 1.0
@@ -130,6 +136,18 @@ def half_dtype_share(card: GPU, precision: str) -> float:
 # the maximum clock before the power controller settles; a training step runs for seconds at
 # the rated one: 1830 / 1980 = 0.924 (PCIe 0.926, NVL 0.87 from their datasheets' pairs).
 TENSOR_PER_FP32: dict[int, float] = {80: 16.0, 90: 16.0}
+# Where the clock full tensor load holds at the power limit is measured, it is lower than the
+# datasheet's: GH100 at its 700 W limit "cannot reliably sustain a locked 1830 MHz", 1500 MHz
+# being "a more realistic sustained" one (H200 runners, tile-ai/TileOPs issue 1587,
+# 2026-06-16), and GEMMs overlapped with communication fell "from 1980MHz to 1575 MHz"
+# (deepseek-ai/DeepGEMM issue 120, 2025-06-25, the Hopper card not named). Neither is an H100
+# SXM itself: the same die at the same limit. Their mean over the 1980 MHz the benchmark runs
+# at: 0.78 (0.76-0.80 from the two; a lighter load holds more, up to the datasheet's 0.924).
+# The same gap shows on A100, whose catalog rate is already a sustained one (mli's
+# micro_bench.ipynb times each GEMM for at least 3 s, blocked_autorange(min_run_time=3): 230
+# TFLOPS) against 258.7 fp16 in zzc0721's 42 ms run on a later stack.
+GH100_SUSTAINED_MHZ = (1500 + 1575) / 2
+GH100_MAX_MHZ = 1980  # H100 SXM datasheet FP32 67 TFLOPS = 132 SMs x 256 x 1.98 GHz
 # GPU.fp32_matmul_flops: zzc0721/torch-performance-test-data (test.py: torch.matmul of square
 # fp32 matrices, 1024 to 10240), PyTorch 2.4-2.8: its issues' 8192 figure (V100-SXM2-16GB
 # issue 140, RTX 2080 Ti issue 181), else database.md's best over the sizes (the median card
@@ -209,7 +227,7 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
         "H100 datasheet (989 TFLOPS dense BF16, 3.35 TB/s, 18 NVLink4, 700 W); MAMF: stas00; "
         "plain matmul: zzc0721/torch-performance-test-data issue 79 (bf16 8192, PyTorch 2.7: "
         "797.5 TFLOPS)", 30000, plain_matmul_flops=797.5 * _T,
-        fp32_matmul_flops=52.11 * _T,
+        fp32_matmul_flops=52.11 * _T, sustained_clock_share=GH100_SUSTAINED_MHZ / GH100_MAX_MHZ,
         fp32_flops=67 * _T, tdp_w=700),  # H100 datasheet: FP32 67 TFLOPS
     GPU("h100-pcie", "hopper", 90, 114, 80 * GiB, 2000 * GB, 756 * _T, None, 12, 5,
         "H100 PCIe datasheet (756 TFLOPS dense BF16, 2.0 TB/s, 350 W); H100 PCIe product brief "
@@ -223,7 +241,7 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("h200", "hopper", 90, 132, 141 * 10**9, 4800 * GB, 989 * _T, 794.5 * _T, 18, 5,
         "H200 datasheet (141 GB, 4.8 TB/s, 989 TFLOPS dense BF16, 700 W); plain matmul as H100 "
         "SXM (same die, clocks and power limit)", 32000, plain_matmul_flops=797.5 * _T,
-        fp32_matmul_flops=51.34 * _T,
+        fp32_matmul_flops=51.34 * _T, sustained_clock_share=GH100_SUSTAINED_MHZ / GH100_MAX_MHZ,
         fp32_flops=67 * _T, tdp_w=700),  # H200 datasheet: FP32 67 TFLOPS
     GPU("b200", "blackwell", 100, 148, 180 * GiB, 8000 * GB, 2250 * _T, None, 18, 6,
         "NVIDIA HGX B200 datasheet (180 GB HBM3e per GPU in DGX B200, 8 TB/s, FP16/BF16 "

@@ -154,7 +154,8 @@ def _tensor_rate(gpu: GPU) -> float:
 
 def sustained_share(gpu: GPU) -> float:
     """Tensor-core work of a training step runs for seconds, not a benchmark's milliseconds:
-    at the clock the card's datasheet rates its tensor peak at (GPU.tensor_clock_share)."""
+    at the clock the card holds at its power limit, measured where published, else the one its
+    datasheet rates its tensor peak at (GPU.tensor_clock_share)."""
     return gpu.tensor_clock_share
 
 
