@@ -148,6 +148,7 @@ TENSOR_PER_FP32: dict[int, float] = {80: 16.0, 90: 16.0}
 # TFLOPS) against 258.7 fp16 in zzc0721's 42 ms run on a later stack.
 GH100_SUSTAINED_MHZ = (1500 + 1575) / 2
 GH100_MAX_MHZ = 1980  # H100 SXM datasheet FP32 67 TFLOPS = 132 SMs x 256 x 1.98 GHz
+GH100_SUSTAINED_SHARE = GH100_SUSTAINED_MHZ / GH100_MAX_MHZ
 # GPU.fp32_matmul_flops: zzc0721/torch-performance-test-data (test.py: torch.matmul of square
 # fp32 matrices, 1024 to 10240), PyTorch 2.4-2.8: its issues' 8192 figure (V100-SXM2-16GB
 # issue 140, RTX 2080 Ti issue 181), else database.md's best over the sizes (the median card
@@ -227,7 +228,7 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
         "H100 datasheet (989 TFLOPS dense BF16, 3.35 TB/s, 18 NVLink4, 700 W); MAMF: stas00; "
         "plain matmul: zzc0721/torch-performance-test-data issue 79 (bf16 8192, PyTorch 2.7: "
         "797.5 TFLOPS)", 30000, plain_matmul_flops=797.5 * _T,
-        fp32_matmul_flops=52.11 * _T, sustained_clock_share=GH100_SUSTAINED_MHZ / GH100_MAX_MHZ,
+        fp32_matmul_flops=52.11 * _T, sustained_clock_share=GH100_SUSTAINED_SHARE,
         fp32_flops=67 * _T, tdp_w=700),  # H100 datasheet: FP32 67 TFLOPS
     GPU("h100-pcie", "hopper", 90, 114, 80 * GiB, 2000 * GB, 756 * _T, None, 12, 5,
         "H100 PCIe datasheet (756 TFLOPS dense BF16, 2.0 TB/s, 350 W); H100 PCIe product brief "
@@ -241,7 +242,7 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("h200", "hopper", 90, 132, 141 * 10**9, 4800 * GB, 989 * _T, 794.5 * _T, 18, 5,
         "H200 datasheet (141 GB, 4.8 TB/s, 989 TFLOPS dense BF16, 700 W); plain matmul as H100 "
         "SXM (same die, clocks and power limit)", 32000, plain_matmul_flops=797.5 * _T,
-        fp32_matmul_flops=51.34 * _T, sustained_clock_share=GH100_SUSTAINED_MHZ / GH100_MAX_MHZ,
+        fp32_matmul_flops=51.34 * _T, sustained_clock_share=GH100_SUSTAINED_SHARE,
         fp32_flops=67 * _T, tdp_w=700),  # H200 datasheet: FP32 67 TFLOPS
     GPU("b200", "blackwell", 100, 148, 180 * GiB, 8000 * GB, 2250 * _T, None, 18, 6,
         "NVIDIA HGX B200 datasheet (180 GB HBM3e per GPU in DGX B200, 8 TB/s, FP16/BF16 "
