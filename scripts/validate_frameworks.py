@@ -87,6 +87,9 @@ RUNS: dict[str, dict[str, Any]] = {
            ("llama2-7b", "qlora", "-ddp", "b8", 8, 2048),
            ("llama2-7b", "lora", "-ddp", "b4", 4, 2048),
            ("yi-34b", "qlora", "", "b2", 2, 2048), ("yi-34b", "qlora-offload", "", "b4", 4, 2048))},
+    "answerdotai-2x3090-llama2-7b-qlora-wrap": {
+        "topology": str(TOPOLOGIES / "2x3090-pcie.yaml"), "workload": _w("fsdp-qlora-llama2-7b"),
+        "strategy": "fsdp", "micro_batch": 1, "seq_len": 512},
     # Hugging Face Trainer + DeepSpeed ZeRO-3 as gpjt's ds_config.json leaves it (DeepSpeed's
     # default buckets), padded batches with their mask
     **{f"gpjt-8xa100-llama3-8b-zero3-b{b}": {
@@ -130,6 +133,7 @@ def rows(data: dict[str, Any], row_type: Any, mechanism: Any) -> list[Any]:
     import progress_bar
 
     from simulator.api import RunSpec, simulate
+    from simulator.units import GiB
 
     out = []
     for point in data.get("frameworks", []):
@@ -156,6 +160,11 @@ def rows(data: dict[str, Any], row_type: Any, mechanism: Any) -> list[Any]:
         if "peak_memory_gib" in point:
             out.append(memory_row(row_type, point, setup.get("memory", "reserved"), gpus,
                                   result.memory, r["topology"]))
+        if "setup_reserved_gib" in point:  # the set-up's allocator, replayed (fsdp_wrap.py)
+            out.append(row_type(point["id"], "after wrap", gpus, None, "memory GiB",
+                                point["setup_reserved_gib"],
+                                result.memory["setup_reserved_bytes"] / GiB, None,
+                                r["topology"]))
         if "mfu" in point:
             out.append(row_type(point["id"], label, gpus, None, "MFU", point["mfu"], r["mfu"],
                                 None, r["topology"]))

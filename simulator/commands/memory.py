@@ -168,6 +168,11 @@ def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> s
                                       if x.pool == "idle" and api.alive(x, moment)))
         rows.append(f"{'':<12}{'':>8}  of which {idle / GiB:.2f} GiB idle in the allocator's cache "
                     f"(freed before it runs out of memory: not in the verdict): {why}")
+    if r.setup:  # the set-up's allocator replayed (memory/fsdp_wrap.py)
+        rows.append(f"{'set-up':<12}{'':>8}  after the FSDP wrap (sync_module_states): reserved "
+                    f"{r.setup[0] / GiB:.2f} GiB (torch.cuda.memory_reserved), allocated "
+                    f"{r.setup[1] / GiB:.2f} GiB: {(r.setup[0] - r.setup[1]) / GiB:.2f} GiB "
+                    "cached before the first step")
     if r.paged_bytes:  # a paged optimizer: managed memory beside the verdict
         rows += ["", f"{'paged':<12}{'GiB':>8}  what (CUDA managed memory, outside the verdict)"]
         rows += [f"{line.category:<12}{_gib(line.bytes)}  {line.label}"

@@ -720,6 +720,10 @@ class TrainingConfig(Frozen):
     # AnswerDotAI's fsdp_qlora train.py); HF's Trainer, torchtune and torchtitan drop it
     # before backward
     keeps_output: bool = False
+    # FSDP (FSDP1) built from rank 0's host copy with sync_module_states=True (fsdp_qlora's
+    # low_memory): the memory report replays the wrap through the caching allocator and gives
+    # what it leaves reserved before the first step (memory/fsdp_wrap.py)
+    sync_module_states: bool = False
     # torchtune's option of the same name: each parameter's optimizer step runs in its
     # post-accumulate-grad hook during backward and frees its gradient (one gradient alive)
     optimizer_in_bwd: bool = False

@@ -40,6 +40,7 @@ from simulator.job import optimizer as optim
 from simulator.job.checkpointing import job_shape
 from simulator.job.workload import Job
 from simulator.memo import IdentityMemo, Memo
+from simulator.memory import fsdp_wrap
 from simulator.memory import host as host_memory
 from simulator.memory.activations import StageShare, activation_lines, activations_per_token
 from simulator.memory.allocator import FRAGMENTATION, OVERHEAD_MIDDLE_HALF, cache_lines
@@ -460,13 +461,18 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
         notes.append("paged optimizer: states in CUDA managed memory are not in the verdict; "
                      "what the peak leaves free holds some, the rest lives in host RAM and "
                      "pages over the host link each step")
+    setup = None
+    if job.training.sync_module_states and strategy in ("fsdp", "ddp"):
+        # what the wrap leaves cached stays reserved into the step (fsdp_wrap.py)
+        wrap = fsdp_wrap.replay(job, dp, sharded=strategy == "fsdp", offload=offload == "params")
+        setup = (wrap.reserved, wrap.allocated)
     parameters, trainable = _parameter_counts(job)
     report = MemoryReport(strategy=strategy, world=world, tp=tp, dp=dp, micro_batch=b,
                           seq_len=job.seq_len, checkpointing=job.checkpointing,
                           parameters=parameters, trainable_parameters=trainable,
                           capacity_bytes=gpu.memory_bytes, lines=tuple(lines),
                           notes=tuple(notes), host_capacity_bytes=host_capacity_bytes,
-                          offload=offload)
+                          offload=offload, setup=setup)
     # the reserved counter again at the middle half of the published overheads (allocator.py)
     ends = [replace(report, lines=tuple(tensors + cache_lines(tensors, job, b, tp, stage, q)
                                         + driver)).peak_as("reserved")

@@ -102,6 +102,9 @@ class MemoryReport:
     # the reserved peak at the ends of the middle half of published allocator overheads
     # (allocator.py); None where nobody worked it out
     reserved_range: tuple[int, int] | None = None
+    # what the model's set-up leaves on the allocator before the first step, where it is
+    # replayed (fsdp_wrap.py: FSDP built with sync_module_states): (reserved, allocated)
+    setup: tuple[int, int] | None = None
 
     @property
     def paged_bytes(self) -> int:
@@ -226,6 +229,8 @@ class MemoryReport:
             **({"peak_reserved_range_bytes": list(self.reserved_range)}
                if self.reserved_range else {}),
             "peak_device_total_bytes": self.peak_as("total"),
+            **({"setup_reserved_bytes": self.setup[0], "setup_allocated_bytes": self.setup[1]}
+               if self.setup else {}),
             "timeline": self.timeline(),
             "fits": self.fits, "peak_phase": self.peak_phase,
             "host_peak_bytes": self.host_peak_bytes,
