@@ -153,9 +153,12 @@ def test_framework_memory_points_allocated_close_and_reserved_unbiased() -> None
 
     errors = _framework_rows()
     memory = {k[0]: e for k, e in errors.items() if k[1] == "memory GiB"}
+    setup = {k: e for k, e in memory.items() if k.endswith("-wrap")}
     reserved = {k: e for k, e in memory.items() if "reserved" in k or "torchtitan" in k}
-    allocated = {k: e for k, e in memory.items() if k not in reserved}
-    assert (len(allocated), len(reserved)) == (6, 11)
+    allocated = {k: e for k, e in memory.items() if k not in reserved and k not in setup}
+    assert (len(allocated), len(reserved), len(setup)) == (6, 11, 1)
+    # the set-up replayed through the allocator (fsdp_wrap.py): fsdp_qlora's logged 3.72 GiB
+    assert all(abs(e) <= 0.10 for e in setup.values()), setup
     assert all(abs(e) <= 0.05 for e in allocated.values()), allocated
     assert abs(statistics.median(reserved.values())) <= 0.05, reserved
     assert statistics.median(abs(e) for e in reserved.values()) <= 0.08, reserved
