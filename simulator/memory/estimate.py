@@ -462,7 +462,8 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                      "what the peak leaves free holds some, the rest lives in host RAM and "
                      "pages over the host link each step")
     setup = None
-    if job.training.sync_module_states and strategy in ("fsdp", "ddp"):
+    if (job.training.sync_module_states and strategy in ("fsdp", "ddp")
+            and len(job.params) <= fsdp_wrap.MAX_TENSORS):
         # what the wrap leaves cached stays reserved into the step (fsdp_wrap.py)
         wrap = fsdp_wrap.replay(job, dp, sharded=strategy == "fsdp", offload=offload == "params")
         setup = (wrap.reserved, wrap.allocated)

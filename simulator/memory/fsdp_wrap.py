@@ -37,6 +37,9 @@ from simulator.memory.caching_allocator import CachingAllocator
 BROADCAST_BUCKET = 250 * (1 << 20)  # _init_utils.py PARAM_BROADCAST_BUCKET_SIZE
 BROADCASTS_IN_FLIGHT = 2  # comm.cpp broadcast_coalesced: max_in_flight
 QUANT_BLOCK, NESTED_BLOCK = 64, 256  # bitsandbytes blocksize and the double quant's
+# the replay makes a few allocations per parameter tensor: past this many tensors (a 70B Llama
+# has 723, with LoRA 2,963) the set-up is not replayed, so no model file can make it unbounded
+MAX_TENSORS = 100_000
 
 
 @dataclass(frozen=True)
