@@ -143,6 +143,9 @@ BAD = [
      "expected a list of layer indices"),
     ("a negative count", "tinyllama-1.1b-chat", {"num_hidden_layers": -3}, "num_hidden_layers",
      "must be at least 1"),
+    # checked before a per-layer list is built from it (phi-3's sliding window: every layer)
+    ("a billion layers", "phi-3-mini-4k", {"num_hidden_layers": 1e9}, "num_hidden_layers",
+     "must be at most 4,096"),
     ("an overflowing vocabulary", "tinyllama-1.1b-chat", {"vocab_size": 1e400}, "vocab_size",
      "Infinity is not a number JSON allows"),
     ("an encoder-decoder", "tinyllama-1.1b-chat", {"model_type": "t5"}, "model_type",

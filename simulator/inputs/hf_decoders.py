@@ -43,6 +43,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.inputs.jsonfile import JsonDoc, Loc
+from simulator.inputs.schema import MAX_LAYERS
 
 Fields = dict[str, tuple[Any, Loc]]  # ModelConfig key -> (value, the config key it came from)
 
@@ -103,7 +104,7 @@ def fields(doc: JsonDoc, model_type: str, base: Loc = ()) -> Fields:
         at("attention_bias"), (bool,), model_type == "gpt_oss")
     out: Fields = {
         "family": ("llama", at("model_type")),
-        "layers": (_int(doc, at("num_hidden_layers")), at("num_hidden_layers")),
+        "layers": (_layers(doc, at("num_hidden_layers")), at("num_hidden_layers")),
         "hidden": (hidden, at("hidden_size")), "heads": (heads, at("num_attention_heads")),
         "kv_heads": (doc.positive_int(at("num_key_value_heads"), heads),
                      at("num_key_value_heads")),
@@ -177,7 +178,7 @@ def _moe(doc: JsonDoc, model_type: str, base: Loc) -> dict[str, Any]:
     def at(key: str) -> Loc:
         return (*base, key)
 
-    layers = _int(doc, at("num_hidden_layers"))
+    layers = _layers(doc, at("num_hidden_layers"))
     experts = _int(doc, at(_experts_key(model_type)))
     top_k = _int(doc, at("num_experts_per_tok"))
     if model_type in ("mixtral", "gpt_oss"):  # each expert intermediate_size wide
@@ -230,6 +231,15 @@ def _count(doc: JsonDoc, loc: Loc) -> int:
     if value < 0:
         raise doc.error(loc, f"must be at least 0, got {value}")
     return int(value)
+
+
+def _layers(doc: JsonDoc, loc: Loc) -> int:
+    """The layer count, bounded before any per-layer list is built from it (the schema's
+    bound, which the model block checks only after)."""
+    value = _int(doc, loc)
+    if value > MAX_LAYERS:
+        raise doc.error(loc, f"must be at most {MAX_LAYERS:,}, got {value:,}")
+    return value
 
 
 def _int(doc: JsonDoc, loc: Loc) -> int:
