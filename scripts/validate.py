@@ -611,7 +611,8 @@ def render(rows: list[Row]) -> str:
             memory = any(r.quantity == "memory GiB" for r in ranged)
             lines.append(f"{len(inside)} of {len(ranged)} points fall inside their simulated "
                          "ranges (simulator/api/ranges.py"
-                         + ("; reserved memory: simulator/memory/allocator.py)" if memory else ")"))
+                         + ("; reserved memory: simulator/memory/allocator.py, "
+                            "step_replay.py)" if memory else ")"))
     return "\n".join(lines)
 
 

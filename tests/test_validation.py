@@ -144,11 +144,11 @@ def _framework_rows() -> dict[tuple[str, str], float]:
     return {(r.id, r.quantity): r.error for r in rows}
 
 
-def test_framework_memory_points_allocated_close_and_reserved_unbiased() -> None:
+def test_framework_memory_points_allocated_close_and_reserved_within_ten_percent() -> None:
     """Allocated peaks (torchtune's three, its 4090 QLoRA, fsdp_qlora's two batch-1 LoRA runs)
-    within 5%; reserved peaks (torchtitan, fsdp_qlora's ten on two 3090s) rest on a published
-    median overhead (allocator.py, interquartile 12-36%): unbiased, typically within 8%, none
-    beyond 16%."""
+    within 5%; reserved peaks within 10%: fsdp_qlora's ten on two 3090s from a replay of its
+    allocator after the wrap (step_replay.py), torchtitan's from the published median overhead
+    (allocator.py); fsdp_qlora's logged set-up (fsdp_wrap.py) within 10%."""
     import statistics
 
     errors = _framework_rows()
@@ -160,9 +160,8 @@ def test_framework_memory_points_allocated_close_and_reserved_unbiased() -> None
     # the set-up replayed through the allocator (fsdp_wrap.py): fsdp_qlora's logged 3.72 GiB
     assert all(abs(e) <= 0.10 for e in setup.values()), setup
     assert all(abs(e) <= 0.05 for e in allocated.values()), allocated
-    assert abs(statistics.median(reserved.values())) <= 0.05, reserved
     assert statistics.median(abs(e) for e in reserved.values()) <= 0.08, reserved
-    assert all(abs(e) <= 0.16 for e in reserved.values()), reserved
+    assert all(abs(e) <= 0.10 for e in reserved.values()), reserved
 
 
 def test_torchtune_eager_and_compiled_throughput_within_ten_percent() -> None:
@@ -201,20 +200,18 @@ def test_offloaded_fsdp_throughput_is_within_ten_percent_of_every_published_run(
 # - torchtune README (70B full, 8 x A100, CPU offload): its "peak memory" is the allocated
 #   peak, the model's exact tensors: 10%.
 # - AnswerDotAI fsdp_qlora benchmarks_03_2024.md, dual 4090: peak *reserved* memory of runs
-#   whose batch was raised until the card was nearly full. The model's reserved counter is the
-#   allocated peak plus the median overhead of published training peaks (23%,
-#   simulator/memory/allocator.py), whose middle half (12-36%) spans -9% to +11% of a reserved
-#   figure; what else the allocator keeps is each run's history (validation/offload.yaml). QLoRA
-#   rows 15%, LoRA and 70B rows 20%.
+#   whose batch was raised until the card was nearly full, from a replay of the caching
+#   allocator over the FSDP wrap and the steps after it (simulator/memory/step_replay.py),
+#   which leaves out the kernels' own temporaries: 10%.
 # - IST-DASLab/llmq 4090x4.md: DeepSpeed's host memory in use after the optimizer's setup
 #   (the whole machine's): 10%.
 OFFLOAD_MEMORY_TOLERANCE = {
     ("torchtune-8xa100-llama3.1-70b-full-offload", "allocated pea"): 0.10,
-    ("answerdotai-2x4090-llama2-7b-qlora-offload", "reserved peak"): 0.15,
-    ("answerdotai-2x4090-llama2-7b-qlora", "reserved peak"): 0.15,
-    ("answerdotai-2x4090-llama2-7b-lora-offload", "reserved peak"): 0.20,
-    ("answerdotai-2x4090-llama2-7b-lora", "reserved peak"): 0.20,
-    ("answerdotai-2x4090-llama2-70b-qlora-offload", "reserved peak"): 0.20,
+    ("answerdotai-2x4090-llama2-7b-qlora-offload", "reserved peak"): 0.10,
+    ("answerdotai-2x4090-llama2-7b-qlora", "reserved peak"): 0.10,
+    ("answerdotai-2x4090-llama2-7b-lora-offload", "reserved peak"): 0.10,
+    ("answerdotai-2x4090-llama2-7b-lora", "reserved peak"): 0.10,
+    ("answerdotai-2x4090-llama2-70b-qlora-offload", "reserved peak"): 0.10,
     ("llmq-4x4090-qwen2.5-14b-zero3-offload", "host RAM"): 0.10,
 }
 

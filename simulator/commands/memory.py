@@ -155,8 +155,10 @@ def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> s
     for other, words in api.MOMENTS.items():
         if other != phase:
             rows.append(f"{'':<12}{_gib(r.phase_total(other))}  at the {words}")
-    spread = (f" ({r.reserved_range[0] / GiB:.2f}-{r.reserved_range[1] / GiB:.2f}: the middle "
-              "half of published runs' allocator overheads)" if r.reserved_range else "")
+    basis = ("a replay of the allocator, with its spread on published peaks"
+             if r.reserved_replayed else "the middle half of published runs' allocator overheads")
+    spread = (f" ({r.reserved_range[0] / GiB:.2f}-{r.reserved_range[1] / GiB:.2f}: {basis})"
+              if r.reserved_range else "")
     rows.append(f"{'counters':<12}{'':>8}  peak allocated {r.peak_as('allocated') / GiB:.2f} "
                 f"GiB (torch.cuda.max_memory_allocated), reserved "
                 f"{r.peak_as('reserved') / GiB:.2f} GiB{spread} (max_memory_reserved), device "

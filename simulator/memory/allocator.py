@@ -104,9 +104,12 @@ def idle_logit_bytes(job: Job) -> float:
 
 
 def cache_lines(lines: list[Line], job: Job, b: int, tp: int,
-                stage: StageShare | None = None, share: float | None = None) -> list[Line]:
+                stage: StageShare | None = None, share: float | None = None,
+                replayed: dict[str, int] | None = None) -> list[Line]:
     """The allocator's cached-but-free blocks at each moment of the step, beside ``lines``;
-    ``share``: what the step reserves beyond its tensors (default: the published median)."""
+    ``share``: what the step reserves beyond its tensors (default: the published median);
+    ``replayed``: the reserved figure at each moment from a replay (step_replay.py), which
+    then stands for the median."""
     out = []
     heads = 1 if stage is None else stage.heads_in_flight
     idle = idle_logit_bytes(job)
@@ -124,6 +127,13 @@ def cache_lines(lines: list[Line], job: Job, b: int, tp: int,
                         pool="cache"))
         explained = FRAGMENTATION * tensors + sum(x.bytes for x in out if x.pool == "idle"
                                                   and alive(x, moment))
+        if replayed is not None:
+            if replayed[moment] > tensors + explained:
+                out.append(Line("other", "allocator: blocks cached, replayed over the FSDP "
+                                "wrap and three steps (memory/step_replay.py)",
+                                replayed[moment] - tensors - explained, f"only:{moment}",
+                                pool="idle"))
+            continue
         if share * tensors > explained:
             out.append(Line("other", f"allocator: blocks cached beyond the tensors (published "
                             f"training peaks, {mode}: reserved {share:.0%} above allocated)",

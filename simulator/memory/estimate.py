@@ -40,7 +40,7 @@ from simulator.job import optimizer as optim
 from simulator.job.checkpointing import job_shape
 from simulator.job.workload import Job
 from simulator.memo import IdentityMemo, Memo
-from simulator.memory import fsdp_wrap
+from simulator.memory import fsdp_wrap, step_replay
 from simulator.memory import host as host_memory
 from simulator.memory.activations import StageShare, activation_lines, activations_per_token
 from simulator.memory.allocator import FRAGMENTATION, OVERHEAD_MIDDLE_HALF, cache_lines
@@ -444,7 +444,12 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
     if offload != "none":  # host.py: what moves to host RAM
         lines = host_memory.offload_lines(lines, job, strategy, offload, dp, tp)
     tensors, driver = lines, _reserve_lines(dp, tp, nccl_channels, pp)
-    lines = tensors + cache_lines(tensors, job, b, tp, stage) + driver  # allocator.py: the cache
+    replayed = None  # fsdp_qlora's kind of job: its allocator replayed (step_replay.py)
+    if stage is None and tp == 1 and step_replay.applies(job, strategy):
+        room = gpu.memory_bytes - sum(x.bytes for x in driver)  # what cudaMalloc can take
+        replayed = step_replay.reserved_by_moment(job, strategy, dp, b,
+                                                  offload=offload == "params", capacity=room)
+    lines = tensors + cache_lines(tensors, job, b, tp, stage, replayed=replayed) + driver
     notes = [f"recipe: {r.description}",
              "peak = the largest moment of the step: the loss's backward (activations and "
              "logits), a block's backward (activations and its recompute), the end of backward "
@@ -474,6 +479,11 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                           capacity_bytes=gpu.memory_bytes, lines=tuple(lines),
                           notes=tuple(notes), host_capacity_bytes=host_capacity_bytes,
                           offload=offload, setup=setup)
+    if replayed is not None:  # the replay's own spread on published peaks (step_replay.py)
+        peak = report.peak_as("reserved")
+        return replace(report, reserved_replayed=True,
+                       reserved_range=(int(peak * (1 - step_replay.SPREAD)),
+                                       int(min(peak * (1 + step_replay.SPREAD), gpu.memory_bytes))))
     # the reserved counter again at the middle half of the published overheads (allocator.py)
     ends = [replace(report, lines=tuple(tensors + cache_lines(tensors, job, b, tp, stage, q)
                                         + driver)).peak_as("reserved")

@@ -84,6 +84,13 @@ def _buckets(sizes: list[int]) -> list[int]:
 def replay(job: Job, ranks: int, *, sharded: bool, offload: bool) -> WrapMemory:
     """Rank 0's reserved and allocated bytes after the wrap over ``ranks`` ranks."""
     alloc = CachingAllocator()
+    build(alloc, job, ranks, sharded=sharded, offload=offload)
+    return WrapMemory(alloc.reserved, alloc.allocated)
+
+
+def build(alloc: CachingAllocator, job: Job, ranks: int, *, sharded: bool,
+          offload: bool) -> None:
+    """The wrap's allocations and frees on rank 0's allocator."""
     e = job.activation_bytes  # fsdp_qlora casts the model to the compute dtype first
     for p in job.params:
         if p.quantized:  # quant_state.absmax (uint8) and its own fp32 absmax
@@ -108,4 +115,3 @@ def replay(job: Job, ranks: int, *, sharded: bool, offload: bool) -> WrapMemory:
             flat = shard
         if offload:
             alloc.free(flat)
-    return WrapMemory(alloc.reserved, alloc.allocated)

@@ -105,6 +105,8 @@ class MemoryReport:
     # what the model's set-up leaves on the allocator before the first step, where it is
     # replayed (fsdp_wrap.py: FSDP built with sync_module_states): (reserved, allocated)
     setup: tuple[int, int] | None = None
+    # the reserved counter from a replay of the allocator (step_replay.py), not the median
+    reserved_replayed: bool = False
 
     @property
     def paged_bytes(self) -> int:
@@ -228,6 +230,7 @@ class MemoryReport:
             "peak_reserved_bytes": self.peak_as("reserved"),
             **({"peak_reserved_range_bytes": list(self.reserved_range)}
                if self.reserved_range else {}),
+            "peak_reserved_from": "replay" if self.reserved_replayed else "published median",
             "peak_device_total_bytes": self.peak_as("total"),
             **({"setup_reserved_bytes": self.setup[0], "setup_allocated_bytes": self.setup[1]}
                if self.setup else {}),

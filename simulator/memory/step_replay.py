@@ -1,0 +1,200 @@
+"""The reserved memory of training steps that follow FSDP1's wrap, replayed through the caching
+allocator (caching_allocator.py) after the wrap (fsdp_wrap.py), as a loop that resets the peak
+counters after the wrap reports it (AnswerDotAI/fsdp_qlora train.py:
+``torch.cuda.reset_peak_memory_stats`` before the epoch, ``max_memory_reserved`` after).
+
+Three steps run, so the peak includes what each step leaves cached for the next; the reserved
+figure at each moment of the report (report.py MOMENTS) is the last step's. The tensors are the
+ones the memory lines count, each allocated and freed where the step makes and drops it, and
+the temporaries of the layers that dominate them:
+
+- FSDP1 all-gathers each unit into a buffer on its unshard stream (a pool of its own: the
+  compute stream's cached blocks never serve it), at most two units in flight
+  (``limit_all_gathers``); the root unit stays gathered from the forward to the end of backward
+  (_runtime_utils.py: the root is not resharded after forward). With CPU offload the unit's
+  shard is first copied to the GPU on the same stream. NO_SHARD gathers nothing.
+- Forward under full checkpointing (torch.utils.checkpoint, no grad inside): each layer keeps
+  its input; its MLP's gate and up outputs, the activation and the product come and go
+  (transformers models/llama/modeling_llama.py LlamaMLP), as do PEFT's dropout copy of a LoRA
+  layer's input (peft/tuners/lora/layer.py Linear.forward) and QLoRA's dequantised weights
+  (bitsandbytes MatMul4Bit: one per layer, freed after its GEMM).
+- The head: the LM head's logits, the fp32 copy (in the model's forward under transformers <
+  4.46, else in the loss), the shifted contiguous copy and log_softmax's saved output; the loss's
+  backward: nll's zero-filled gradient, log_softmax_backward's output, the slice's zero-padded
+  gradient and the cast back (loss.py).
+- Backward, layer by layer from the last: the layer's forward again with its saved tensors
+  (checkpointing.saved_tensors), the gradients of the MLP's three ffn-wide tensors and of q, k
+  and v, the dequantised weights again (MatMul4Bit.backward), the input gradient; then the
+  saved tensors and the layer's input are freed.
+- The trainable parameters' gradients, and Adam's two states created by the first step.
+
+What it leaves out: the kernels' own workspaces and the smaller temporaries of norms, rotary
+and attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simulator.job import checkpointing as ckpt
+from simulator.job.modules import ParamTensor
+from simulator.job.workload import Job
+from simulator.memory import fsdp_wrap
+from simulator.memory.caching_allocator import CachingAllocator
+
+STEPS = 3  # steps replayed: each leaves the next its cache
+# The range the reserved counter carries: 10% either side, the span of the replay's errors on
+# fsdp_qlora's fifteen published reserved peaks (-8.9% to +9.1%: validation/frameworks.yaml,
+# offload.yaml); most come out low, as the temporaries it leaves out would make them
+SPREAD = 0.10
+LONG = 8  # bytes of an int64 (input ids, labels)
+
+
+@dataclass
+class _Trace:
+    """Named tensors over the allocator."""
+
+    alloc: CachingAllocator
+    held: dict[str, int] = field(default_factory=dict)
+
+    def make(self, name: str, nbytes: float, stream: str = "default") -> None:
+        self.held[name] = self.alloc.malloc(int(nbytes), stream)
+
+    def drop(self, *names: str) -> None:
+        for name in names:
+            if name in self.held:
+                self.alloc.free(self.held.pop(name))
+
+
+def applies(job: Job, strategy: str) -> bool:
+    """Whether the step can be replayed: fsdp_qlora's kind of job (FSDP1 built with
+    sync_module_states, a decoder, full checkpointing, an eager fp32 cross-entropy)."""
+    return (job.training.sync_module_states and strategy in ("fsdp", "ddp")
+            and job.arch is not None and not job.arch.encoder and job.checkpointing == "full"
+            and job.recipe.cross_entropy == "fp32" and not job.recipe.loss_compiled
+            and len(job.params) <= fsdp_wrap.MAX_TENSORS)
+
+
+def _layer_units(job: Job) -> list[list[list[ParamTensor]]]:
+    """Each decoder layer's units (its adapters' and its own), from the wrap's order."""
+    out: list[list[list[ParamTensor]]] = [[]]
+    for unit in fsdp_wrap.units(job)[:-1]:
+        out[-1].append(unit)
+        if not unit[0].trainable:
+            out.append([])
+    return [units for units in out if units]
+
+
+def reserved_by_moment(job: Job, strategy: str, ranks: int, micro_batch: int, *,
+                       offload: bool, capacity: float) -> dict[str, int]:
+    """``torch.cuda.max_memory_reserved`` at each moment of the last of STEPS steps, counted
+    from after the wrap; ``capacity``: what cudaMalloc can take on the card."""
+    sharded = strategy == "fsdp" and ranks > 1
+    alloc = CachingAllocator(capacity=capacity)
+    fsdp_wrap.build(alloc, job, ranks, sharded=sharded, offload=offload)
+    alloc.reset_peak()
+    t = _Trace(alloc)
+    moments: dict[str, int] = {}
+    for step in range(STEPS):
+        _step(t, job, ranks, micro_batch, sharded=sharded, offload=offload,
+              first=step == 0, moments=moments)
+    return moments
+
+
+def _step(t: _Trace, job: Job, ranks: int, b: int, *, sharded: bool, offload: bool,
+          first: bool, moments: dict[str, int]) -> None:
+    a, e = job.arch, job.activation_bytes
+    assert a is not None
+    tokens = b * job.seq_len
+    h, f, logits = tokens * a.hidden * e, tokens * a.ffn_hidden * e, tokens * a.vocab
+    layers = _layer_units(job)
+    root = fsdp_wrap.units(job)[-1]
+    saved = ckpt.saved_tensors(job)
+    quantized = [p.numel * e for p in job.params if p.quantized and p.block == 0]
+    lora = any(p.trainable for p in job.params if p.block == 0)
+
+    def gather(name: str, unit: list[ParamTensor]) -> None:
+        full = sum(fsdp_wrap.tensor_bytes(p, e) for p in unit)
+        if offload:  # the shard's copy to the GPU, then the all-gather from it
+            t.make(f"{name}.local", full / ranks, "unshard")
+        if sharded or offload:
+            t.make(name, full, "unshard")
+        t.drop(f"{name}.local")
+
+    def dequantise() -> None:  # MatMul4Bit: each 4-bit weight in 16 bits for its GEMM
+        for nbytes in quantized:
+            t.make("dequantised", nbytes)
+            t.drop("dequantised")
+
+    t.make("input_ids", tokens * LONG)
+    t.make("labels", tokens * LONG)
+    gather("root", root)
+    t.make("x0", h)  # the embeddings' output: the first layer's checkpointed input
+    for i, units in enumerate(layers):  # forward, no grad inside each checkpointed layer
+        for j, unit in enumerate(units):
+            gather(f"u{i}.{j}", unit)
+        t.make("gate", f)
+        t.make("up", f)
+        t.make("act", f)
+        t.drop("gate")
+        t.make("product", f)
+        t.drop("up", "act")
+        if lora:  # the dropout copy of the down projection's input, with its mask
+            t.make("dropped", f * (e + 1) / e)
+        dequantise()
+        t.drop("dropped", "product")
+        t.make(f"x{i + 1}", h)
+        t.drop(*(f"u{i}.{j}" for j in range(len(units))))
+    head = job.output_logit_bytes  # 4: the model's forward upcast them (transformers < 4.46)
+    t.make("norm_out", h)
+    t.make("logits16", logits * e)
+    t.make("logits32", logits * 4)
+    if head != 4:
+        t.drop("logits16")
+    t.make("shifted", logits * 4)  # logits[..., :-1, :].contiguous()
+    t.make("log_probs", logits * 4)
+    t.drop("shifted")
+    if head == 4:
+        t.drop("logits16")
+    t.make("nll_grad", logits * 4)
+    t.make("log_softmax_grad", logits * 4)
+    moments["loss_backward"] = t.alloc.peak_reserved
+    t.drop("nll_grad", "log_probs")
+    t.make("slice_grad", logits * 4)
+    t.drop("log_softmax_grad")
+    t.make("logits_grad", logits * e)
+    t.drop("slice_grad")
+    t.make("grad", h)
+    t.drop("logits_grad", "norm_out")
+    if not head:  # the loop drops its output before backward
+        t.drop("logits32")
+    for i in reversed(range(len(layers))):
+        for j, unit in enumerate(layers[i]):
+            gather(f"u{i}.{j}", unit)
+        for k, (per_token, _) in enumerate(saved.values()):  # the layer's forward again
+            t.make(f"saved{k}", per_token * tokens)
+        for name in ("grad_product", "grad_up", "grad_gate"):
+            t.make(name, f)
+        dequantise()
+        t.drop("grad_product", "grad_up", "grad_gate")
+        for name in ("grad_q", "grad_k", "grad_v"):
+            t.make(name, h)
+        t.drop("grad_q", "grad_k", "grad_v")
+        if i == 0:  # the first block's backward
+            moments["backward"] = t.alloc.peak_reserved
+        t.make("grad_in", h)
+        t.drop(*(f"saved{k}" for k in range(len(saved))), "grad", f"x{i + 1}")
+        t.held["grad"] = t.held.pop("grad_in")
+        t.drop(*(f"u{i}.{j}" for j in range(len(layers[i]))))
+    t.drop("grad", "x0", "root", "input_ids", "labels")
+    trainable = [p.numel * e / (ranks if sharded else 1) for p in job.params if p.trainable]
+    if first:  # gradients, kept as .grad, and Adam's states made by the first step
+        for k, nbytes in enumerate(trainable):
+            t.make(f"param_grad{k}", nbytes)
+    moments["backward_end"] = t.alloc.peak_reserved
+    if first:
+        for k, nbytes in enumerate(trainable):
+            t.make(f"exp_avg{k}", nbytes)
+            t.make(f"exp_avg_sq{k}", nbytes)
+    moments["step"] = t.alloc.peak_reserved
+    t.drop("logits32")  # the loop's `output = None` after the step
