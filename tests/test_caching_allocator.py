@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.api.spec import RunSpec, job_of
-from simulator.memory import fsdp_wrap
+from simulator.memory import fsdp_wrap, step_replay
 from simulator.memory.caching_allocator import CachingAllocator, round_size, segment_size
 
 MiB = 1 << 20
@@ -97,10 +97,17 @@ def test_fsdp_qlora_units_put_each_adapter_before_its_layer_and_the_root_last(ql
     assert sum(len(u) for u in units) == len(qlora_7b.params)
 
 
+def _wrap(job, *, sharded: bool, offload: bool) -> fsdp_wrap.WrapMemory:
+    replay = step_replay.replay(job, "fsdp" if sharded else "ddp", 2, 1, offload=offload,
+                                capacity=float("inf"))
+    assert replay is not None
+    return replay.setup
+
+
 def test_the_wrap_keeps_the_shards_and_caches_what_building_them_freed(qlora_7b):
-    sharded = fsdp_wrap.replay(qlora_7b, 2, sharded=True, offload=False)
-    whole = fsdp_wrap.replay(qlora_7b, 2, sharded=False, offload=False)
-    offloaded = fsdp_wrap.replay(qlora_7b, 2, sharded=True, offload=True)
+    sharded = _wrap(qlora_7b, sharded=True, offload=False)
+    whole = _wrap(qlora_7b, sharded=False, offload=False)
+    offloaded = _wrap(qlora_7b, sharded=True, offload=True)
     flat = sum(fsdp_wrap.tensor_bytes(p, 2) for p in qlora_7b.params)
     # rank 0 keeps its half of every flat parameter (and the quantisation constants)
     assert flat / 2 < sharded.allocated < flat / 2 * 1.1

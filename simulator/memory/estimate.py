@@ -40,8 +40,8 @@ from simulator.job import optimizer as optim
 from simulator.job.checkpointing import job_shape
 from simulator.job.workload import Job
 from simulator.memo import IdentityMemo, Memo
-from simulator.memory import fsdp_wrap, step_replay
 from simulator.memory import host as host_memory
+from simulator.memory import step_replay
 from simulator.memory.activations import StageShare, activation_lines, activations_per_token
 from simulator.memory.allocator import FRAGMENTATION, OVERHEAD_MIDDLE_HALF, cache_lines
 from simulator.memory.report import CATEGORIES, MOMENTS, Line, MemoryReport, alive
@@ -444,11 +444,11 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
     if offload != "none":  # host.py: what moves to host RAM
         lines = host_memory.offload_lines(lines, job, strategy, offload, dp, tp)
     tensors, driver = lines, _reserve_lines(dp, tp, nccl_channels, pp)
-    replayed = None  # fsdp_qlora's kind of job: its allocator replayed (step_replay.py)
-    if stage is None and tp == 1 and step_replay.applies(job, strategy):
-        room = gpu.memory_bytes - sum(x.bytes for x in driver)  # what cudaMalloc can take
-        replayed = step_replay.reserved_by_moment(job, strategy, dp, b,
-                                                  offload=offload == "params", capacity=room)
+    # a job built as fsdp_qlora builds it: its allocator replayed (step_replay.py)
+    room = gpu.memory_bytes - sum(x.bytes for x in driver)  # what cudaMalloc can take
+    replay = (step_replay.replay(job, strategy, dp, b, offload=offload == "params",
+                                 capacity=room) if stage is None and tp == 1 else None)
+    replayed = replay.reserved if replay else None
     lines = tensors + cache_lines(tensors, job, b, tp, stage, replayed=replayed) + driver
     notes = [f"recipe: {r.description}",
              "peak = the largest moment of the step: the loss's backward (activations and "
@@ -466,12 +466,7 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
         notes.append("paged optimizer: states in CUDA managed memory are not in the verdict; "
                      "what the peak leaves free holds some, the rest lives in host RAM and "
                      "pages over the host link each step")
-    setup = None
-    if (job.training.sync_module_states and strategy in ("fsdp", "ddp")
-            and len(job.params) <= fsdp_wrap.MAX_TENSORS):
-        # what the wrap leaves cached stays reserved into the step (fsdp_wrap.py)
-        wrap = fsdp_wrap.replay(job, dp, sharded=strategy == "fsdp", offload=offload == "params")
-        setup = (wrap.reserved, wrap.allocated)
+    setup = (replay.setup.reserved, replay.setup.allocated) if replay else None
     parameters, trainable = _parameter_counts(job)
     report = MemoryReport(strategy=strategy, world=world, tp=tp, dp=dp, micro_batch=b,
                           seq_len=job.seq_len, checkpointing=job.checkpointing,

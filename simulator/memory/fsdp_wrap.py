@@ -81,13 +81,6 @@ def _buckets(sizes: list[int]) -> list[int]:
     return out + ([current] if current else [])
 
 
-def replay(job: Job, ranks: int, *, sharded: bool, offload: bool) -> WrapMemory:
-    """Rank 0's reserved and allocated bytes after the wrap over ``ranks`` ranks."""
-    alloc = CachingAllocator()
-    build(alloc, job, ranks, sharded=sharded, offload=offload)
-    return WrapMemory(alloc.reserved, alloc.allocated)
-
-
 def build(alloc: CachingAllocator, job: Job, ranks: int, *, sharded: bool,
           offload: bool) -> None:
     """The wrap's allocations and frees on rank 0's allocator."""

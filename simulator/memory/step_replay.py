@@ -66,13 +66,43 @@ class _Trace:
                 self.alloc.free(self.held.pop(name))
 
 
-def applies(job: Job, strategy: str) -> bool:
-    """Whether the step can be replayed: fsdp_qlora's kind of job (FSDP1 built with
-    sync_module_states, a decoder, full checkpointing, an eager fp32 cross-entropy)."""
-    return (job.training.sync_module_states and strategy in ("fsdp", "ddp")
-            and job.arch is not None and not job.arch.encoder and job.checkpointing == "full"
-            and job.recipe.cross_entropy == "fp32" and not job.recipe.loss_compiled
-            and len(job.params) <= fsdp_wrap.MAX_TENSORS)
+@dataclass(frozen=True)
+class Replay:
+    """Rank 0's allocator after the wrap, and through the steps where they are replayed."""
+
+    setup: fsdp_wrap.WrapMemory
+    # torch.cuda.max_memory_reserved at each moment (report.py MOMENTS) of the last step,
+    # counted from after the wrap; None where the step is not replayed
+    reserved: dict[str, int] | None
+
+
+def _steps_apply(job: Job) -> bool:
+    """fsdp_qlora's kind of step: a decoder, full checkpointing, an eager fp32 cross-entropy."""
+    return (job.arch is not None and not job.arch.encoder and job.checkpointing == "full"
+            and job.recipe.cross_entropy == "fp32" and not job.recipe.loss_compiled)
+
+
+def replay(job: Job, strategy: str, ranks: int, micro_batch: int, *, offload: bool,
+           capacity: float) -> Replay | None:
+    """The wrap and STEPS steps on rank 0's allocator, for a job built with
+    ``sync_module_states`` under ``fsdp`` (FULL_SHARD) or ``ddp`` (NO_SHARD) over ``ranks``;
+    ``capacity``: what cudaMalloc can take on the card. None for any other job."""
+    if not (job.training.sync_module_states and strategy in ("fsdp", "ddp")
+            and len(job.params) <= fsdp_wrap.MAX_TENSORS):
+        return None
+    sharded = strategy == "fsdp" and ranks > 1
+    alloc = CachingAllocator(capacity=capacity)
+    fsdp_wrap.build(alloc, job, ranks, sharded=sharded, offload=offload)
+    setup = fsdp_wrap.WrapMemory(alloc.reserved, alloc.allocated)
+    if not _steps_apply(job):
+        return Replay(setup, None)
+    alloc.reset_peak()
+    t = _Trace(alloc)
+    moments: dict[str, int] = {}
+    for step in range(STEPS):
+        _step(t, job, ranks, micro_batch, sharded=sharded, offload=offload,
+              first=step == 0, moments=moments)
+    return Replay(setup, moments)
 
 
 def _layer_units(job: Job) -> list[list[list[ParamTensor]]]:
@@ -83,22 +113,6 @@ def _layer_units(job: Job) -> list[list[list[ParamTensor]]]:
         if not unit[0].trainable:
             out.append([])
     return [units for units in out if units]
-
-
-def reserved_by_moment(job: Job, strategy: str, ranks: int, micro_batch: int, *,
-                       offload: bool, capacity: float) -> dict[str, int]:
-    """``torch.cuda.max_memory_reserved`` at each moment of the last of STEPS steps, counted
-    from after the wrap; ``capacity``: what cudaMalloc can take on the card."""
-    sharded = strategy == "fsdp" and ranks > 1
-    alloc = CachingAllocator(capacity=capacity)
-    fsdp_wrap.build(alloc, job, ranks, sharded=sharded, offload=offload)
-    alloc.reset_peak()
-    t = _Trace(alloc)
-    moments: dict[str, int] = {}
-    for step in range(STEPS):
-        _step(t, job, ranks, micro_batch, sharded=sharded, offload=offload,
-              first=step == 0, moments=moments)
-    return moments
 
 
 def _step(t: _Trace, job: Job, ranks: int, b: int, *, sharded: bool, offload: bool,
