@@ -112,7 +112,7 @@ def cache_lines(lines: list[Line], job: Job, b: int, tp: int,
     then stands for the median."""
     out = []
     heads = 1 if stage is None else stage.heads_in_flight
-    idle = idle_logit_bytes(job)
+    idle = idle_logit_bytes(job) if replayed is None else 0.0  # a replay has its own logits
     if idle and heads and job.arch is not None:
         logits = b * job.seq_len * job.arch.vocab / tp * heads
         out.append(Line("other", f"allocator: the LM head's {idle:g}-byte logits, freed by the "
