@@ -144,3 +144,17 @@ def test_a_replayed_step_reserves_alike_at_512_and_2048_tokens():
     median = _lora_7b(2048, sync_module_states=False)
     assert not median.reserved_replayed and median.setup is None
     assert median.peak_as("reserved") > 1.1 * long.peak_as("reserved")
+
+
+def test_full_fine_tuning_wraps_each_decoder_layer_whole():
+    """fsdp_qlora's policy for full fine-tuning is the transformer policy alone: one unit per
+    decoder layer, trainable weights and all, and the root."""
+    from simulator.inputs.config import load_workload
+    from simulator.job.workload import Job
+
+    cfg = load_workload("validation/workloads/fsdp-lora-llama2-7b.yaml").with_training(
+        finetune="full", lora=None)
+    job = Job.from_config(cfg)
+    units = fsdp_wrap.units(job)
+    assert len(units) == job.arch.layers + 1
+    assert [u[0].block for u in units[:-1]] == list(range(job.arch.layers))

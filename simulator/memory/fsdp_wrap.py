@@ -18,9 +18,10 @@ _flat_param.py (torch 2.2) build it:
    (``orig_storage._resize_(0)``); with CPU offload the shard then moves to host memory
    (``flat_param_to(cpu)``). Under ``NO_SHARD`` the flat parameter stays whole.
 
-The units are fsdp_qlora's policy (train.py ``get_wrapping_policy``): every leaf layer with a
-trainable weight (each LoRA A and B) is a unit of its own, every decoder layer a unit, the
-root keeps the embeddings, the final norm and the head. QLoRA's quantisation constants
+The units are fsdp_qlora's policy (train.py ``get_wrapping_policy``): under LoRA and QLoRA every
+leaf layer with a trainable weight (each LoRA A and B) is a unit of its own; every decoder
+layer is a unit (for full fine-tuning the only policy); the root keeps the embeddings, the
+final norm and the head. QLoRA's quantisation constants
 (absmax and the double-quant state, numel / 64 + numel / 16384 x 4 bytes per weight) stay on
 the GPU from loading, outside the flat parameters. ``torch.cuda.memory_reserved`` after the
 wrap is what fsdp_qlora logs as ``reserved_after_model_wrap``.
@@ -60,8 +61,10 @@ def units(job: Job) -> list[list[ParamTensor]]:
     out = []
     for block in range(layers):
         params = [job.params[i] for i in job.block_params(block)]
-        out += [[p] for p in params if p.trainable]
-        out.append([p for p in params if not p.trainable])
+        if job.finetune != "full":  # the lambda policy: each trainable leaf layer on its own
+            out += [[p] for p in params if p.trainable]
+            params = [p for p in params if not p.trainable]
+        out.append(params)
     out.append([p for p in job.params if not 0 <= p.block < layers])
     return [u for u in out if u]
 
