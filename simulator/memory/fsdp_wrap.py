@@ -11,7 +11,12 @@ _flat_param.py (torch 2.2) build it:
 2. ``_sync_module_params_and_buffers``: ``dist._broadcast_coalesced`` in buckets of
    PARAM_BROADCAST_BUCKET_SIZE (250 MiB; a bucket closes once it reaches the size,
    torch/csrc/distributed/c10d/reducer.cpp ``compute_bucket_assignment_by_size``), each
-   flattened into a buffer of its own, two in flight (comm.cpp ``broadcast_coalesced``);
+   flattened into a buffer of its own, two in flight (comm.cpp ``broadcast_coalesced``). The
+   buffers are freed once copied back, but ProcessGroupNCCL records them on its stream
+   (``recordStream``), so the allocator hands them out again only when that stream's event has
+   completed (``process_events``): not to this unit's flat parameter and shard, queued right
+   behind the broadcast, and, as assumed here, by the time the next unit's weights have come
+   over the host link (a copy about as long as the broadcast);
 3. ``flatten_tensors``: the unit's parameters concatenated into the flat parameter
    (``use_orig_params=False``: no alignment padding), then the originals freed;
 4. ``FlatParamHandle.shard``: rank 0's chunk cloned and the unsharded storage freed
@@ -92,16 +97,19 @@ def build(alloc: CachingAllocator, job: Job, ranks: int, *, sharded: bool,
         if p.quantized:  # quant_state.absmax (uint8) and its own fp32 absmax
             alloc.malloc(p.numel // QUANT_BLOCK)
             alloc.malloc(p.numel // (QUANT_BLOCK * NESTED_BLOCK) * 4)
+    broadcast: list[int] = []  # buffers the NCCL stream may still be reading
     for unit in units(job):
         sizes = [tensor_bytes(p, e) for p in unit]
         originals = [alloc.malloc(s) for s in sizes]
+        for handle in broadcast:  # the last unit's broadcast is done by now
+            alloc.free(handle)
+        broadcast = []
         in_flight: list[int] = []
         for bucket in _buckets(sizes):
             in_flight.append(alloc.malloc(bucket))
             if len(in_flight) > BROADCASTS_IN_FLIGHT:
-                alloc.free(in_flight.pop(0))
-        for handle in in_flight:
-            alloc.free(handle)
+                broadcast.append(in_flight.pop(0))
+        broadcast += in_flight
         flat = alloc.malloc(sum(sizes))
         for handle in originals:
             alloc.free(handle)
@@ -111,3 +119,5 @@ def build(alloc: CachingAllocator, job: Job, ranks: int, *, sharded: bool,
             flat = shard
         if offload:
             alloc.free(flat)
+    for handle in broadcast:
+        alloc.free(handle)
