@@ -43,6 +43,9 @@ RUNS: dict[str, dict[str, Any]] = {
         **_WORKSTATION, "workload": _w("fsdp-qlora-yi-34b"), "offload": "params",
         "micro_batch": 4},
     "answerdotai-2x4090-yi-34b-qlora": {**_WORKSTATION, "workload": _w("fsdp-qlora-yi-34b")},
+    **{f"answerdotai-2x4090-mistral-7b-qlora-offload-c{seq}": {
+        **_WORKSTATION, "workload": _w("fsdp-qlora-mistral-7b"), "offload": "params",
+        "micro_batch": batch, "seq_len": seq} for batch, seq in ((12, 2048), (1, 24576))},
     "torchtune-8xa100-llama3.1-70b-full-offload": {
         "topology": "8xa100-nvswitch", "workload": _w("torchtune-llama3.1-70b"),
         "strategy": "fsdp", "offload": "params", "memory": "allocated"},
@@ -61,8 +64,8 @@ for _size, _micro, _accum in (("7b", 32, 16), ("14b", 20, 26)):
     RUNS[f"llmq-1x4090-qwen2.5-{_size}-zero3-offload"] = {
         **_LLMQ, "gpus": 1, "workload": _w(f"llamafactory-qwen2.5-{_size}"),
         "micro_batch": _micro, "grad_accum": _accum}
-_SPEC_KEYS = ("gpus", "micro_batch", "grad_accum", "offload", "pin_memory", "pp", "schedule",
-              "zero_overlap_comm")
+_SPEC_KEYS = ("gpus", "micro_batch", "seq_len", "grad_accum", "offload", "pin_memory", "pp",
+              "schedule", "zero_overlap_comm")
 
 
 def load() -> list[dict[str, Any]]:

@@ -46,7 +46,7 @@ from simulator.memory.caching_allocator import CachingAllocator
 
 STEPS = 3  # steps replayed: each leaves the next its cache
 # The range the reserved counter carries: 10% either side, the span of the replay's errors on
-# fsdp_qlora's fifteen published reserved peaks (-7.5% to +8.8%: validation/frameworks.yaml,
+# fsdp_qlora's seventeen published reserved peaks (-7.5% to +8.8%: validation/frameworks.yaml,
 # offload.yaml); most come out low, as the temporaries it leaves out would make them
 SPREAD = 0.10
 LONG = 8  # bytes of an int64 (input ids, labels)
