@@ -158,3 +158,14 @@ def test_full_fine_tuning_wraps_each_decoder_layer_whole():
     units = fsdp_wrap.units(job)
     assert len(units) == job.arch.layers + 1
     assert [u[0].block for u in units[:-1]] == list(range(job.arch.layers))
+
+
+def test_a_segment_freed_whole_is_released_once_the_card_is_full_and_only_then():
+    a = CachingAllocator(capacity=100 * MiB)
+    a.free(a.malloc(30 * MiB))
+    kept = a.malloc(30 * MiB)  # reuses the cached block: nothing new
+    assert a.reserved == 30 * MiB
+    a.free(a.malloc(40 * MiB))  # 70 MiB: still room
+    a.malloc(50 * MiB)  # 120 > 100: the free 40 MiB segment goes, the held 30 MiB stays
+    assert a.reserved == 80 * MiB
+    a.free(kept)

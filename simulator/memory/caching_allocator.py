@@ -76,6 +76,7 @@ class CachingAllocator:
     _free: list[tuple[str, bool, int, int, int]] = field(default_factory=list)
     _blocks: dict[tuple[str, bool, int, int, int], _Block] = field(default_factory=dict)
     _segments: dict[int, int] = field(default_factory=dict)  # segment id -> its size
+    _whole: dict[int, tuple[str, bool, int, int, int]] = field(default_factory=dict)  # free
     _handles: dict[int, _Block] = field(default_factory=dict)
     _next_id: int = 0
 
@@ -149,10 +150,8 @@ class CachingAllocator:
 
     def _release_cached(self) -> None:
         """``release_cached_blocks``: free every segment no tensor holds a part of."""
-        whole = [k for k in self._free
-                 if (b := self._blocks[k]).prev is None and b.next is None]
-        for k in whole:
-            block = self._blocks[k]
+        for key in list(self._whole.values()):
+            block = self._blocks[key]
             self._uncache(block)
             self.reserved -= self._segments.pop(block.segment)
 
@@ -160,8 +159,11 @@ class CachingAllocator:
         key = block.key()
         bisect.insort(self._free, key)
         self._blocks[key] = block
+        if block.prev is None and block.next is None:  # a whole segment, free
+            self._whole[block.segment] = key
 
     def _uncache(self, block: _Block) -> None:
         key = block.key()
         self._free.pop(bisect.bisect_left(self._free, key))
         del self._blocks[key]
+        self._whole.pop(block.segment, None)  # a segment with a whole free block has no other

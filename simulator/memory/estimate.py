@@ -476,9 +476,9 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                           offload=offload, setup=setup)
     if replayed is not None:  # the replay's own spread on published peaks (step_replay.py)
         peak = report.peak_as("reserved")
+        top = min(peak * (1 + step_replay.SPREAD), max(gpu.memory_bytes, peak))  # the card's
         return replace(report, reserved_replayed=True,
-                       reserved_range=(int(peak * (1 - step_replay.SPREAD)),
-                                       int(min(peak * (1 + step_replay.SPREAD), gpu.memory_bytes))))
+                       reserved_range=(int(peak * (1 - step_replay.SPREAD)), int(top)))
     # the reserved counter again at the middle half of the published overheads (allocator.py)
     ends = [replace(report, lines=tuple(tensors + cache_lines(tensors, job, b, tp, stage, q)
                                         + driver)).peak_as("reserved")

@@ -43,9 +43,10 @@ from simulator.memory.caching_allocator import CachingAllocator
 BROADCAST_BUCKET = 250 * (1 << 20)  # _init_utils.py PARAM_BROADCAST_BUCKET_SIZE
 BROADCASTS_IN_FLIGHT = 2  # comm.cpp broadcast_coalesced: max_in_flight
 QUANT_BLOCK, NESTED_BLOCK = 64, 256  # bitsandbytes blocksize and the double quant's
-# the replay makes a few allocations per parameter tensor: past this many tensors (a 70B Llama
-# has 723, with LoRA 2,963) the set-up is not replayed, so no model file can make it unbounded
-MAX_TENSORS = 100_000
+# the replay makes a few allocations per parameter tensor and per layer: past this many tensors
+# (Llama 3.1 405B with LoRA on every linear layer has about 2,900) it is not replayed, so no
+# model file can make it take more than a few seconds (the reserved figure is then the median)
+MAX_TENSORS = 20_000
 
 
 @dataclass(frozen=True)
