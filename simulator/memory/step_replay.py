@@ -9,10 +9,15 @@ ones the memory lines count, each allocated and freed where the step makes and d
 the temporaries of the layers that dominate them:
 
 - FSDP1 all-gathers each unit into a buffer on its unshard stream (a pool of its own: the
-  compute stream's cached blocks never serve it), at most two units in flight
-  (``limit_all_gathers``); the root unit stays gathered from the forward to the end of backward
-  (_runtime_utils.py: the root is not resharded after forward). With CPU offload the unit's
-  shard is first copied to the GPU on the same stream. NO_SHARD gathers nothing.
+  compute stream's cached blocks never serve it). A unit's buffer, freed after its forward (or
+  backward), comes back to the pool only once the GPU is past that work; with
+  ``limit_all_gathers`` the CPU, running ahead, waits before each all-gather for the oldest of
+  the two frees in flight (_runtime_utils.py ``_unshard``, ``_FreeEventQueue``), so a new
+  unit's buffer can reuse the one freed two units before, not the last. A layer's own unit
+  runs before its adapters' (its pre-forward hook fires first) and is freed after them. The
+  root unit stays gathered from the forward to the end of backward (_runtime_utils.py: the
+  root is not resharded after forward). With CPU offload the unit's shard is first copied to
+  the GPU on the same stream. NO_SHARD gathers nothing.
 - Forward under full checkpointing (torch.utils.checkpoint, no grad inside): each layer keeps
   its input; its MLP's gate and up outputs, the activation and the product come and go
   (transformers models/llama/modeling_llama.py LlamaMLP), as do PEFT's dropout copy of a LoRA
@@ -36,6 +41,7 @@ and attention.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from simulator.job import checkpointing as ckpt
@@ -45,8 +51,9 @@ from simulator.memory import fsdp_wrap
 from simulator.memory.caching_allocator import CachingAllocator
 
 STEPS = 3  # steps replayed: each leaves the next its cache
+IN_FLIGHT = 2  # torch/distributed/fsdp/_limiter_utils.py _max_num_inflight_all_gathers
 # The range the reserved counter carries: 10% either side, the span of the replay's errors on
-# fsdp_qlora's seventeen published reserved peaks (-7.5% to +8.8%: validation/frameworks.yaml,
+# fsdp_qlora's seventeen published reserved peaks (-6.4% to +9.3%: validation/frameworks.yaml,
 # offload.yaml); most come out low, as the temporaries it leaves out would make them
 SPREAD = 0.10
 LONG = 8  # bytes of an int64 (input ids, labels)
@@ -112,7 +119,8 @@ def _layer_units(job: Job) -> list[list[list[ParamTensor]]]:
     out: dict[int, list[list[ParamTensor]]] = {}
     for unit in fsdp_wrap.units(job)[:-1]:
         out.setdefault(unit[0].block, []).append(unit)
-    return list(out.values())
+    # the layer's own unit runs first (its pre-forward hook fires before its children's)
+    return [units[-1:] + units[:-1] for units in out.values()]
 
 
 def _step(t: _Trace, job: Job, ranks: int, b: int, *, sharded: bool, offload: bool,
@@ -128,6 +136,8 @@ def _step(t: _Trace, job: Job, ranks: int, b: int, *, sharded: bool, offload: bo
     lora = any(p.trainable for p in job.params if p.block == 0)
 
     def gather(name: str, unit: list[ParamTensor]) -> None:
+        if len(resharded) >= IN_FLIGHT:  # the rate limiter waits for the oldest free
+            t.alloc.free(resharded.popleft())
         full = sum(fsdp_wrap.tensor_bytes(p, e) for p in unit)
         if offload:  # the shard's copy to the GPU, then the all-gather from it
             t.make(f"{name}.local", full / ranks, "unshard")
@@ -135,11 +145,15 @@ def _step(t: _Trace, job: Job, ranks: int, b: int, *, sharded: bool, offload: bo
             t.make(name, full, "unshard")
         t.drop(f"{name}.local")
 
+    def reshard(*names: str) -> None:  # freed, but reusable only once the GPU is past it
+        resharded.extend(t.held.pop(name) for name in names if name in t.held)
+
     def dequantise() -> None:  # MatMul4Bit: each 4-bit weight in 16 bits for its GEMM
         for nbytes in quantized:
             t.make("dequantised", nbytes)
             t.drop("dequantised")
 
+    resharded: deque[int] = deque()  # the allocator's handles of buffers freed in flight
     t.make("input_ids", tokens * LONG)
     t.make("labels", tokens * LONG)
     gather("root", root)
@@ -158,7 +172,7 @@ def _step(t: _Trace, job: Job, ranks: int, b: int, *, sharded: bool, offload: bo
         dequantise()
         t.drop("dropped", "product")
         t.make(f"x{i + 1}", h)
-        t.drop(*(f"u{i}.{j}" for j in range(len(units))))
+        reshard(*(f"u{i}.{j}" for j in [*range(1, len(units)), 0]))  # the layer's last
     head = job.output_logit_bytes  # 4: the model's forward upcast them (transformers < 4.46)
     t.make("norm_out", h)
     t.make("logits16", logits * e)
@@ -204,8 +218,10 @@ def _step(t: _Trace, job: Job, ranks: int, b: int, *, sharded: bool, offload: bo
         t.make("grad_in", h)
         t.drop(*(f"saved{k}" for k in range(len(saved))), "grad", f"x{i + 1}")
         t.held["grad"] = t.held.pop("grad_in")
-        t.drop(*(f"u{i}.{j}" for j in range(len(layers[i]))))
+        reshard(*(f"u{i}.{j}" for j in [*range(1, len(layers[i])), 0]))
     t.drop("grad", "x0", "root", "input_ids", "labels")
+    while resharded:  # loss.item() waits for the GPU: every free has landed
+        t.alloc.free(resharded.popleft())
     trainable = [p.numel * e / (ranks if sharded else 1) for p in job.params if p.trainable]
     if first:  # gradients, kept as .grad, and Adam's states made by the first step
         for k, nbytes in enumerate(trainable):
