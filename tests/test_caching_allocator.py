@@ -169,3 +169,21 @@ def test_a_segment_freed_whole_is_released_once_the_card_is_full_and_only_then()
     a.malloc(50 * MiB)  # 120 > 100: the free 40 MiB segment goes, the held 30 MiB stays
     assert a.reserved == 80 * MiB
     a.free(kept)
+
+
+def test_fsdp1_all_gathers_keep_two_layer_buffers_and_the_root_on_their_own_stream():
+    """limit_all_gathers lets two frees be in flight: a layer's all-gather buffer is reused two
+    units later, so the all-gather stream's pool holds two layers' buffers beside the root's
+    (kept gathered through the step), and the compute stream's cache never serves them."""
+    r = _lora_7b(512)
+    pools = dict(r.reserved_streams)
+    layer = sum(fsdp_wrap.tensor_bytes(p, 2) for p in fsdp_wrap.units(_job_7b_lora())[12])
+    root = sum(fsdp_wrap.tensor_bytes(p, 2) for p in fsdp_wrap.units(_job_7b_lora())[-1])
+    assert 2 * layer + root <= pools["unshard"] < 2 * layer + root + 100 * MiB
+    assert pools["default"] > r.setup[0]  # the wrap's cache, and what the steps added
+
+
+def _job_7b_lora():
+    return job_of(RunSpec("validation/topologies/2x3090-pcie.yaml",
+                          "validation/workloads/fsdp-lora-llama2-7b.yaml", "fsdp",
+                          micro_batch=1, seq_len=512))

@@ -175,6 +175,12 @@ def render(report: api.MemoryReport, out: dict[str, Any], hints: list[str]) -> s
                     f"{r.setup[0] / GiB:.2f} GiB (torch.cuda.memory_reserved), allocated "
                     f"{r.setup[1] / GiB:.2f} GiB: {(r.setup[0] - r.setup[1]) / GiB:.2f} GiB "
                     "cached before the first step")
+    if r.reserved_streams:  # the replay's pools: a stream reuses only its own blocks
+        named = {"default": "compute", "unshard": "FSDP's all-gathers",
+                 "post_backward": "its reduce-scatters"}
+        pools = ", ".join(f"{named.get(name, name)} {size / GiB:.2f} GiB"
+                          for name, size in r.reserved_streams)
+        rows.append(f"{'by stream':<12}{'':>8}  after the steps, each stream's own pool: {pools}")
     if r.paged_bytes:  # a paged optimizer: managed memory beside the verdict
         rows += ["", f"{'paged':<12}{'GiB':>8}  what (CUDA managed memory, outside the verdict)"]
         rows += [f"{line.category:<12}{_gib(line.bytes)}  {line.label}"

@@ -75,7 +75,7 @@ class CachingAllocator:
     peak_allocated: int = 0
     _free: list[tuple[str, bool, int, int, int]] = field(default_factory=list)
     _blocks: dict[tuple[str, bool, int, int, int], _Block] = field(default_factory=dict)
-    _segments: dict[int, int] = field(default_factory=dict)  # segment id -> its size
+    _segments: dict[int, tuple[int, str]] = field(default_factory=dict)  # id -> size, stream
     _whole: dict[int, tuple[str, bool, int, int, int]] = field(default_factory=dict)  # free
     _handles: dict[int, _Block] = field(default_factory=dict)
     _next_id: int = 0
@@ -125,6 +125,13 @@ class CachingAllocator:
         """``torch.cuda.reset_peak_memory_stats``: the peaks restart from now."""
         self.peak_reserved, self.peak_allocated = self.reserved, self.allocated
 
+    def reserved_by_stream(self) -> dict[str, int]:
+        """The segments' sum per stream: each stream's pool."""
+        out: dict[str, int] = {}
+        for size, stream in self._segments.values():
+            out[stream] = out.get(stream, 0) + size
+        return out
+
     @property
     def cached(self) -> int:
         """Bytes reserved but held by no tensor."""
@@ -143,7 +150,7 @@ class CachingAllocator:
         if self.reserved + want > self.capacity:
             self._release_cached()
         self._next_id += 1
-        self._segments[self._next_id] = want
+        self._segments[self._next_id] = (want, stream)
         self.reserved += want
         self.peak_reserved = max(self.peak_reserved, self.reserved)
         return _Block(self._next_id, 0, want, stream, small)
@@ -153,7 +160,7 @@ class CachingAllocator:
         for key in list(self._whole.values()):
             block = self._blocks[key]
             self._uncache(block)
-            self.reserved -= self._segments.pop(block.segment)
+            self.reserved -= self._segments.pop(block.segment)[0]
 
     def _cache(self, block: _Block) -> None:
         key = block.key()

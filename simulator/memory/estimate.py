@@ -473,7 +473,8 @@ def estimate(job: Job, gpu: GPU, strategy: str, *, world: int, tp: int = 1,
                           parameters=parameters, trainable_parameters=trainable,
                           capacity_bytes=gpu.memory_bytes, lines=tuple(lines),
                           notes=tuple(notes), host_capacity_bytes=host_capacity_bytes,
-                          offload=offload, setup=setup)
+                          offload=offload, setup=setup,
+                          reserved_streams=tuple(replay.streams.items()) if replay else ())
     if replayed is not None:  # the replay's own spread on published peaks (step_replay.py)
         peak = report.peak_as("reserved")
         top = min(peak * (1 + step_replay.SPREAD), max(gpu.memory_bytes, peak))  # the card's

@@ -107,6 +107,8 @@ class MemoryReport:
     setup: tuple[int, int] | None = None
     # the reserved counter from a replay of the allocator (step_replay.py), not the median
     reserved_replayed: bool = False
+    # the replay's pools by stream after its steps: (stream, bytes)
+    reserved_streams: tuple[tuple[str, int], ...] = ()
 
     @property
     def paged_bytes(self) -> int:
@@ -234,6 +236,8 @@ class MemoryReport:
             "peak_device_total_bytes": self.peak_as("total"),
             **({"setup_reserved_bytes": self.setup[0], "setup_allocated_bytes": self.setup[1]}
                if self.setup else {}),
+            **({"reserved_by_stream_bytes": dict(self.reserved_streams)}
+               if self.reserved_streams else {}),
             "timeline": self.timeline(),
             "fits": self.fits, "peak_phase": self.peak_phase,
             "host_peak_bytes": self.host_peak_bytes,

@@ -3,8 +3,9 @@ allocator (caching_allocator.py) after the wrap (fsdp_wrap.py), as a loop that r
 counters after the wrap reports it (AnswerDotAI/fsdp_qlora train.py:
 ``torch.cuda.reset_peak_memory_stats`` before the epoch, ``max_memory_reserved`` after).
 
-Three steps run, so the peak includes what each step leaves cached for the next; the reserved
-figure at each moment of the report (report.py MOMENTS) is the last step's. The tensors are the
+Three steps run, so the peak includes what each step leaves cached for the next; the figure
+at each moment of the report (report.py MOMENTS) is ``max_memory_reserved`` as it stands at
+that moment of the last step. The tensors are the
 ones the memory lines count, each allocated and freed where the step makes and drops it, and
 the temporaries of the layers that dominate them:
 
@@ -54,7 +55,7 @@ STEPS = 3  # steps replayed: each leaves the next its cache
 IN_FLIGHT = 2  # torch/distributed/fsdp/_limiter_utils.py _max_num_inflight_all_gathers
 # The range the reserved counter carries: 10% either side, the span of the replay's errors on
 # fsdp_qlora's seventeen published reserved peaks (-6.4% to +9.3%: validation/frameworks.yaml,
-# offload.yaml); most come out low, as the temporaries it leaves out would make them
+# offload.yaml; 12 of them low, as the temporaries it leaves out would make them)
 SPREAD = 0.10
 LONG = 8  # bytes of an int64 (input ids, labels)
 
@@ -83,6 +84,9 @@ class Replay:
     # torch.cuda.max_memory_reserved at each moment (report.py MOMENTS) of the last step,
     # counted from after the wrap; None where the step is not replayed
     reserved: dict[str, int] | None
+    # what each stream's pool holds after the steps: "default" (compute), "unshard" (FSDP's
+    # all-gathers), "post_backward" (its reduce-scatters)
+    streams: dict[str, int] = field(default_factory=dict)
 
 
 def _steps_apply(job: Job) -> bool:
@@ -111,7 +115,7 @@ def replay(job: Job, strategy: str, ranks: int, micro_batch: int, *, offload: bo
     for step in range(STEPS):
         _step(t, job, ranks, micro_batch, sharded=sharded, offload=offload,
               first=step == 0, moments=moments)
-    return Replay(setup, moments)
+    return Replay(setup, moments, alloc.reserved_by_stream())
 
 
 def _layer_units(job: Job) -> list[list[list[ParamTensor]]]:
