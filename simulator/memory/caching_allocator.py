@@ -86,7 +86,8 @@ class CachingAllocator:
         small = size <= SMALL_SIZE
         block = self._best_fit(size, stream, small) or self._new_segment(size, stream, small)
         rest = block.size - size
-        if rest >= MIN_BLOCK if small else rest > SMALL_SIZE:  # should_split
+        split = rest >= MIN_BLOCK if small else rest > SMALL_SIZE  # should_split
+        if split:
             tail = _Block(block.segment, block.offset + size, rest, stream, small,
                           prev=block, next=block.next)
             if block.next is not None:
