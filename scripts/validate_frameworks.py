@@ -90,6 +90,15 @@ RUNS: dict[str, dict[str, Any]] = {
     "answerdotai-2x3090-llama2-7b-qlora-wrap": {
         "topology": str(TOPOLOGIES / "2x3090-pcie.yaml"), "workload": _w("fsdp-qlora-llama2-7b"),
         "strategy": "fsdp", "micro_batch": 1, "seq_len": 512},
+    # the case study's 70B QLoRA on cloud machines, an effective batch of 32 (no offload)
+    **{f"answerdotai-{gpus}x{card}-llama2-70b-qlora": {
+        "topology": topology, "gpus": gpus, "workload": _w("fsdp-qlora-llama2-70b"),
+        "strategy": "fsdp", "micro_batch": batch, "grad_accum": 32 // (gpus * batch)}
+       for card, topology, gpus, batch in (
+           ("a100-40gb", str(TOPOLOGIES / "8xa100-40gb-nvswitch.yaml"), 2, 1),
+           ("a100-40gb", str(TOPOLOGIES / "8xa100-40gb-nvswitch.yaml"), 4, 4),
+           ("a100-40gb", str(TOPOLOGIES / "8xa100-40gb-nvswitch.yaml"), 8, 4),
+           ("h100", "8xh100-nvswitch", 4, 8))},
     # Hugging Face Trainer + DeepSpeed ZeRO-3 as gpjt's ds_config.json leaves it (DeepSpeed's
     # default buckets), padded batches with their mask
     **{f"gpjt-8xa100-llama3-8b-zero3-b{b}": {
