@@ -34,7 +34,8 @@ the temporaries of the layers that dominate them:
   saved tensors and the layer's input are freed.
 - FSDP1's unsharded gradient of each unit with trainable weights, until its reduce-scatter
   (on the post-backward stream) has run; the trainable parameters' gradients, and Adam's two
-  states created by the first step.
+  states created by the first step (on the host under CPU offload: FSDP1 moves the reduced
+  gradient there and the optimizer steps there).
 
 What it leaves out: the kernels' own workspaces and the smaller temporaries of norms, rotary
 and attention.
@@ -54,8 +55,8 @@ from simulator.memory.caching_allocator import CachingAllocator
 STEPS = 3  # steps replayed: each leaves the next its cache
 IN_FLIGHT = 2  # torch/distributed/fsdp/_limiter_utils.py _max_num_inflight_all_gathers
 # The range the reserved counter carries: 10% either side, the span of the replay's errors on
-# fsdp_qlora's seventeen published reserved peaks (-6.4% to +9.3%: validation/frameworks.yaml,
-# offload.yaml; 12 of them low, as the temporaries it leaves out would make them)
+# fsdp_qlora's seventeen published reserved peaks (-9.0% to +9.3%: validation/frameworks.yaml,
+# offload.yaml; 15 of them low, as the temporaries it leaves out would make them)
 SPREAD = 0.10
 LONG = 8  # bytes of an int64 (input ids, labels)
 
@@ -227,11 +228,12 @@ def _step(t: _Trace, job: Job, ranks: int, b: int, *, sharded: bool, offload: bo
     while resharded:  # loss.item() waits for the GPU: every free has landed
         t.alloc.free(resharded.popleft())
     trainable = [p.numel * e / (ranks if sharded else 1) for p in job.params if p.trainable]
-    if first:  # gradients, kept as .grad, and Adam's states made by the first step
+    on_gpu = first and not offload  # CPU offload keeps .grad and the optimizer on the host
+    if on_gpu:  # gradients, kept as .grad, and Adam's states made by the first step
         for k, nbytes in enumerate(trainable):
             t.make(f"param_grad{k}", nbytes)
     moments["backward_end"] = t.alloc.peak_reserved
-    if first:
+    if on_gpu:
         for k, nbytes in enumerate(trainable):
             t.make(f"exp_avg{k}", nbytes)
             t.make(f"exp_avg_sq{k}", nbytes)
