@@ -9,6 +9,11 @@ from typing import Literal
 
 ModuleKind = Literal["linear", "conv1d", "norm", "embedding", "generic"]
 PEFT_PREFIX = "base_model.model."
+# QLoRA's NF4 storage (bitsandbytes Linear4bit; Dettmers et al. 2023, arXiv:2305.14314, section
+# 3 "Double Quant"): 4 bits per weight, an 8-bit absmax per block of 64 weights and an fp32
+# absmax per 256 of those blocks: 8/64 + 32/(64*256) = 0.127 bits per parameter beside the 4
+NF4_BLOCK, NF4_NESTED_BLOCK = 64, 256
+NF4_BITS_PER_PARAM = 4 + 8 / NF4_BLOCK + 32 / (NF4_BLOCK * NF4_NESTED_BLOCK)
 
 
 @dataclass(frozen=True)

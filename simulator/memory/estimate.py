@@ -38,6 +38,7 @@ from simulator.catalog.gpus import GPU
 from simulator.errors import InputError, quoted
 from simulator.job import optimizer as optim
 from simulator.job.checkpointing import job_shape
+from simulator.job.modules import NF4_BITS_PER_PARAM
 from simulator.job.workload import Job
 from simulator.memo import IdentityMemo, Memo
 from simulator.memory import host as host_memory
@@ -52,9 +53,6 @@ __all__ = ["CATEGORIES", "FRAGMENTATION", "MOMENTS", "Line", "MemoryReport", "St
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "tp")
 
-# QLoRA NF4: 4 bits per weight plus double-quantised block constants, 8/64 + 32/(64*256) =
-# 0.127 bits per parameter (Dettmers et al. 2023, arXiv:2305.14314, section 3 "Double Quant").
-NF4_BITS_PER_PARAM = 4 + 8 / 64 + 32 / (64 * 256)
 # CUDA context with lazy module loading (CUDA >= 11.7): "around 400MB" (pytorch/pytorch#109888,
 # ptrblck; 300-700 MB reported in #20532 and #28113 depending on GPU and driver).
 CUDA_CONTEXT_BYTES = 400 * MiB

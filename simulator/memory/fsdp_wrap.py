@@ -36,13 +36,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.job.modules import ParamTensor
+from simulator.job.modules import NF4_BLOCK, NF4_NESTED_BLOCK, ParamTensor
 from simulator.job.workload import Job
 from simulator.memory.caching_allocator import CachingAllocator
 
 BROADCAST_BUCKET = 250 * (1 << 20)  # _init_utils.py PARAM_BROADCAST_BUCKET_SIZE
 BROADCASTS_IN_FLIGHT = 2  # comm.cpp broadcast_coalesced: max_in_flight
-QUANT_BLOCK, NESTED_BLOCK = 64, 256  # bitsandbytes blocksize and the double quant's
 # the replay makes a few allocations per parameter tensor and per layer: past this many tensors
 # (Llama 3.1 405B with LoRA on every linear layer has about 2,900) it is not replayed, so no
 # model file can make it take more than a few seconds (the reserved figure is then the median)
@@ -96,8 +95,8 @@ def build(alloc: CachingAllocator, job: Job, ranks: int, *, sharded: bool,
     e = job.activation_bytes  # fsdp_qlora casts the model to the compute dtype first
     for p in job.params:
         if p.quantized:  # quant_state.absmax (uint8) and its own fp32 absmax
-            alloc.malloc(p.numel // QUANT_BLOCK)
-            alloc.malloc(p.numel // (QUANT_BLOCK * NESTED_BLOCK) * 4)
+            alloc.malloc(p.numel // NF4_BLOCK)
+            alloc.malloc(p.numel // (NF4_BLOCK * NF4_NESTED_BLOCK) * 4)
     broadcast: list[int] = []  # buffers the NCCL stream may still be reading
     for unit in units(job):
         sizes = [tensor_bytes(p, e) for p in unit]

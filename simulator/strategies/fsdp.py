@@ -28,9 +28,9 @@ from itertools import groupby
 from typing import TYPE_CHECKING
 
 from simulator.engine.program import Comm, Compute, Program
+from simulator.job.modules import NF4_BITS_PER_PARAM
 from simulator.job.workload import Job
 from simulator.memo import IdentityMemo
-from simulator.memory.estimate import NF4_BITS_PER_PARAM
 from simulator.strategies.offload import Offloader
 from simulator.strategies.steps import (
     Emit,
