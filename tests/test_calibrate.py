@@ -352,3 +352,60 @@ def test_an_unknown_fitted_parameter_is_a_load_error(tmp_path):
                     "  - {parameter: warp_speed, value: 9, source: x}\n")
     with pytest.raises(Exception, match="unknown parameter 'warp_speed'"):
         load_topology(str(path))
+
+
+def _with_shm_efficiency(tmp_path: Path, value: float) -> str:
+    path = tmp_path / "truth.yaml"
+    path.write_text(resolve("2x5090", "topologies").read_text() + "calibration:\n  fitted:\n"
+                    f"  - {{parameter: shm_pcie_efficiency, value: {value}, source: truth}}\n")
+    return str(path)
+
+
+def _step(capsys, topology: str, *job: str) -> float:
+    assert main(["run", "-t", topology, *job, "--no-ranges", "--json"]) == 0
+    return float(json.loads(capsys.readouterr().out)["step_time_s"])
+
+
+def test_transport_from_one_measured_step_recovers_the_rate_that_made_it(capsys, tmp_path):
+    job = ["-w", "gpt2-medium", "-s", "ddp"]
+    measured = _step(capsys, _with_shm_efficiency(tmp_path, 0.2), *job)
+    out = tmp_path / "fitted.yaml"
+    assert main(["calibrate", "-t", "2x5090", *job, "--gpus", "2", "--step-time",
+                 repr(measured), "--fit", "transport", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "collectives through host memory (SHM)" in text and "busbw" in text
+    calibration = load_topology(str(out)).calibration
+    (fit,) = calibration.fitted
+    assert fit.parameter == "shm_pcie_efficiency" and fit.rms_error is None
+    assert fit.value == pytest.approx(0.2, rel=1e-3)
+    assert _step(capsys, str(out), *job) == pytest.approx(measured, rel=1e-4)
+    # one measured step narrows the range as a calibration does, and grades it medium at best
+    assert calibrated_mechanisms(Machine.from_config(load_topology(str(out))), "gpt2-medium") \
+        == {"shm": None}
+    assert main(["run", "-t", str(out), *job, "--json"]) == 0
+    shm = json.loads(capsys.readouterr().out)["confidence"]["mechanisms"]["shm"]
+    assert shm["grade"] == "medium" and "measured step" in shm["basis"]
+
+
+def test_a_transport_fit_keeps_the_logs_other_fits(tmp_path):
+    old = CalibrationConfig(source="logs", fitted=[
+        FittedValue(parameter="shm_pcie_efficiency", value=0.5, source="logs"),
+        FittedValue(parameter="shm_simple_sync_us", value=3.0, source="logs")])
+    new = FittedValue(parameter="shm_pcie_efficiency", value=0.1, source="a step")
+    merged = record.merged(old, transport=new, source="step")
+    assert {(f.parameter, f.value) for f in merged.fitted} == {
+        ("shm_pcie_efficiency", 0.1), ("shm_simple_sync_us", 3.0)}
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["-w", "gpt2-medium", "--gpus", "1", "--step-time", "0.2"], "no collectives between GPUs"),
+    (["-w", "gpt2-medium", "--gpus", "2", "--step-time", "0.01"], "not the transport's"),
+    (["-w", "llama2-7b-lora", "--gpus", "2", "--step-time", "1.5"], "hides its communication"),
+])
+def test_a_step_the_transport_cannot_explain_is_refused_in_one_line(capsys, tmp_path, flags,
+                                                                    says):
+    out = tmp_path / "never.yaml"
+    assert main(["calibrate", "-t", "2x5090", *flags, "--fit", "transport",
+                 "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and not out.exists()

@@ -1,8 +1,9 @@
 """The calibrated topology: the user's topology file with a ``calibration`` block.
 
 The original text is kept as it is (comments and all) and its ``calibration`` block, if any,
-replaced: a new collective fit replaces the fitted and left-at-default lists, a new measured
-step replaces the entry of the same workload and GPU. The result is loaded back through the
+replaced: a new collective fit replaces the fitted and left-at-default lists, a transport fitted
+to a measured step replaces that parameter alone, a new measured step replaces the entry of
+the same workload and GPU. The result is loaded back through the
 schema before it is written, so a calibrated file always loads.
 """
 
@@ -30,20 +31,25 @@ HEADER = ("# calibration: written by `stepsim calibrate` (values fitted to this 
 
 def merged(old: CalibrationConfig | None, *, source: str | None = None,
            fitted: list[FittedValue] | None = None, left: list[UnfittedValue] | None = None,
-           compute: ComputeCalibration | None = None, forced: str = "") -> CalibrationConfig:
-    """``old`` with a new collective fit (and whether it was forced) and/or a new measured
-    step."""
+           compute: ComputeCalibration | None = None, transport: FittedValue | None = None,
+           forced: str = "") -> CalibrationConfig:
+    """``old`` with a new collective fit (and whether it was forced), a transport fitted to a
+    measured step and/or a new measured step's compute."""
     base = old or CalibrationConfig()
     entries = list(base.compute)
     if compute is not None:
         entries = [c for c in entries if (c.workload, c.gpu) != (compute.workload, compute.gpu)]
         entries.append(compute)
     sources = [s for s in (base.source if fitted is None else "", source or "") if s]
+    fits = base.fitted if fitted is None else fitted
+    lefts = base.left_at_default if left is None else left
+    if transport is not None:  # that parameter alone; the logs' other fits stand
+        fits = [f for f in fits if f.parameter != transport.parameter] + [transport]
+        lefts = [u for u in lefts if u.parameter != transport.parameter]
     return CalibrationConfig(
         source="; ".join(dict.fromkeys(sources)),
         forced=base.forced if fitted is None else forced,
-        fitted=base.fitted if fitted is None else fitted,
-        left_at_default=base.left_at_default if left is None else left, compute=entries)
+        fitted=fits, left_at_default=lefts, compute=entries)
 
 
 def render(topology_text: str, calibration: CalibrationConfig) -> str:

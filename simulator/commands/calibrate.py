@@ -5,8 +5,11 @@ physical parameters to nccl-tests logs (calibration/collectives_fit.py) and prin
 fitted and error per size (rows above ``--fit-max`` are predictions), then each fitted value
 and each parameter left at its default with the reason. ``stepsim calibrate -t TOPOLOGY -w
 WORKLOAD --step-time SECONDS [--gpus 1]`` turns one measured step of the user's job into its
-achieved compute fraction (calibration/compute_step.py). Both can be given at once. ``-o``
-writes the calibrated topology (the input file plus its ``calibration`` block).
+achieved compute fraction (calibration/compute_step.py); with ``--fit transport`` a measured
+step on several GPUs gives the rate of the transport its collectives cross instead
+(calibration/transport_step.py), compute as modelled or as calibrated before. The job takes
+`stepsim run`'s recipe flags (offload, DeepSpeed config, ...). Both can be given at once.
+``-o`` writes the calibrated topology (the input file plus its ``calibration`` block).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator import api
+from simulator.commands import recipe_flags
 from simulator.errors import InputError
 from simulator.inputs import nccl_tests_log
 from simulator.inputs.schema import (
@@ -27,6 +31,8 @@ from simulator.inputs.schema import (
     UnfittedValue,
 )
 from simulator.units import format_size, parse_size, positive_int
+
+FITS = ("compute", "transport")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -55,11 +61,17 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--micro-batch", help="sequences per GPU per micro-step")
     parser.add_argument("--grad-accum", help="micro-steps per optimizer step")
     parser.add_argument("--seq-len", help="tokens per sequence")
+    parser.add_argument("--fit", default="compute", choices=FITS,
+                        help="what --step-time calibrates: compute (the job's achieved share "
+                        "of modelled compute; default) | transport (the rate of the transport "
+                        "the job's collectives cross, for a step on several GPUs whose "
+                        "compute is modelled or calibrated)")
+    recipe_flags.add_arguments(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.calibration import compute_step, record  # scipy: only when calibrating
+    from simulator.calibration import record  # scipy: only when calibrating
 
     if not args.logs and args.step_time is None:
         raise InputError("give nccl-tests LOG files, or -w WORKLOAD --step-time SECONDS")
@@ -73,17 +85,16 @@ def run(args: argparse.Namespace) -> int:
     if args.logs:
         calibration, report = _fit_logs(args, comm, calibration)
     if args.step_time is not None:
-        spec = api.RunSpec(
+        spec = api.configured(api.RunSpec(
             args.topology, args.workload, api.check_strategy(args.strategy),
             gpus=positive_int(args.gpus, "--gpus") or 1,
             micro_batch=positive_int(args.micro_batch, "--micro-batch"),
             grad_accum=positive_int(args.grad_accum, "--grad-accum"),
-            seq_len=positive_int(args.seq_len, "--seq-len"))
-        step = compute_step.fit(spec, args.step_time)
-        report.append(f"compute: {step.workload} on {step.gpu} reaches "
-                      f"{step.achieved_fraction:.1%} of the modelled speed ({step.source})")
-        calibration = record.merged(calibration, compute=step,
-                                    source=f"stepsim calibrate --step-time {args.step_time:g}")
+            seq_len=positive_int(args.seq_len, "--seq-len"),
+            **recipe_flags.fields_from_args(args)))
+        fit = _fit_transport if args.fit == "transport" else _fit_compute
+        calibration, lines = fit(spec, args.step_time, calibration)
+        report += lines
     if args.output:  # written before anything is printed: `calibrate ... -o X | head` keeps X
         assert calibration is not None
         record.write(args.topology, calibration, args.output)
@@ -93,6 +104,40 @@ def run(args: argparse.Namespace) -> int:
     for line in report:
         print(line)
     return 0
+
+
+def _fit_compute(spec: api.RunSpec, seconds: float, old: Any) -> tuple[Any, list[str]]:
+    from simulator.calibration import compute_step, record
+
+    step = compute_step.fit(spec, seconds)
+    lines = [f"compute: {step.workload} on {step.gpu} reaches {step.achieved_fraction:.1%} of "
+             f"the modelled speed ({step.source})"]
+    if (spec.gpus or 1) > 1:
+        lines.append("  (all of the difference taken as compute's: where the run's "
+                     "communication shows, --fit transport gives it to the transport instead)")
+    return record.merged(old, compute=step,
+                         source=f"stepsim calibrate --step-time {seconds:g}"), lines
+
+
+def _fit_transport(spec: api.RunSpec, seconds: float, old: Any) -> tuple[Any, list[str]]:
+    from simulator.api.ranges import WORDS
+    from simulator.calibration import record, transport_step
+
+    result = transport_step.fit(spec, seconds)
+    value = result.fitted
+    meaning, unit = CALIBRATION_PARAMETERS[value.parameter]
+    assert value.default is not None and value.low is not None and value.high is not None
+    before, after = result.busbw_gbps
+    lines = [f"transport: {WORDS[result.mechanism]}, from a {value.source}",
+             f"  {value.parameter:<28} {value.default:>9.4g} -> {value.value:9.4g} {unit:<4} "
+             f"({value.value / value.default:.2f}x; in [{value.low:.4g}, {value.high:.4g}]: "
+             f"{meaning})",
+             f"  as nccl-tests would time it alone: all_reduce_perf of "
+             f"{format_size(transport_step.NCCL_TESTS_BYTES)} over {spec.gpus} GPUs, busbw "
+             f"{before:.2f} -> {after:.2f} GB/s"]
+    return record.merged(old, transport=value,
+                         source=f"stepsim calibrate --fit transport --step-time "
+                                f"{seconds:g}"), lines
 
 
 def _fit_logs(args: argparse.Namespace, comm: api.Communicator, old: Any
