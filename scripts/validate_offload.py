@@ -8,10 +8,15 @@ the allocator's allocated peak). None of these points fixed a constant: the CPU 
 rate comes from one core's streaming bandwidth and the cited kernel ratios (host.py), the
 copies from the PCIe paths; every row is a check. A point that records a verdict (host
 memory that did not hold the run) is checked by tests/test_validation.py, not printed.
+
+offload.yaml's ``calibrated`` boxes are simulated once more as a user who calibrated the box
+from one of its runs would (``stepsim calibrate --fit transport``): the fitted run's row is a
+fit (``fits``), the others predictions, each marked ``box calibrated``.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +73,23 @@ _SPEC_KEYS = ("gpus", "micro_batch", "seq_len", "grad_accum", "offload", "pin_me
               "schedule", "zero_overlap_comm")
 
 
-def load() -> list[dict[str, Any]]:
+def _data() -> dict[str, Any]:
     import yaml
 
     with open(OFFLOAD, encoding="utf-8") as f:
-        return list(yaml.safe_load(f)["offload"])
+        return dict(yaml.safe_load(f))
+
+
+def load() -> list[dict[str, Any]]:
+    return list(_data()["offload"])
+
+
+CALIBRATED = "box calibrated"  # the op of a row simulated on a box calibrated from a run
+
+
+def fits() -> set[tuple[str, str, None]]:
+    """The (id, op, bytes) of the rows a box was calibrated on (validate.py's CALIBRATION)."""
+    return {(box["fit"], CALIBRATED, None) for box in _data().get("calibrated", [])}
 
 
 def measured_tokens_per_s(point: dict[str, Any]) -> float:
@@ -101,20 +118,17 @@ def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
     box's SHM rate, docs/weak-spots.md), so it is tagged with nothing and checks the ranges,
     as a run without offload does. Each throughput carries the run's range, as a user's run
     would print it."""
-    from validate_frameworks import memory_row, software_flag
+    from validate_frameworks import memory_row
 
-    from simulator.api import RunSpec, simulate
+    from simulator.api import simulate
     from simulator.api.ranges import offload_mechanism
     from simulator.units import GiB
 
     out = []
     for point in points:
-        setup = RUNS.get(point["id"])
-        if setup is None:
+        if point["id"] not in RUNS:
             continue
-        spec = RunSpec(setup["topology"], setup["workload"], setup["strategy"],
-                       software=software_flag(point),
-                       **{k: setup[k] for k in _SPEC_KEYS if k in setup})
+        spec = _spec(point)
         if "host_fits" in point:  # a verdict, not a figure: tests/test_validation.py
             continue
         result = simulate(spec, baseline=False, ranges=True)
@@ -126,10 +140,61 @@ def rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
                             _isolated(result, offload_mechanism(spec.strategy, spec.offload)),
                             r["topology"], tuple(r["tokens_per_s_per_gpu_range"])))
         if "peak_memory_gib" in point:
-            out.append(memory_row(row_type, point, setup.get("memory", "reserved"), gpus,
-                                  result.memory, r["topology"]))
+            counter = RUNS[point["id"]].get("memory", "reserved")
+            out.append(memory_row(row_type, point, counter, gpus, result.memory,
+                                  r["topology"]))
         if "host_used_gib" in point:  # the machine's, every rank's states and more
             out.append(row_type(point["id"], "host RAM", gpus, None, "memory GiB",
                                 point["host_used_gib"],
                                 result.memory["host_peak_bytes"] / GiB, None, r["topology"]))
+    return out + calibrated_rows(points, row_type)
+
+
+def _spec(point: dict[str, Any], topology: str | None = None) -> Any:
+    from validate_frameworks import software_flag
+
+    from simulator.api import RunSpec
+
+    setup = RUNS[point["id"]]
+    return RunSpec(topology or setup["topology"], setup["workload"], setup["strategy"],
+                   software=software_flag(point),
+                   **{k: setup[k] for k in _SPEC_KEYS if k in setup})
+
+
+@functools.cache
+def _fitted(point_id: str) -> Any:
+    """The transport `stepsim calibrate --fit transport` fits to this run's measured step
+    (once a process: the fit simulates the run some twenty times)."""
+    from simulator.calibration import transport_step
+
+    [point] = [p for p in load() if p["id"] == point_id]
+    seconds = point["tokens_per_step"] / measured_tokens_per_s(point)
+    return transport_step.fit(_spec(point), seconds).fitted
+
+
+def calibrated_rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
+    """Each calibrated box's runs on the box calibrated from its ``fit`` run's step, the
+    topology as `stepsim calibrate --fit transport -o` writes it (calibration/record.py)."""
+    import tempfile
+
+    from simulator.api import simulate
+    from simulator.calibration import record
+
+    by_id = {p["id"]: p for p in points}
+    out = []
+    for box in _data().get("calibrated", []):
+        fit_point = by_id[box["fit"]]
+        fitted = _fitted(box["fit"])
+        with tempfile.TemporaryDirectory() as folder:
+            path = str(Path(folder) / Path(box["machine"]).name)
+            text = (ROOT / box["machine"]).read_text(encoding="utf-8")
+            Path(path).write_text(record.render(text, record.merged(None, transport=fitted)),
+                                  encoding="utf-8")
+            for point in (fit_point, *(by_id[i] for i in box["predict"])):
+                r = simulate(_spec(point, path), baseline=False, ranges=True).report
+                gpus = r["gpus"]
+                out.append(row_type(point["id"], CALIBRATED, gpus, None, "tok/s/GPU",
+                                    measured_tokens_per_s(point) / gpus,
+                                    r["tokens_per_s_per_gpu"], None, r["topology"],
+                                    tuple(r["tokens_per_s_per_gpu_range"])))
     return out
