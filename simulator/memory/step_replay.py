@@ -113,32 +113,46 @@ def replay(job: Job, strategy: str, ranks: int, micro_batch: int, *, offload: bo
     alloc.reset_peak()
     t = _Trace(alloc)
     moments: dict[str, int] = {}
+    layout = _Layout.of(job)
     for step in range(STEPS):
-        _step(t, job, ranks, micro_batch, sharded=sharded, offload=offload,
+        _step(t, job, layout, ranks, micro_batch, sharded=sharded, offload=offload,
               first=step == 0, moments=moments)
     return Replay(setup, moments, alloc.reserved_by_stream())
 
 
-def _layer_units(job: Job) -> list[list[list[ParamTensor]]]:
-    """Each decoder layer's units (its adapters' and its own), from the wrap's order."""
-    out: dict[int, list[list[ParamTensor]]] = {}
-    for unit in fsdp_wrap.units(job)[:-1]:
-        out.setdefault(unit[0].block, []).append(unit)
-    # the layer's own unit runs first (its pre-forward hook fires before its children's)
-    return [units[-1:] + units[:-1] for units in out.values()]
+@dataclass(frozen=True)
+class _Layout:
+    """What every step reads of the job, worked out once."""
+
+    layers: list[list[list[ParamTensor]]]  # each decoder layer's units, in the order they run
+    root: list[ParamTensor]  # the root unit's parameters (embeddings, final norm, head)
+    saved_per_token: list[float]  # a checkpointed layer's saved tensors, bytes per token
+    dequantised: list[float]  # a layer's 4-bit weights as MatMul4Bit makes them, in 16 bits
+    lora: bool  # a layer has adapters (PEFT's dropout copies of their inputs)
+
+    @classmethod
+    def of(cls, job: Job) -> _Layout:
+        e = job.activation_bytes
+        units = fsdp_wrap.units(job)
+        by_layer: dict[int, list[list[ParamTensor]]] = {}
+        for unit in units[:-1]:
+            by_layer.setdefault(unit[0].block, []).append(unit)
+        return cls(
+            # the layer's own unit runs first (its pre-forward hook fires before its
+            # children's), the adapters' after it
+            layers=[own[-1:] + own[:-1] for own in by_layer.values()], root=units[-1],
+            saved_per_token=[per_token for per_token, _ in ckpt.saved_tensors(job).values()],
+            dequantised=[p.numel * e for p in job.params if p.quantized and p.block == 0],
+            lora=any(p.trainable for p in job.params if p.block == 0))
 
 
-def _step(t: _Trace, job: Job, ranks: int, b: int, *, sharded: bool, offload: bool,
-          first: bool, moments: dict[str, int]) -> None:
+def _step(t: _Trace, job: Job, layout: _Layout, ranks: int, b: int, *, sharded: bool,
+          offload: bool, first: bool, moments: dict[str, int]) -> None:
     a, e = job.arch, job.activation_bytes
     assert a is not None
     tokens = b * job.seq_len
     h, f, logits = tokens * a.hidden * e, tokens * a.ffn_hidden * e, tokens * a.vocab
-    layers = _layer_units(job)
-    root = fsdp_wrap.units(job)[-1]
-    saved = ckpt.saved_tensors(job)
-    quantized = [p.numel * e for p in job.params if p.quantized and p.block == 0]
-    lora = any(p.trainable for p in job.params if p.block == 0)
+    layers, root, saved = layout.layers, layout.root, layout.saved_per_token
 
     def gather(name: str, unit: list[ParamTensor]) -> None:
         if len(resharded) >= IN_FLIGHT:  # the rate limiter waits for the oldest free
@@ -154,7 +168,7 @@ def _step(t: _Trace, job: Job, ranks: int, b: int, *, sharded: bool, offload: bo
         resharded.extend(t.held.pop(name) for name in names if name in t.held)
 
     def dequantise() -> None:  # MatMul4Bit: each 4-bit weight in 16 bits for its GEMM
-        for nbytes in quantized:
+        for nbytes in layout.dequantised:
             t.make("dequantised", nbytes)
             t.drop("dequantised")
 
@@ -172,7 +186,7 @@ def _step(t: _Trace, job: Job, ranks: int, b: int, *, sharded: bool, offload: bo
         t.drop("gate")
         t.make("product", f)
         t.drop("up", "act")
-        if lora:  # the dropout copy of the down projection's input, with its mask
+        if layout.lora:  # the dropout copy of the down projection's input, with its mask
             t.make("dropped", f * (e + 1) / e)
         dequantise()
         t.drop("dropped", "product")
@@ -204,7 +218,7 @@ def _step(t: _Trace, job: Job, ranks: int, b: int, *, sharded: bool, offload: bo
     for i in reversed(range(len(layers))):
         for j, unit in enumerate(layers[i]):
             gather(f"u{i}.{j}", unit)
-        for k, (per_token, _) in enumerate(saved.values()):  # the layer's forward again
+        for k, per_token in enumerate(saved):  # the layer's forward again
             t.make(f"saved{k}", per_token * tokens)
         for name in ("grad_product", "grad_up", "grad_gate"):
             t.make(name, f)
