@@ -409,3 +409,10 @@ def test_a_step_the_transport_cannot_explain_is_refused_in_one_line(capsys, tmp_
                  "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err and not out.exists()
+
+
+@pytest.mark.parametrize("seconds", ["nan", "inf", "abc", "0"])
+def test_a_step_time_that_is_not_a_positive_number_is_one_line(capsys, seconds):
+    assert main(["calibrate", "-t", "2x5090", "-w", "gpt2-medium", "--step-time", seconds]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--step-time" in err

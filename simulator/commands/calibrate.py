@@ -30,7 +30,7 @@ from simulator.inputs.schema import (
     FittedValue,
     UnfittedValue,
 )
-from simulator.units import format_size, parse_size, positive_int
+from simulator.units import format_size, parse_size, positive_float, positive_int
 
 FITS = ("compute", "transport")
 
@@ -44,7 +44,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("logs", nargs="*", metavar="LOG", help="nccl-tests output files")
     parser.add_argument("--fit-max", metavar="SIZE",
                         help="fit on rows up to this size; larger rows are predicted")
-    parser.add_argument("--step-time", type=float, metavar="SECONDS",
+    parser.add_argument("--step-time", metavar="SECONDS",
                         help="a measured training step of the job given by -w")
     parser.add_argument("-o", "--output", metavar="OUT.yaml",
                         help="write the calibrated topology here")
@@ -92,8 +92,10 @@ def run(args: argparse.Namespace) -> int:
             grad_accum=positive_int(args.grad_accum, "--grad-accum"),
             seq_len=positive_int(args.seq_len, "--seq-len"),
             **recipe_flags.fields_from_args(args)))
+        seconds = positive_float(args.step_time, "--step-time")
+        assert seconds is not None
         fit = _fit_transport if args.fit == "transport" else _fit_compute
-        calibration, lines = fit(spec, args.step_time, calibration)
+        calibration, lines = fit(spec, seconds, calibration)
         report += lines
     if args.output:  # written before anything is printed: `calibrate ... -o X | head` keeps X
         assert calibration is not None
