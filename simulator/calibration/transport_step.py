@@ -20,7 +20,7 @@ from scipy.optimize import brentq
 
 from simulator import api, engine
 from simulator.api.ranges import WORDS, mechanisms_used
-from simulator.calibration.bounds import at, bounds, start
+from simulator.calibration.bounds import Bound, at, bounds, start
 from simulator.errors import InputError
 from simulator.inputs.schema import FittedValue
 from simulator.nccl.perf import time_alone
@@ -44,6 +44,7 @@ class TransportFit:
     mechanism: str  # machine/scales.py name
     modelled_step_s: float
     busbw_gbps: tuple[float, float]  # a 1 GiB all-reduce over the run's GPUs: before, after
+    bound: Bound  # the parameter's physical bounds, and what ending on one means
 
 
 def fit(spec: api.RunSpec, measured_step_s: float) -> TransportFit:
@@ -89,7 +90,7 @@ def fit(spec: api.RunSpec, measured_step_s: float) -> TransportFit:
     before = time_alone(comm, "allreduce", NCCL_TESTS_BYTES, ranks).busbw_gbps
     after = time_alone(at(comm, {name: value}), "allreduce", NCCL_TESTS_BYTES,
                        ranks).busbw_gbps
-    return TransportFit(fitted, mechanism, modelled, (before, after))
+    return TransportFit(fitted, mechanism, modelled, (before, after), bound)
 
 
 def _mechanism(result: api.RunResult) -> str:

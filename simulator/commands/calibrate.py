@@ -137,6 +137,10 @@ def _fit_transport(spec: api.RunSpec, seconds: float, old: Any) -> tuple[Any, li
              f"  as nccl-tests would time it alone: all_reduce_perf of "
              f"{format_size(transport_step.NCCL_TESTS_BYTES)} over {spec.gpus} GPUs, busbw "
              f"{before:.2f} -> {after:.2f} GB/s"]
+    if value.at_bound is not None:
+        bound = result.bound
+        means = bound.low_means if value.at_bound == "floor" else bound.high_means
+        lines.append(f"    at its {value.at_bound}: {means}; it narrows no range")
     return record.merged(old, transport=value,
                          source=f"stepsim calibrate --fit transport --step-time "
                                 f"{seconds:g}"), lines
