@@ -96,9 +96,6 @@ CALIBRATION = {
 import validate_multinode  # noqa: E402  (its fit rows join the calibration points)
 
 CALIBRATION |= validate_multinode.fits(validate_multinode.load())  # wire.py NET_* constants
-import validate_offload  # noqa: E402  (a box calibrated from one of its runs: that run's row)
-
-CALIBRATION |= validate_offload.fits()
 # Points published without a size are plateau numbers; run them at this size.
 PLATEAU_BYTES = 1 << 30
 

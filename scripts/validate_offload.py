@@ -9,9 +9,11 @@ rate comes from one core's streaming bandwidth and the cited kernel ratios (host
 copies from the PCIe paths; every row is a check. A point that records a verdict (host
 memory that did not hold the run) is checked by tests/test_validation.py, not printed.
 
-offload.yaml's ``calibrated`` boxes are simulated once more as a user who calibrated the box
-from one of its runs would (``stepsim calibrate --fit transport``): the fitted run's row is a
-fit (``fits``), the others predictions, each marked ``box calibrated``.
+offload.yaml's ``calibrated`` boxes: their other runs are simulated once more as a user who
+calibrated the box from some of its runs would (``stepsim calibrate --step-time`` on one GPU
+for compute, ``--fit transport`` on one multi-GPU run for the transport), each a prediction
+marked ``box calibrated``. The runs it was calibrated on give no row: they reproduce their
+steps by construction (tests/test_calibrate.py).
 """
 
 from __future__ import annotations
@@ -84,12 +86,7 @@ def load() -> list[dict[str, Any]]:
     return list(_data()["offload"])
 
 
-CALIBRATED = "box calibrated"  # the op of a row simulated on a box calibrated from a run
-
-
-def fits() -> set[tuple[str, str, None]]:
-    """The (id, op, bytes) of the rows a box was calibrated on (validate.py's CALIBRATION)."""
-    return {(box["fit"], CALIBRATED, None) for box in _data().get("calibrated", [])}
+CALIBRATED = "box calibrated"  # the op of a row simulated on a box calibrated from its runs
 
 
 def measured_tokens_per_s(point: dict[str, Any]) -> float:
@@ -161,36 +158,59 @@ def _spec(point: dict[str, Any], topology: str | None = None) -> Any:
                    **{k: setup[k] for k in _SPEC_KEYS if k in setup})
 
 
-@functools.cache
-def _fitted(point_id: str) -> Any:
-    """The transport `stepsim calibrate --fit transport` fits to this run's measured step
-    (once a process: the fit simulates the run some twenty times)."""
-    from simulator.calibration import transport_step
+def _seconds(point: dict[str, Any]) -> float:
+    """A point's measured step, seconds."""
+    return float(point["tokens_per_step"]) / measured_tokens_per_s(point)
 
-    [point] = [p for p in load() if p["id"] == point_id]
-    seconds = point["tokens_per_step"] / measured_tokens_per_s(point)
-    return transport_step.fit(_spec(point), seconds).fitted
+
+@functools.cache
+def _calibration(box: int) -> Any:
+    """The ``calibrated`` box's calibration block as `stepsim calibrate` builds it from the
+    box's runs: each one-GPU run's achieved compute (``--step-time``), then on top of them the
+    transport that gives the ``fit`` run's step (``--fit transport``). Once a process: each
+    fit simulates its run some twenty times."""
+    import tempfile
+
+    from simulator.calibration import compute_step, record, transport_step
+
+    entry = _data()["calibrated"][box]
+    by_id = {p["id"]: p for p in load()}
+    calibration = None
+    for point_id in entry.get("compute", []):
+        point = by_id[point_id]
+        calibration = record.merged(calibration,
+                                    compute=compute_step.fit(_spec(point), _seconds(point)))
+    with tempfile.TemporaryDirectory() as folder:
+        path = _write(folder, entry["machine"], calibration)
+        fitted = transport_step.fit(_spec(by_id[entry["fit"]], path),
+                                    _seconds(by_id[entry["fit"]])).fitted
+    return record.merged(calibration, transport=fitted)
+
+
+def _write(folder: str, machine: str, calibration: Any) -> str:
+    """The topology with its calibration block, as `stepsim calibrate -o` writes it."""
+    from simulator.calibration import record
+
+    path = Path(folder) / Path(machine).name
+    text = (ROOT / machine).read_text(encoding="utf-8")
+    path.write_text(record.render(text, calibration) if calibration else text,
+                    encoding="utf-8")
+    return str(path)
 
 
 def calibrated_rows(points: list[dict[str, Any]], row_type: Any) -> list[Any]:
-    """Each calibrated box's runs on the box calibrated from its ``fit`` run's step, the
-    topology as `stepsim calibrate --fit transport -o` writes it (calibration/record.py)."""
+    """Each calibrated box's ``predict`` runs on the box calibrated from its other runs."""
     import tempfile
 
     from simulator.api import simulate
-    from simulator.calibration import record
 
     by_id = {p["id"]: p for p in points}
     out = []
-    for box in _data().get("calibrated", []):
-        fit_point = by_id[box["fit"]]
-        fitted = _fitted(box["fit"])
+    for box, entry in enumerate(_data().get("calibrated", [])):
         with tempfile.TemporaryDirectory() as folder:
-            path = str(Path(folder) / Path(box["machine"]).name)
-            text = (ROOT / box["machine"]).read_text(encoding="utf-8")
-            Path(path).write_text(record.render(text, record.merged(None, transport=fitted)),
-                                  encoding="utf-8")
-            for point in (fit_point, *(by_id[i] for i in box["predict"])):
+            path = _write(folder, entry["machine"], _calibration(box))
+            for point_id in entry["predict"]:
+                point = by_id[point_id]
                 r = simulate(_spec(point, path), baseline=False, ranges=True).report
                 gpus = r["gpus"]
                 out.append(row_type(point["id"], CALIBRATED, gpus, None, "tok/s/GPU",

@@ -234,16 +234,20 @@ def test_offloaded_memory_is_within_its_sources_tolerance(key: tuple[str, str]) 
     assert abs(errors[key]) <= OFFLOAD_MEMORY_TOLERANCE[key], (key, errors[key])
 
 
-def test_the_llmq_box_calibrated_on_its_7b_run_predicts_its_3b_and_14b_runs() -> None:
-    """`stepsim calibrate --fit transport` on the four-GPU 7B step (its SHM rate, unpublished):
-    that row reproduces the step and is the one fit; the 3B and 14B runs on the calibrated box
-    are predictions, within 15% where uncalibrated they are 11% and 75% fast."""
+def test_the_llmq_box_calibrated_on_its_own_runs_predicts_its_other_four_gpu_runs() -> None:
+    """`stepsim calibrate` as a user would run it on llmq's box: each one-GPU run's compute
+    (--step-time), then the four-GPU 7B step's SHM rate (--fit transport, unpublished). On
+    the calibrated box the four-GPU 3B and 14B runs are predictions, within 10% where
+    uncalibrated they are 11% and 75% fast."""
+    calibration = validate_offload._calibration(0)
+    (transport,) = calibration.fitted
+    assert transport.parameter == "shm_pcie_efficiency" and transport.value < transport.default
+    assert {c.workload for c in calibration.compute} == {
+        f"llamafactory-qwen2.5-{size}" for size in ("3b", "7b", "14b")}
     calibrated = {r.id: r for r in _offload_row_list() if r.op == validate_offload.CALIBRATED}
-    fit = calibrated.pop("llmq-4x4090-qwen2.5-7b-zero3-offload")
-    assert fit.role == "fit" and abs(fit.error) < 0.005
     assert sorted(calibrated) == ["llmq-4x4090-qwen2.5-14b-zero3-offload",
                                   "llmq-4x4090-qwen2.5-3b-zero3-offload"]
-    assert all(r.role == "check" and abs(r.error) <= 0.15 for r in calibrated.values())
+    assert all(r.role == "check" and abs(r.error) <= 0.10 for r in calibrated.values())
     uncalibrated = _offload_rows()[("llmq-4x4090-qwen2.5-14b-zero3-offload", "offload params")]
     assert uncalibrated > 0.5  # what the box's unknown transport costs an uncalibrated answer
 
