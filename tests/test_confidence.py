@@ -126,3 +126,18 @@ def test_sweep_prints_a_range_line_once_with_the_points_shares() -> None:
     assert merged_shares(lines[:1] * 2) == lines[:1]
     other = "range: no validation spread applies to this run's mechanisms"
     assert merged_shares([other, lines[0], other]) == [other, lines[0]]
+
+
+def test_a_mechanism_calibrated_on_one_step_is_graded_by_the_better_evidence(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One measured step has no fit error: SHM, low over every box, takes the scatter boxes
+    keep about their own fit (medium); a mechanism every box grades high stays high."""
+    machine = api.load_machine("2x5090")
+    shm = confidence.evidence("shm", machine, {"shm": None})
+    assert shm.grade == "medium" and "measured step" in shm.basis
+    entry = {"low": 0.95, "high": 1.05, "points": 9,
+             "boxes": {f"b{i}": {"topology": f"t{i}", "low": 0.95, "high": 1.05, "points": 3,
+                                 "fit": False} for i in range(3)}}
+    table = {**confidence.residual_table(), "compute:geforce": entry}
+    monkeypatch.setattr(confidence, "residual_table", lambda: table)
+    assert confidence.evidence("compute", machine, {"compute": None}).grade == "high"

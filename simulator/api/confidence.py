@@ -10,8 +10,8 @@ offloads (DeepSpeed's and FSDP's offload are graded apart: their validation runs
 
 Grades, from the points that apply to this machine (a mechanism fitted on this very box: its
 own points; calibrated with ``stepsim calibrate``: the fit's rms error, or for a fit to one
-measured step, the scatter boxes keep about their own fit, graded as two points at most;
-else every box's):
+measured step, the scatter boxes keep about their own fit, graded as two points (or as every
+box's points, where they grade higher); else every box's):
 
 - ``high``: at least 3 points, none more than 10% off;
 - ``medium``: at least 2 points, none more than 25% off;
@@ -111,13 +111,16 @@ def evidence(mechanism: str, machine: Machine,
         # a fitted log has many sizes: the fit's error, taken twice either way, decides
         return Evidence(HIGH_POINTS, 1, 1 - 2 * rms, 1 + 2 * rms,
                         f"calibrated on this box's logs: fit rms {rms:.1%}")
+    every_box = Evidence(entry["points"], machines_measured(entry), entry["low"],
+                         entry["high"], evidence_text(entry))
     if calibrated and mechanism in calibrated:  # one measured step: no fit error to show
         low, high = calibrated_spread(entry)
-        return Evidence(MEDIUM_POINTS, 1, low, high,
+        step = Evidence(MEDIUM_POINTS, 1, low, high,
                         f"calibrated on a measured step of this box: boxes measured alike "
                         f"scatter {low:.2f}-{high:.2f}x about their fit")
-    return Evidence(entry["points"], machines_measured(entry), entry["low"], entry["high"],
-                    evidence_text(entry))
+        # a calibration never grades a mechanism below what every box says of it
+        return min(step, every_box, key=lambda e: GRADES.index(e.grade))
+    return every_box
 
 
 def _crosses_network(result: RunResult) -> bool:
