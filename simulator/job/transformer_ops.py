@@ -15,7 +15,10 @@ Conventions (each with its source or reason):
   2 bytes per weight. PEFT's LoRA branch scales and adds its output (forward) and adds its input
   gradient into the base layer's (backward); with lora_dropout > 0 it first drops its own copy
   of the input (peft tuners/lora/layer.py: ``lora_B(lora_A(dropout(x))) * scaling``, the
-  dropout an ``nn.Dropout``, an ``nn.Identity`` at 0), one more pass each way.
+  dropout an ``nn.Dropout``, an ``nn.Identity`` at 0), one more pass each way. Over a 4-bit
+  base layer PEFT first clones the base output ("for 4bit, we need to defensively clone
+  here", peft tuners/lora/bnb.py Linear4bit.forward; its backward passes the gradient through);
+  torchtune's own LoRALinear does not.
 - A tensor read by several linear layers (the norm output before q, k and v; before gate and
   up) gets one input gradient from each: eager autograd adds them pairwise, Inductor folds the
   sum into the next kernel, fused stacks run one wide GEMM (Megatron's linear_qkv, linear_fc1).
@@ -175,6 +178,8 @@ class Builder:
             r = self.job.lora_rank
             if self.job.lora_dropout > 0:  # nn.Dropout on the adapter's own copy of x
                 out.append(pointwise("lora_dropout", T * i, reads=a, writes=a + 1))
+            if self._quantized(mod) and self.job.recipe.framework != "torchtune":
+                out.append(memory(2 * T * o * a, name="peft_4bit_clone"))
             out += [gemm(T, r, i, a), gemm(T, o, r, a), memory(5 * T * o * a, name="lora_add")]
         return out
 
