@@ -621,7 +621,9 @@ SECTION_WORDS = {
     "collectives": "nccl-tests numbers (validation/measurements.yaml, validation/pcie-p2p.yaml)",
     "training": "training-step throughput and scaling (validation/measurements.yaml)",
     "frameworks": "training runs as frameworks publish them (validation/frameworks.yaml)",
-    "offload": "offloaded runs: throughput and host RAM (validation/offload.yaml)",
+    "offload": "offloaded runs: throughput and host RAM (validation/offload.yaml); a `box "
+               "calibrated` row is the run on its box calibrated from the box's other runs, "
+               "as `stepsim calibrate` does it",
     "gemm": "one m = n = k = 8192 GEMM per GPU (validation/frameworks.yaml)",
     "boxes": "no-P2P boxes as a user would describe them, uncalibrated "
              "(validation/box-spread.yaml)",
