@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from simulator.job import checkpointing as ckpt
 from simulator.job.modules import ParamTensor
 from simulator.job.workload import Job
+from simulator.memo import IdentityMemo
 from simulator.memory import fsdp_wrap
 from simulator.memory.caching_allocator import CachingAllocator
 
@@ -96,6 +97,9 @@ def _steps_apply(job: Job) -> bool:
             and job.recipe.cross_entropy == "fp32" and not job.recipe.loss_compiled)
 
 
+_REPLAYS: IdentityMemo[Replay] = IdentityMemo(limit=64)  # a range's re-runs ask again
+
+
 def replay(job: Job, strategy: str, ranks: int, micro_batch: int, *, offload: bool,
            capacity: float) -> Replay | None:
     """The wrap and STEPS steps on rank 0's allocator, for a job built with
@@ -104,6 +108,13 @@ def replay(job: Job, strategy: str, ranks: int, micro_batch: int, *, offload: bo
     if not (job.training.sync_module_states and strategy in ("fsdp", "ddp")
             and len(job.params) <= fsdp_wrap.MAX_TENSORS):
         return None
+    return _REPLAYS.get((job,), (strategy, ranks, micro_batch, offload, capacity),
+                        lambda: _replayed(job, strategy, ranks, micro_batch, offload=offload,
+                                          capacity=capacity))
+
+
+def _replayed(job: Job, strategy: str, ranks: int, micro_batch: int, *, offload: bool,
+              capacity: float) -> Replay:
     sharded = strategy == "fsdp" and ranks > 1
     alloc = CachingAllocator(capacity=capacity)
     fsdp_wrap.build(alloc, job, ranks, sharded=sharded, offload=offload)
