@@ -117,11 +117,12 @@ _SPEC_KEYS = ("gpus", "micro_batch", "grad_accum", "seq_len", "kernels", "cross_
 
 
 def software_flag(point: dict[str, Any]) -> str | None:
-    """A point's ``software`` (a year, or {torch, cuda, source}) as --software gives it."""
+    """A point's ``software`` (a year, or {torch, cuda, transformers, source}) as --software
+    gives it."""
     stack = point.get("software")
     if stack is None or isinstance(stack, int):
         return None if stack is None else str(stack)
-    return ",".join(f"{k}={stack[k]}" for k in ("torch", "cuda") if k in stack)
+    return ",".join(f"{k}={stack[k]}" for k in ("torch", "cuda", "transformers") if k in stack)
 
 
 def memory_row(row_type: Any, point: dict[str, Any], counter: str, gpus: int,

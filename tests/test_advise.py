@@ -240,6 +240,13 @@ def test_padded_batches_name_flash_attention_beside_the_pick(tmp_path: Any) -> N
     unpadded.write_text(workload.read_text().replace("padded: true", "padded: false"))
     plain = advise.advise(machines, str(unpadded), jobs=1)
     assert not any(x.startswith("padded batches") for x in plain["explanation"])
+    # transformers 4.38 masks every Llama call: the same line, with its cause
+    masked = tmp_path / "masked.yaml"
+    masked.write_text(unpadded.read_text().replace(
+        "padded: false", 'padded: false, software: {torch: "2.2", transformers: "4.38"}'))
+    hf = advise.advise(machines, str(masked), jobs=1)
+    line = next(x for x in hf["explanation"] if x.startswith("transformers 4.38 gives"))
+    assert "takes no mask" in line
 
 
 def test_below_sm80_sdpa_is_memory_efficient_whatever_the_batches(tmp_path: Any) -> None:

@@ -106,6 +106,31 @@ def test_a_padding_mask_sends_sdpa_to_its_memory_efficient_kernel() -> None:
         assert software.attention_kernel(impl, stack, padded=impl != "sdpa") == kernel
 
 
+def test_transformers_4_38_and_4_39_mask_every_llama_call_so_sdpa_leaves_its_flash_kernel(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """transformers PR 30070: Llama's sdpa got a mask tensor on every call in 4.38-4.39."""
+    kernels = {}
+    for hf in ("4.37", "4.38", "4.39", "4.40"):
+        args = ["run", "-t", "8xa100-nvswitch", "-w", "llama3.2-1b", "--gpus", "1",
+                "--no-ranges", "--seq-len", "4096", "--attention", "sdpa", "--json",
+                "--software", f"torch=2.2,transformers={hf}"]
+        assert main(args) == 0
+        report = json.loads(capsys.readouterr().out)
+        kernels[hf] = (report["software"]["attention"]["kernel"], report["step_time_s"])
+        assert report["software"]["stack"]["transformers"] == hf  # the flag's version is used
+    assert [kernels[v][0] for v in ("4.37", "4.38", "4.39", "4.40")] == \
+        ["flash2", "mem_efficient", "mem_efficient", "flash2"]
+    assert kernels["4.38"][1] > kernels["4.37"][1] == kernels["4.40"][1]
+    masked = args[:-2] + ["--software", "torch=2.2,transformers=4.38"]
+    assert main([a for a in masked if a != "--json"]) == 0
+    assert "transformers 4.38 gives Llama's sdpa a mask on every call" in capsys.readouterr().out
+    # a model outside the Llama family, and a framework with its own modules: the flash kernel
+    for other in ([a.replace("llama3.2-1b", "gpt2-medium") for a in masked],
+                  masked + ["--framework", "torchtune"]):
+        assert main(other) == 0
+        assert json.loads(capsys.readouterr().out)["software"]["attention"]["kernel"] == "flash2"
+
+
 def test_the_memory_efficient_kernel_computes_every_pair_at_flash1s_rate() -> None:
     from simulator.job.attention import flash
 

@@ -338,7 +338,8 @@ def _simulate(spec: RunSpec, baseline: bool, prices: cost.Prices | None,
                                           machine.gpu.compute_capability)
                    if job.has_attention else None,
                    own_gemm=machine.gpu.own_matmul,
-                   half_dtype_share=machine.gpu.half_dtype_share),
+                   half_dtype_share=machine.gpu.half_dtype_share,
+                   hf_mask=job.hf_mask_every_call and not job.training.padded),
                **degrees(spec, job, machine, dp)},
     )
     files = config_files(spec, job)

@@ -55,7 +55,7 @@ class RunSpec:
     padded: bool | None = None  # training.padded: padded batches with their attention mask
     amp: str | None = None  # training.amp: apex amp opt_level o1 | o2
     ddp: str | None = None  # training.ddp: torch | apex (DistributedDataParallel)
-    # training.software as --software gives it: "2023" or "torch=2.1,cuda=12.1"
+    # training.software as --software gives it: "2023" or "torch=2.1,cuda=12.1,transformers=4.38"
     software: str | None = None
     checkpointing: str | None = None  # training.activation_checkpointing
     grad_compression: str = "none"  # DDP comm hook
@@ -178,7 +178,8 @@ def _training_value(key: str, value: Any) -> Any:
         if isinstance(flag, dict):
             from simulator.inputs.schema import SoftwareConfig
 
-            return SoftwareConfig(torch=flag["torch"], cuda=flag.get("cuda"))
+            return SoftwareConfig(torch=flag["torch"], cuda=flag.get("cuda"),
+                                  transformers=flag.get("transformers"))
         return flag
     return value
 

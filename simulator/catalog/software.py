@@ -284,6 +284,24 @@ FLASH_ATTN = ("flash", "flash1", "flash2", "flash3")  # the flash-attn package's
 HALF_ONLY = (*FLASH_ATTN, "triton")
 HF_SDPA = (2, 1, 1)  # transformers utils/import_utils.py is_torch_sdpa_available: torch>=2.1.1
 FOUNDRY_NO_TRITON = (2, 2, 0)  # llm-foundry v0.7.0 (2024-03-26, torch>=2.2.1) removed triton
+# transformers 4.38 and 4.39 build the Llama and Gemma classes' 4D causal mask on every call
+# (LlamaModel._update_causal_mask, their static-cache refactor) and give it to sdpa, whose flash
+# kernel takes no mask, so sdpa runs its memory-efficient kernel over every query-key pair with
+# or without padding: "SDPA can't dispatch to FA2 in case the attn_mask argument is not None,
+# which was always the case in recent releases following llama/gemma refactor" (transformers
+# PR 30070, released in 4.40). AnswerDotAI's fsdp_qlora met it as more memory (transformers
+# issue 30010, "4.38 & 4.39 than 4.37 with identical code") and its README excluded both
+# releases (fsdp_qlora 467933f, 2024-04-18). Mistral's and Qwen2's classes of those releases
+# kept the older mask path (no mask without padding); stepsim's llama family covers them too,
+# so one of them named with 4.38 or 4.39 runs the masked kernel here.
+HF_CAUSAL_MASK_ALWAYS = ((4, 38, 0), (4, 40, 0))
+
+
+def hf_masks_every_call(stack: Stack) -> bool:
+    """transformers' Llama-family sdpa attention gets a mask tensor on every call under this
+    stack (HF_CAUSAL_MASK_ALWAYS)."""
+    low, high = HF_CAUSAL_MASK_ALWAYS
+    return low <= stack.transformers < high
 
 
 def attention_kernel(impl: str, stack: Stack, *, padded: bool = False,
@@ -356,7 +374,8 @@ ATTENTION_SOURCES = {
     "triton": "flash-attn's Triton kernel: FlashAttention-2's rate / 1.8 (arXiv:2307.08691 "
               "section 4.1: FA2 1.3-2.5x faster than FlashAttention in Triton)",
     "mem_efficient": "sdpa's memory-efficient (xformers CUTLASS) kernel, under a padding "
-                     "mask (every query-key pair) or on a GPU below its flash kernel's: at "
+                     "mask or transformers 4.38-4.39's Llama mask (every query-key pair: "
+                     "transformers PR 30070) or on a GPU below its flash kernel's: at "
                      "FlashAttention-1's rate (FA2's / 2) from Ampere on (forward 5% under FA1 "
                      "on A100, facebookresearch/xformers PR 362; about half of FA2 on A40, "
                      "xformers issue 1074); on Volta and Turing at their own assumed row "
@@ -368,10 +387,11 @@ ATTENTION_SOURCES = {
 
 
 def rows_used(stack: Stack, arch: str, kernel: str | None, *, own_gemm: bool = False,
-              half_dtype_share: float = 1.0) -> dict[str, Any]:
+              half_dtype_share: float = 1.0, hf_mask: bool = False) -> dict[str, Any]:
     """The table rows a run reads: its GEMM row and its attention kernel's (None: a model
     without attention), for the report; ``half_dtype_share`` below 1: bf16 on a card without
-    bf16 tensor cores (gpus.py)."""
+    bf16 tensor cores (gpus.py); ``hf_mask``: the kernel is sdpa's memory-efficient one
+    because transformers masks every call (HF_CAUSAL_MASK_ALWAYS)."""
     gemm = ({"row": "the topology's own matmul_tflops", "share": 1.0,
              "source": "measured on this machine"} if own_gemm
             else {"arch": arch, **gemm_row(arch, stack).to_json()})
@@ -379,4 +399,6 @@ def rows_used(stack: Stack, arch: str, kernel: str | None, *, own_gemm: bool = F
         gemm["bf16_on_cuda_cores"] = half_dtype_share
     return {"stack": stack.to_json(), "gemm": gemm,
             "attention": None if kernel is None else
-            {"kernel": kernel, "source": ATTENTION_SOURCES.get(kernel, "")}}
+            {"kernel": kernel, "source": ATTENTION_SOURCES.get(kernel, ""),
+             **({"why": f"transformers {_words(stack.transformers)} gives Llama's sdpa a "
+                        "mask on every call"} if hf_mask and kernel == "mem_efficient" else {})}}

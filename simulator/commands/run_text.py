@@ -145,7 +145,9 @@ def software_words(sw: dict[str, Any]) -> str:
     cuda_cores = gemm.get("bf16_on_cuda_cores")
     bf16 = (f"; bf16 GEMMs emulated on the CUDA cores at {cuda_cores:.0%} of the fp16 tensor "
             "rate (no bf16 tensor cores before sm80)" if cuda_cores else "")
-    attention = f"; attention kernel {sw['attention']['kernel']}" if sw["attention"] else ""
+    att = sw["attention"]
+    why = f" ({att['why']})" if att and "why" in att else ""
+    attention = f"; attention kernel {att['kernel']}{why}" if att else ""
     return (f"{name} (PyTorch {stack['torch']}, CUDA {stack['cuda']}): GEMM row {where}, "
             f"{gemm['share']:.0%} of today's rate{attention}" + bf16)
 

@@ -218,10 +218,19 @@ class Job:
     @property
     def attention_kernel(self) -> str:
         """What the attention implementation runs on the job's stack and batches: flash2,
-        flash1, flash3, triton, mem_efficient or eager (catalog/software.py)."""
-        return software.attention_kernel(self.recipe.attention, self.software,
-                                         padded=self.training.padded,
+        flash1, flash3, triton, mem_efficient or eager (catalog/software.py); a mask tensor
+        (padded batches, or transformers 4.38-4.39's Llama classes) keeps sdpa off its flash
+        kernel."""
+        masked = self.training.padded or self.hf_mask_every_call
+        return software.attention_kernel(self.recipe.attention, self.software, padded=masked,
                                          fp32=self.precision == "fp32")
+
+    @property
+    def hf_mask_every_call(self) -> bool:
+        """transformers gives this job's sdpa a mask tensor on every call (its 4.38-4.39
+        Llama classes: catalog/software.py HF_CAUSAL_MASK_ALWAYS)."""
+        return (self.recipe.framework == "hf" and self.arch is not None
+                and self.arch.family == "llama" and software.hf_masks_every_call(self.software))
 
     @property
     def torchrun(self) -> bool:
