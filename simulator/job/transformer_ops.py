@@ -45,6 +45,7 @@ from simulator.job.kernels import (
     memory,
     pointwise,
 )
+from simulator.job.modules import NF4_BITS_PER_PARAM
 from simulator.job.parameters import QA_LABELS
 from simulator.job.roles import BLOCK_OPS, MOE_BLOCK_OPS, POST_LN_BLOCK_OPS, role
 from simulator.memo import IdentityMemo
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from simulator.job.workload import Job
 
 REGIMES = ("eager", "compiled", "fused")  # kernel regime -> its module simulator/job/<regime>.py
-NF4_BYTES = 0.5  # QLoRA base weight: 4 bits per weight (Dettmers et al. 2023)
+NF4_BYTES = NF4_BITS_PER_PARAM / 8  # what dequantize_4bit reads per weight, its absmaxes too
 
 
 def regime(kernels: str) -> ModuleType:
