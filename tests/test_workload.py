@@ -7,6 +7,7 @@ import pytest
 from simulator.errors import InputError
 from simulator.inputs.config import load_workload
 from simulator.inputs.schema import LoraConfig, ModelConfig, TrainingConfig, WorkloadConfig
+from simulator.job.modules import NF4_BITS_PER_PARAM
 from simulator.job.ops import Phase
 from simulator.job.workload import Job
 
@@ -147,9 +148,9 @@ def test_lora_and_qlora_backward() -> None:
     clone = 2 * qlora.tokens_per_micro_batch * outputs * qlora.activation_bytes
     assert qlora.checkpointing == lora.checkpointing == "full"
     assert nbytes(qlora, "forward") - nbytes(lora, "forward") == \
-        pytest.approx(2.5 * linear + clone)
+        pytest.approx((NF4_BITS_PER_PARAM / 8 + 2) * linear + clone)
     assert nbytes(qlora, "backward") - nbytes(lora, "backward") == \
-        pytest.approx(2 * 2.5 * linear + clone)
+        pytest.approx(2 * (NF4_BITS_PER_PARAM / 8 + 2) * linear + clone)
 
 
 def test_checkpointing_recomputes() -> None:
