@@ -121,6 +121,8 @@ def test_transformers_4_38_and_4_39_mask_every_llama_call_so_sdpa_leaves_its_fla
     assert [kernels[v][0] for v in ("4.37", "4.38", "4.39", "4.40")] == \
         ["flash2", "mem_efficient", "mem_efficient", "flash2"]
     assert kernels["4.38"][1] > kernels["4.37"][1] == kernels["4.40"][1]
+    assert main(args[:-2] + ["--software", "torch=2.2,transformers=4.38,transformers=4.39"]) == 2
+    assert "transformers is given twice" in capsys.readouterr().out
     masked = args[:-2] + ["--software", "torch=2.2,transformers=4.38"]
     assert main([a for a in masked if a != "--json"]) == 0
     assert "transformers 4.38 gives Llama's sdpa a mask on every call" in capsys.readouterr().out

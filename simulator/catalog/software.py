@@ -182,6 +182,8 @@ def _parse_versions(text: str) -> dict[str, str]:
         key, _, value = part.partition("=")
         if key.strip() not in ("torch", "cuda", "transformers") or not value.strip():
             raise InputError("expected a year (2023) or torch=2.1,cuda=12.1,transformers=4.38")
+        if key.strip() in out:
+            raise InputError(f"{key.strip()} is given twice; give it once")
         out[key.strip()] = value.strip()
         parse_version(value, key.strip())
     if "torch" not in out:
