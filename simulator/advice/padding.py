@@ -2,10 +2,11 @@
 
 With padded batches (``training.padded``) transformers hands ``scaled_dot_product_attention``
 the mask as a tensor, so ``sdpa`` runs its memory-efficient kernel over every query-key pair
-(catalog/software.py), as its 4.38 and 4.39 do for Llama whatever the batches. flash-attn 2 (``attn_implementation="flash_attention_2"``) unpads the
-batch instead and runs FlashAttention-2 over the real tokens' causal pairs. The pick is
-simulated again with it: the user's choice of implementation, not a strategy's, so it is said
-beside the pick rather than ranked.
+(catalog/software.py), as transformers 4.38 and 4.39 do for Llama whatever the batches.
+flash-attn 2 (``attn_implementation="flash_attention_2"``) takes no mask tensor: it unpads the
+batch and runs FlashAttention-2 over the real tokens' causal pairs. The pick is simulated again
+with it: the user's choice of implementation, not a strategy's, so it is said beside the pick
+rather than ranked.
 """
 
 from __future__ import annotations
