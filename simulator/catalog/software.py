@@ -51,7 +51,7 @@ class Stack:
 
     torch: Version
     cuda: Version
-    given: str  # "today", "2023", "torch 2.1, CUDA 12.1"
+    given: str  # "today", "2023", "torch 2.1, CUDA 12.1", "torch 2.2, transformers 4.38"
     transformers_given: Version | None = None  # as the run named it; see ``transformers``
 
     @property
@@ -66,12 +66,10 @@ class Stack:
         return TRANSFORMERS_AT_TORCH[max(known)] if known else min(TRANSFORMERS_AT_TORCH.values())
 
     def words(self) -> str:
-        hf = f", transformers {_words(self.transformers_given)}" if self.transformers_given \
-            else ""
         if self.given == "today":
             return (f"today's (the newest rate rows: PyTorch {_words(self.torch)}, "
-                    f"CUDA {_words(self.cuda)}{hf})")
-        return f"{self.given}: PyTorch {_words(self.torch)}, CUDA {_words(self.cuda)}{hf}"
+                    f"CUDA {_words(self.cuda)})")
+        return f"{self.given}: PyTorch {_words(self.torch)}, CUDA {_words(self.cuda)}"
 
     def to_json(self) -> dict[str, Any]:
         return {"given": self.given, "torch": _words(self.torch), "cuda": _words(self.cuda),
@@ -159,8 +157,9 @@ def resolve(value: Any) -> Stack:
         cuda = default
     else:
         cuda = parse_version(cuda_text, "cuda")
-    given = f"torch {_words(torch)}" + (f", CUDA {_words(cuda)}" if cuda_text else "")
     hf = None if hf_text is None else parse_version(hf_text, "transformers")
+    given = (f"torch {_words(torch)}" + (f", CUDA {_words(cuda)}" if cuda_text else "")
+             + (f", transformers {_words(hf)}" if hf else ""))
     return Stack(torch, cuda, given, hf)
 
 
