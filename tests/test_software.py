@@ -88,6 +88,23 @@ def test_bundles_select_the_attention_their_configs_ran() -> None:
     assert recipe.bundle("llm-foundry")["attention"] == "flash2"
 
 
+@pytest.mark.parametrize(("family", "first"), [("llama", "4.36"), ("bert", "4.41"),
+                                                ("gpt2", "4.42")])
+def test_transformers_runs_sdpa_from_the_release_whose_model_class_took_it(
+        family: str, first: str) -> None:
+    """Before its class's ``_supports_sdpa`` a model ran eager attention under transformers'
+    defaults, whatever the torch (modeling_<model>.py of each release)."""
+    def attention(hf: str) -> str:
+        stack = software.resolve({"torch": "2.3", "transformers": hf})
+        return recipe.bundle_attention("hf", stack, family)
+
+    major, minor = first.split(".")
+    assert attention(f"{major}.{int(minor) - 1}") == "eager"
+    assert attention(first) == "sdpa"
+    assert recipe.bundle_attention("torchtune", software.resolve(
+        {"torch": "2.3", "transformers": "4.30"}), family) == "sdpa"  # not transformers' class
+
+
 def test_flash1_runs_at_half_flash2s_rate() -> None:
     from simulator.job.attention import flash
 

@@ -9,10 +9,11 @@ unless given, and when on there is no gradient clipping (torchtune refuses ``cli
 with it). Every bundle entry names its source:
 
 - hf: transformers Trainer. Eager modules (``torch_compile=False``), ``attn_implementation``
-  ``sdpa`` (``eager`` before torch 2.1.1: ``bundle_attention``), ``ForCausalLMLoss`` on
-  ``logits.float()``, AMP bf16 (``bf16=True``), ``optim`` default ``adamw_torch_fused`` on torch
-  >= 2.8 (training_args.py), ``gradient_checkpointing=False``, ``max_grad_norm=1.0``; rotary as
-  modeling_llama.py ``rotate_half``.
+  ``sdpa`` (``eager`` before torch 2.1.1 or before the model's class took sdpa:
+  ``bundle_attention``), ``ForCausalLMLoss`` on ``logits.float()``, AMP bf16 (``bf16=True``),
+  ``optim`` default ``adamw_torch_fused`` on torch >= 2.8 (training_args.py),
+  ``gradient_checkpointing=False``, ``max_grad_norm=1.0``; rotary as modeling_llama.py
+  ``rotate_half``.
 - torchtune: recipes/configs (llama3_1/8B_full_single_device.yaml and the distributed ones):
   ``compile: False``, SDPA attention, ``CEWithChunkedOutputLoss``, ``dtype: bf16`` (weights,
   gradients and optimizer states all bf16), ``enable_activation_checkpointing: True``; the
@@ -159,13 +160,15 @@ class Recipe:
             ", apex DDP" if self.ddp == "apex" else "")
 
 
-def resolve(training: TrainingConfig, stack: Stack = TODAY) -> Recipe:
+def resolve(training: TrainingConfig, stack: Stack = TODAY,
+            family: str | None = None) -> Recipe:
     """The recipe of a ``training`` block: explicit keys, else the framework's bundle as it
-    ran on the software ``stack`` (its attention: ``bundle_attention``)."""
+    ran on the software ``stack`` for a model of ``family`` (its attention:
+    ``bundle_attention``)."""
     given = training.given
     framework = training.framework if "framework" in given else DEFAULT_FRAMEWORK
     bundle = dict(_BUNDLES[framework])
-    bundle["attention"] = bundle_attention(framework, stack)
+    bundle["attention"] = bundle_attention(framework, stack, family)
     values = {k: getattr(training, k) if k in given else bundle[k] for k in KEYS}
     if values["attention"] == "flash":  # the older name of FlashAttention-2
         values["attention"] = "flash2"
@@ -181,17 +184,19 @@ def resolve(training: TrainingConfig, stack: Stack = TODAY) -> Recipe:
                                        else training.expandable_segments))
 
 
-def bundle_attention(framework: str, stack: Stack) -> str:
+def bundle_attention(framework: str, stack: Stack, family: str | None = None) -> str:
     """The attention implementation a framework's shipped configs select on a stack:
     transformers' default ``attn_implementation`` is ``sdpa`` only where torch >= 2.1.1
-    (utils/import_utils.py is_torch_sdpa_available), else ``eager``; llm-foundry's benchmark
+    (utils/import_utils.py is_torch_sdpa_available) and the model's class takes it (from
+    4.36 for Llama, 4.41 for BERT, 4.42 for GPT-2: software.HF_SDPA_SINCE), else ``eager``;
+    llm-foundry's benchmark
     configs ran ``attn_impl: triton`` (scripts/train/benchmarking/submit_benchmarks.py
     ``--attn_impl`` default 'triton', yamls/pretrain/mpt-*.yaml) until v0.7.0 removed it
     (2024-03-26, torch >= 2.2.1), and ``flash`` (flash-attn 2) since (submit_benchmarks.py
     default 'flash'); torchtune and torchtitan call F.scaled_dot_product_attention
     (torchtune modules/attention.py, torchtitan models/attention.py); Megatron-LM runs
     flash-attn through Transformer Engine."""
-    if framework == "hf" and stack.torch < software.HF_SDPA:
+    if framework == "hf" and not software.hf_sdpa(stack, family):
         return "eager"
     if framework == "llm-foundry" and stack.torch < software.FOUNDRY_NO_TRITON:
         return "triton"

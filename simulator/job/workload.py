@@ -91,7 +91,7 @@ class Job:
         model = (arch, repr(cfg.unet), repr(cfg.layers), t.finetune, repr(t.lora), ep)
         mods, params = _MODULES.get(model, lambda: _modules_and_params(cfg, arch, unet, ep))
         stack = software.resolve(t.software)
-        recipe = resolve_recipe(t, stack)
+        recipe = resolve_recipe(t, stack, arch.family if arch is not None else None)
         # a stack that lacks it, or fp32 inputs it does not take: refused
         software.attention_kernel(recipe.attention, stack, fp32=recipe.precision == "fp32")
         job = Job(name=cfg.name, arch=arch, generic_layers=tuple(cfg.layers or ()), training=t,
