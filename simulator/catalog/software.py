@@ -284,6 +284,7 @@ SINK_KERNELS = ("eager", "flash3")
 FLASH_ATTN = ("flash", "flash1", "flash2", "flash3")  # the flash-attn package's CUDA kernels
 HALF_ONLY = (*FLASH_ATTN, "triton")
 HF_SDPA = (2, 1, 1)  # transformers utils/import_utils.py is_torch_sdpa_available: torch>=2.1.1
+FOUNDRY_NO_TRITON = (2, 2, 0)  # llm-foundry v0.7.0 (2024-03-26, torch>=2.2.1) removed triton
 # The first transformers release whose model class takes attn_implementation="sdpa" (its
 # ``_supports_sdpa = True``, the default where it is): Llama 4.36.0 (Mistral and Qwen2 4.37),
 # BERT 4.41.0, GPT-2 4.42.0, read in each release's models/<model>/modeling_<model>.py; before
@@ -305,7 +306,8 @@ def hf_sdpa(stack: Stack, family: str | None) -> bool:
         return True
     since = HF_SDPA_SINCE.get(family or "llama")
     return since is not None and stack.transformers_given >= since
-FOUNDRY_NO_TRITON = (2, 2, 0)  # llm-foundry v0.7.0 (2024-03-26, torch>=2.2.1) removed triton
+
+
 # transformers 4.38 and 4.39 build the Llama and Gemma classes' 4D causal mask on every call
 # (LlamaModel._update_causal_mask, their static-cache refactor) and give it to sdpa, whose flash
 # kernel takes no mask, so sdpa runs its memory-efficient kernel over every query-key pair with

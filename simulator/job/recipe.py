@@ -189,9 +189,9 @@ def bundle_attention(framework: str, stack: Stack, family: str | None = None) ->
     transformers' default ``attn_implementation`` is ``sdpa`` only where torch >= 2.1.1
     (utils/import_utils.py is_torch_sdpa_available) and the model's class takes it (from
     4.36 for Llama, 4.41 for BERT, 4.42 for GPT-2: software.HF_SDPA_SINCE), else ``eager``;
-    llm-foundry's benchmark
-    configs ran ``attn_impl: triton`` (scripts/train/benchmarking/submit_benchmarks.py
-    ``--attn_impl`` default 'triton', yamls/pretrain/mpt-*.yaml) until v0.7.0 removed it
+    llm-foundry's benchmark configs ran ``attn_impl: triton``
+    (scripts/train/benchmarking/submit_benchmarks.py ``--attn_impl`` default 'triton',
+    yamls/pretrain/mpt-*.yaml) until v0.7.0 removed it
     (2024-03-26, torch >= 2.2.1), and ``flash`` (flash-attn 2) since (submit_benchmarks.py
     default 'flash'); torchtune and torchtitan call F.scaled_dot_product_attention
     (torchtune modules/attention.py, torchtitan models/attention.py); Megatron-LM runs
