@@ -143,11 +143,16 @@ def test_transformers_4_38_and_4_39_mask_every_llama_call_so_sdpa_leaves_its_fla
     masked = args[:-2] + ["--software", "torch=2.2,transformers=4.38"]
     assert main([a for a in masked if a != "--json"]) == 0
     assert "transformers 4.38 gives Llama's sdpa a mask on every call" in capsys.readouterr().out
-    # a model outside the Llama family, and a framework with its own modules: the flash kernel
-    for other in ([a.replace("llama3.2-1b", "gpt2-medium") for a in masked],
-                  masked + ["--framework", "torchtune"]):
-        assert main(other) == 0
-        assert json.loads(capsys.readouterr().out)["software"]["attention"]["kernel"] == "flash2"
+    # a framework with its own modules keeps the flash kernel; transformers 4.38's GPT-2
+    # class has no sdpa at all (4.42 on), which transformers refuses as stepsim does
+    assert main(masked + ["--framework", "torchtune"]) == 0
+    assert json.loads(capsys.readouterr().out)["software"]["attention"]["kernel"] == "flash2"
+    gpt2 = [a.replace("llama3.2-1b", "gpt2-medium") for a in masked] + ["--framework", "hf"]
+    assert main(gpt2) == 2
+    assert "transformers 4.38's gpt2 class has no sdpa (it takes it from 4.42" in \
+        capsys.readouterr().out
+    assert main([a.replace("4.38", "4.42") for a in gpt2]) == 0
+    assert json.loads(capsys.readouterr().out)["software"]["attention"]["kernel"] == "flash2"
 
 
 def test_the_memory_efficient_kernel_computes_every_pair_at_flash1s_rate() -> None:

@@ -308,6 +308,21 @@ def hf_sdpa(stack: Stack, family: str | None) -> bool:
     return since is not None and stack.transformers_given >= since
 
 
+def check_hf_sdpa(impl: str, stack: Stack, family: str | None) -> None:
+    """Refuse ``sdpa`` for a transformers class that does not take it on the named release:
+    transformers raises there ("does not support an attention implementation through
+    torch.nn.functional.scaled_dot_product_attention yet", modeling_utils.py)."""
+    if impl != "sdpa" or stack.transformers_given is None or stack.torch < HF_SDPA \
+            or hf_sdpa(stack, family):
+        return
+    since = HF_SDPA_SINCE.get(family or "llama")
+    when, fix = ((f"it takes it from {_words(since)}", "attention eager or a later transformers")
+                 if since else ("it never took it", "attention eager"))
+    raise InputError(f"transformers {_words(stack.transformers_given)}'s {family or 'llama'} "
+                     f"class has no sdpa ({when}: its modeling file's _supports_sdpa); "
+                     f"give {fix}", key="training.attention")
+
+
 # transformers 4.38 and 4.39 build the Llama and Gemma classes' 4D causal mask on every call
 # (LlamaModel._update_causal_mask, their static-cache refactor) and give it to sdpa, whose flash
 # kernel takes no mask, so sdpa runs its memory-efficient kernel over every query-key pair with

@@ -94,6 +94,8 @@ class Job:
         recipe = resolve_recipe(t, stack, arch.family if arch is not None else None)
         # a stack that lacks it, or fp32 inputs it does not take: refused
         software.attention_kernel(recipe.attention, stack, fp32=recipe.precision == "fp32")
+        if recipe.framework == "hf":
+            software.check_hf_sdpa(recipe.attention, stack, arch.family if arch else None)
         job = Job(name=cfg.name, arch=arch, generic_layers=tuple(cfg.layers or ()), training=t,
                   micro_batch=micro_batch or t.micro_batch, seq_len=seq_len or t.seq_len,
                   grad_accum=grad_accum or t.grad_accum, modules=mods, params=params,
