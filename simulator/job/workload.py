@@ -91,11 +91,13 @@ class Job:
         model = (arch, repr(cfg.unet), repr(cfg.layers), t.finetune, repr(t.lora), ep)
         mods, params = _MODULES.get(model, lambda: _modules_and_params(cfg, arch, unet, ep))
         stack = software.resolve(t.software)
-        recipe = resolve_recipe(t, stack, arch.family if arch is not None else None)
-        # a stack that lacks it, or fp32 inputs it does not take: refused
+        family = arch.family if arch is not None else None
+        recipe = resolve_recipe(t, stack, family)
+        # a stack that lacks it, fp32 inputs it does not take, or (transformers) a model
+        # class without it: refused
         software.attention_kernel(recipe.attention, stack, fp32=recipe.precision == "fp32")
         if recipe.framework == "hf":
-            software.check_hf_sdpa(recipe.attention, stack, arch.family if arch else None)
+            software.check_hf_sdpa(recipe.attention, stack, family)
         job = Job(name=cfg.name, arch=arch, generic_layers=tuple(cfg.layers or ()), training=t,
                   micro_batch=micro_batch or t.micro_batch, seq_len=seq_len or t.seq_len,
                   grad_accum=grad_accum or t.grad_accum, modules=mods, params=params,
